@@ -1,0 +1,76 @@
+"""`halluscope run | tasks | report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from halluscope.errors import HalluscopeError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from halluscope.config import default_config, load_config
+    from halluscope.pipeline.runner import run
+
+    cfg = load_config(args.config) if args.config else default_config()
+    if args.storage_root:
+        cfg.storage.root = args.storage_root
+    result = run(cfg, run_id=args.run_id, progress=not args.quiet)
+    print(result.leaderboard)
+    print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
+          f"{result.seconds:.1f} s; results in {result.uri}")
+    return 0
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from halluscope.tasks.registry import get_task, task_names
+
+    for name in task_names():
+        d = get_task(name).describe()
+        print(f"{name:40s} {d['kind']:9s} D={d['decomposer']}  V={d['verifier']}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from halluscope.storage.fs import Location
+
+    loc = Location.from_url(args.run_uri.rstrip("/"))
+    board = loc.child("leaderboard.md")
+    if not board.exists():
+        raise HalluscopeError(f"no leaderboard.md in {args.run_uri}: is it a halluscope run folder, and did it finish?")
+    print(board.read_bytes().decode())
+    if args.json:
+        print(json.dumps(json.loads(loc.child("metrics.json").read_bytes()), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="halluscope", description="Hallucination benchmarks on Ray.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="evaluate the models of a run config")
+    r.add_argument("config", nargs="?", help="YAML path or URL (s3://...); default: the embedded demo")
+    r.add_argument("--run-id", help="resume or name a run; the same id continues where it stopped")
+    r.add_argument("--storage-root", help="override storage.root")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(fn=_cmd_run)
+    t = sub.add_parser("tasks", help="list the tasks")
+    t.set_defaults(fn=_cmd_tasks)
+    rep = sub.add_parser("report", help="print the leaderboard of a finished run")
+    rep.add_argument("run_uri")
+    rep.add_argument("--json", action="store_true", help="also print metrics.json")
+    rep.set_defaults(fn=_cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except HalluscopeError as err:
+        print(f"halluscope: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

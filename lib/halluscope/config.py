@@ -1,0 +1,187 @@
+"""Run configuration: pydantic models loaded from YAML at a path or any fsspec URL (s3://...)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from importlib import resources
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from halluscope.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StorageSpec(_Strict):
+    """Where runs are written. ``root`` is an fsspec URL; S3-compatible stores take an endpoint."""
+
+    root: str = "file://./runs"
+    endpoint_url: str | None = None
+    region: str | None = None
+    # Names of environment variables holding credentials; the values never enter a config or manifest.
+    access_key_env: str | None = None
+    secret_key_env: str | None = None
+
+
+class DataSpec(_Strict):
+    """Where benchmark data is found: this directory, then the cache, then the public source URL."""
+
+    dir: str | None = None
+    cache_dir: str = "~/.cache/halluscope/data"
+    download: bool = True
+    pypi_index: str = Field(default="pypi/project-names.txt.gz",
+                            description="data name, local path or URL of a one-name-per-line project list")
+
+
+class SamplingSpec(_Strict):
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = Field(default=512, gt=0)
+
+
+class ReplayParams(_Strict):
+    """Recorded generations. ``source: halogen`` finds HALOGEN's released file for the model id;
+    otherwise ``path`` is a CSV/JSONL/Parquet file with ``columns`` mapping its names to ours."""
+
+    source: Literal["halogen", "file"] = "halogen"
+    name: str | None = Field(default=None, description="model name in the source, default: the model id")
+    path: str | None = None
+    format: Literal["csv", "jsonl", "parquet"] | None = None
+    columns: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("columns")
+    @classmethod
+    def _known_columns(cls, v: dict[str, str]) -> dict[str, str]:
+        allowed = {"text", "prompt", "item_id", "task"}
+        unknown = set(v) - allowed
+        if unknown:
+            raise ValueError(f"unknown column role(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        return v
+
+
+class OpenAIParams(_Strict):
+    base_url: str
+    model: str | None = None
+    api_key_env: str | None = None
+    max_concurrency: int = Field(default=16, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+
+
+class ReplayModel(_Strict):
+    id: str
+    backend: Literal["replay"]
+    params: ReplayParams = Field(default_factory=ReplayParams)
+
+
+class OpenAIModel(_Strict):
+    id: str
+    backend: Literal["openai"]
+    params: OpenAIParams
+
+
+ModelSpec = Annotated[Union[ReplayModel, OpenAIModel], Field(discriminator="backend")]
+
+
+class Limits(_Strict):
+    max_items_per_task: int | None = Field(default=None, gt=0)
+
+
+class Concurrency(_Strict):
+    """How wide the Ray Data stages run; defaults fit a 2-core laptop."""
+
+    batch_size: int = Field(default=512, gt=0)
+    verify_actors: int = Field(default=2, gt=0)
+    generate_actors: int = Field(default=1, gt=0)
+    blocks: int = Field(default=16, gt=0, description="input blocks; more blocks = finer resume and progress")
+
+
+class RaySpec(_Strict):
+    address: str | None = Field(default=None, description="None: RAY_ADDRESS if set, else a local Ray")
+    num_cpus: int | None = None
+    object_store_memory_mb: int = Field(default=512, gt=0)
+
+
+class RunConfig(_Strict):
+    run_id: str | None = None
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    models: list[ModelSpec] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+    limits: Limits = Field(default_factory=Limits)
+    concurrency: Concurrency = Field(default_factory=Concurrency)
+    ray: RaySpec = Field(default_factory=RaySpec)
+
+    @field_validator("models")
+    @classmethod
+    def _unique_model_ids(cls, v: list[Any]) -> list[Any]:
+        ids = [m.id for m in v]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model id(s): {dupes}")
+        return v
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes results (not run_id, storage, data location or width)."""
+        keep = self.model_dump(mode="json", include={"models", "tasks", "limits"})
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid run config {source}:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> RunConfig:
+    """Validate a mapping as a RunConfig; task names are checked against the task registry."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid run config {source}: expected a mapping at the top level")
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source)) from None
+    check_task_names(cfg.tasks, source)
+    return cfg
+
+
+def check_task_names(names: list[str], source: str) -> None:
+    from halluscope.tasks.registry import task_names
+
+    known = task_names()
+    for i, name in enumerate(names):
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; known tasks: {', '.join(known)}"
+            raise ConfigError(f"invalid run config {source}: tasks.{i}: unknown task '{name}'{hint}")
+
+
+def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
+    """Load a YAML config from a local path or any fsspec URL."""
+    import fsspec
+
+    try:
+        with fsspec.open(uri, "r", **(storage_options or {})) as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"run config not found: {uri}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"run config {uri} is not valid YAML: {err}") from None
+    return parse_config(data, uri)
+
+
+def default_config() -> RunConfig:
+    """The embedded demo: HALOGEN's recorded generations of 14 models on the program-verified tasks."""
+    text = resources.files("halluscope").joinpath("configs/demo.yaml").read_text()
+    return parse_config(yaml.safe_load(text), "halluscope/configs/demo.yaml (embedded default)")

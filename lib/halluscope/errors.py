@@ -1,0 +1,17 @@
+"""Errors a user can act on: each names the file, field or row at fault."""
+
+
+class HalluscopeError(Exception):
+    """Base class; the CLI prints these without a traceback."""
+
+
+class ConfigError(HalluscopeError):
+    """A run configuration is malformed or names something that does not exist."""
+
+
+class DataError(HalluscopeError):
+    """A data source is missing, unreachable or unreadable."""
+
+
+class RunError(HalluscopeError):
+    """A run cannot start or continue (e.g. resuming with a different config)."""

@@ -1,0 +1,1 @@
+"""Knowledge sources the verifiers consult (package indexes, entity lists, ...)."""

@@ -1,0 +1,18 @@
+"""Knowledge loaded lazily, once per worker process, and shared by every task there."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex
+from halluscope.sources import DataResolver
+
+
+class Knowledge:
+    def __init__(self, resolver: DataResolver, pypi_snapshot: str = SNAPSHOT) -> None:
+        self.resolver = resolver
+        self.pypi_snapshot = pypi_snapshot
+
+    @cached_property
+    def pypi(self) -> PackageIndex:
+        return PackageIndex.from_file(self.resolver.resolve_any(self.pypi_snapshot))

@@ -1,0 +1,67 @@
+"""Which top-level import names exist: the Python standard library plus a PyPI name snapshot.
+
+Names are compared after PEP 503 normalisation (runs of ``-``, ``_``, ``.`` become ``-``,
+lower case), the same normalisation PyPI applies when it looks a project up by name.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from halluscope.errors import DataError
+from halluscope.sources import open_text, sha256_file
+
+SNAPSHOT = "pypi/project-names.txt.gz"
+_SEPARATORS = re.compile(r"[-_.]+")
+_VALID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
+
+def normalize(name: str) -> str:
+    return _SEPARATORS.sub("-", name).lower()
+
+
+class PackageIndex:
+    def __init__(self, names: set[str], stdlib: frozenset[str], source: str, sha256: str,
+                 skipped_lines: int = 0) -> None:
+        self.names = names
+        self.stdlib = stdlib
+        self.source = source
+        self.sha256 = sha256
+        self.skipped_lines = skipped_lines
+
+    @classmethod
+    def from_file(cls, path: Path) -> "PackageIndex":
+        """One project name per line (gzip or plain); blank and invalid lines are counted, not used."""
+        names: set[str] = set()
+        skipped = 0
+        try:
+            with open_text(path) as f:
+                for line in f:
+                    name = line.strip()
+                    if not name:
+                        continue
+                    if _VALID.match(name):
+                        names.add(normalize(name))
+                    else:
+                        skipped += 1
+        except (OSError, EOFError, UnicodeDecodeError) as err:
+            raise DataError(f"cannot read the package index {path}: {err}") from None
+        if not names:
+            raise DataError(f"the package index {path} holds no project names")
+        return cls(names, frozenset(normalize(m) for m in sys.stdlib_module_names), str(path),
+                   sha256_file(path), skipped)
+
+    def lookup(self, import_name: str) -> tuple[bool, str]:
+        """(exists, evidence) for a top-level import name."""
+        key = normalize(import_name)
+        if key in self.stdlib:
+            return True, "stdlib"
+        if key in self.names:
+            return True, "pypi"
+        return False, "not in stdlib or PyPI snapshot"
+
+    @staticmethod
+    def stdlib_description() -> str:
+        return f"sys.stdlib_module_names of Python {sys.version_info.major}.{sys.version_info.minor}"

@@ -1,0 +1,1 @@
+"""Aggregates computed from written per-generation scores."""

@@ -1,0 +1,76 @@
+"""HALOGEN's response ratio, hallucination score and utility score per (model, task).
+
+Computed from the ``scores`` table read back from storage, with sums over rows (never means of
+shard means). Generations that failed or have no recorded response are excluded and counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pyarrow as pa
+
+AVG_RESPONSE = "halogen/avg-response"
+AVG_REFUSAL = "halogen/avg-refusal"
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def task_metrics(scores: pa.Table) -> list[dict]:
+    cols = ["model", "task", "task_kind", "error", "responded", "f", "g", "n_atoms", "n_unsupported", "n_unverified"]
+    acc: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
+    kinds: dict[str, str] = {}
+    for r in scores.select(cols).to_pylist():
+        a = acc[(r["model"], r["task"])]
+        kinds[r["task"]] = r["task_kind"]
+        if r["error"] is not None:
+            a["n_errors"] += 1
+            continue
+        a["n_items"] += 1
+        a["g_sum"] += r["g"]
+        if r["responded"]:
+            a["n_responded"] += 1
+            a["f_sum"] += r["f"]
+            a["n_atoms"] += r["n_atoms"]
+            a["n_unsupported"] += r["n_unsupported"]
+            a["n_unverified"] += r["n_unverified"]
+    out = []
+    for (model, task), a in sorted(acc.items()):
+        out.append({
+            "model": model, "task": task, "task_kind": kinds[task],
+            "n_items": int(a["n_items"]), "n_errors": int(a["n_errors"]), "n_responded": int(a["n_responded"]),
+            "n_atoms": int(a["n_atoms"]), "n_unsupported": int(a["n_unsupported"]),
+            "n_unverified": int(a["n_unverified"]),
+            "response_ratio": _ratio(a["n_responded"], a["n_items"]),
+            # macro, as the paper defines it: mean over responded generations of f(y)
+            "hallucination_score": _ratio(a["f_sum"], a["n_responded"]),
+            # micro: unsupported atoms over verified atoms, pooled over responded generations
+            "hallucination_score_micro": _ratio(a["n_unsupported"], a["n_atoms"] - a["n_unverified"]),
+            "utility_score": _ratio(a["g_sum"], a["n_items"]),
+        })
+    return out
+
+
+def averages(per_task: list[dict]) -> list[dict]:
+    """Unweighted means over a model's response-based and refusal-based tasks (as Tables 2-3)."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in per_task:
+        groups[(r["model"], r["task_kind"])].append(r)
+    out = []
+    for (model, kind), rows in sorted(groups.items()):
+        rec = {"model": model, "task": AVG_RESPONSE if kind == "response" else AVG_REFUSAL, "task_kind": kind,
+               "aggregate": True, "n_tasks": len(rows), "n_items": sum(r["n_items"] for r in rows),
+               "n_errors": sum(r["n_errors"] for r in rows)}
+        for key in ("response_ratio", "hallucination_score", "hallucination_score_micro", "utility_score"):
+            vals = [r[key] for r in rows if r[key] is not None and not math.isnan(r[key])]
+            rec[key] = sum(vals) / len(vals) if vals else None
+        out.append(rec)
+    return out
+
+
+def compute(scores: pa.Table) -> list[dict]:
+    per_task = task_metrics(scores)
+    return per_task + averages(per_task)

@@ -1,0 +1,1 @@
+"""How the pipeline talks to models: one interface, several backends."""

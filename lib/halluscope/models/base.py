@@ -1,0 +1,53 @@
+"""The one interface every model backend implements.
+
+A backend turns a batch of generation requests into completions. Failures are data, not
+exceptions: a request that still fails after its retries comes back with ``error`` set, so a
+Ray Data batch never dies because one call failed, and the error is counted downstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt to one model; ``task`` and ``item_id`` let a replay backend find its record."""
+
+    task: str
+    item_id: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p,
+                "max_tokens": self.max_tokens, "stop": list(self.stop)}
+
+
+@dataclass
+class Completion:
+    text: str | None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_s: float = 0.0
+    error: str | None = None
+    attempts: int = 1
+    extra: dict = field(default_factory=dict)
+
+
+class ModelBackend(Protocol):
+    """Implemented by every backend (replay, openai, ...)."""
+
+    model_id: str
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Return one Completion per request, in order. Must not raise for per-call failures."""
+        ...

@@ -1,0 +1,1 @@
+"""The Ray Data pipeline: items -> generate -> abstain -> decompose -> verify -> score -> write."""

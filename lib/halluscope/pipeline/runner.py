@@ -1,0 +1,134 @@
+"""Runs an evaluation: plan the work, stream it through Ray Data, aggregate what was written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from halluscope import __version__
+from halluscope.config import RunConfig
+from halluscope.errors import RunError
+from halluscope.knowledge.pypi import PackageIndex
+from halluscope.metrics import halogen as halogen_metrics
+from halluscope.pipeline import stages
+from halluscope.pipeline.workset import build_workset, resolver_for
+from halluscope.report.leaderboard import leaderboard
+from halluscope.sources import sha256_file
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from halluscope.tasks.registry import get_task
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    uri: str
+    metrics: list[dict]
+    leaderboard: str
+    processed: int
+    skipped: int
+    seconds: float
+
+
+def default_run_id(cfg: RunConfig) -> str:
+    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
+
+
+def init_ray(cfg: RunConfig) -> None:
+    """Join the cluster named by the config or RAY_ADDRESS (set inside `ray job submit`), else
+    start a local Ray sized for the pipeline's stages."""
+    if ray.is_initialized():
+        return
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return
+    ray.init(num_cpus=cfg.ray.num_cpus or max(4, os.cpu_count() or 1),
+             object_store_memory=cfg.ray.object_store_memory_mb * 1024 * 1024,
+             include_dashboard=False, log_to_driver=False)
+
+
+def code_version() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"halluscope {__version__}" + (f" ({rev})" if rev else "")
+
+
+def _knowledge_provenance(cfg: RunConfig) -> dict:
+    needed = {k for t in cfg.tasks for k in get_task(t).knowledge}
+    out: dict = {}
+    if "pypi" in needed:
+        path = resolver_for(cfg).resolve_any(cfg.data.pypi_index)
+        out["pypi"] = {"source": cfg.data.pypi_index, "sha256": sha256_file(path),
+                       "normalisation": "PEP 503", "stdlib": PackageIndex.stdlib_description()}
+    return out
+
+
+def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> RunResult:
+    started = time.time()
+    run_id = run_id or cfg.run_id or default_run_id(cfg)
+    store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id)
+    previous = store.read_json("manifest.json")
+    if previous and previous.get("config_fingerprint") != cfg.fingerprint():
+        raise RunError(f"run {store.loc.url} was started with a different configuration "
+                       f"(fingerprint {previous.get('config_fingerprint')} != {cfg.fingerprint()}); "
+                       "use a new run id")
+    init_ray(cfg)
+    ray.data.DataContext.get_current().enable_progress_bars = progress
+    removed = store.remove_uncommitted()
+    done = set(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
+    manifest = {
+        "run_id": run_id, "status": "running", "code_version": code_version(),
+        "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
+        "config": cfg.model_dump(mode="json"), "config_fingerprint": cfg.fingerprint(),
+        "tasks": [get_task(t).describe() for t in cfg.tasks],
+        "knowledge": _knowledge_provenance(cfg),
+    }
+    store.write_json("manifest.json", manifest)
+
+    ws = build_workset(cfg, store, done, blocks=cfg.concurrency.blocks)
+    processed = 0
+    if ws.tables:
+        processed = _execute(cfg, store, ws.tables)
+
+    scores = store.read_table("scores")
+    metrics = halogen_metrics.compute(scores)
+    board = leaderboard(metrics, run_id)
+    store.write_json("metrics.json", metrics)
+    store.write_text("leaderboard.md", board)
+    manifest.update(status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                    data_sources=ws.sources,
+                    counts={"generations": ws.total, "done_before": ws.done, "processed": processed,
+                            "quarantined_rows": ws.quarantined, "missing": ws.missing,
+                            "uncommitted_parts_removed": removed})
+    store.write_json("manifest.json", manifest)
+    return RunResult(run_id, store.loc.url, metrics, board, processed, ws.done, time.time() - started)
+
+
+def _execute(cfg: RunConfig, store: RunStore, tables: list) -> int:
+    """Stream the work through the stages; returns the number of generations committed."""
+    conc = cfg.concurrency
+    bs = conc.batch_size
+    ds = ray.data.from_arrow(tables)
+    if any(m.backend != "replay" for m in cfg.models):
+        ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models,), batch_format="pyarrow",
+                            batch_size=bs, compute=ray.data.ActorPoolStrategy(size=conc.generate_actors),
+                            num_cpus=0.5)
+    ds = ds.map_batches(stages.abstain, batch_format="pyarrow", batch_size=bs)
+    ds = ds.map_batches(stages.decompose, batch_format="pyarrow", batch_size=bs)
+    ds = ds.map_batches(stages.Verify, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index),
+                        batch_format="pyarrow", batch_size=bs,
+                        compute=ray.data.ActorPoolStrategy(size=conc.verify_actors), num_cpus=0.5)
+    ds = ds.map_batches(stages.score_and_write, fn_kwargs={"store": store}, batch_format="pyarrow",
+                        batch_size=bs)
+    return int(sum(r["rows"] for r in ds.take_all()))

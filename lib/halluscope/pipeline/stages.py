@@ -1,0 +1,159 @@
+"""The pipeline's stages as batch functions over Arrow tables.
+
+Each stage adds columns to the batch and is usable without Ray: the benchmark runs the same
+functions in a plain loop as its single-process baseline. Ray Data runs them with
+``map_batches``; stages that hold state (model clients, knowledge indexes) are classes run in
+actor pools so the state is built once per worker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Sequence
+
+import pyarrow as pa
+
+from halluscope import records
+from halluscope.config import ModelSpec
+from halluscope.knowledge.base import Knowledge
+from halluscope.models.base import GenerationRequest
+from halluscope.models.registry import live_backend
+from halluscope.records import atom_id, stable_id
+from halluscope.sources import DataResolver
+from halluscope.storage.run import RunStore
+from halluscope.tasks.base import Item, Verdict
+from halluscope.tasks.registry import get_task
+
+
+def _item(row: dict) -> Item:
+    return Item(row["task"], row["item_id"], row["prompt"], json.loads(row["fields"]))
+
+
+def _usable(row: dict) -> bool:
+    return row["error"] is None and row["text"] is not None
+
+
+class Generate:
+    """Fills ``text`` for rows of live models (replayed rows arrive with their text)."""
+
+    def __init__(self, models: Sequence[ModelSpec]) -> None:
+        self.backends = {m.id: live_backend(m) for m in models if m.backend != "replay"}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        rows = batch.to_pylist()
+        pending: dict[str, list[int]] = defaultdict(list)
+        for i, row in enumerate(rows):
+            if row["text"] is None and row["error"] is None and row["model"] in self.backends:
+                pending[row["model"]].append(i)
+        for model, idx in pending.items():
+            reqs = [GenerationRequest(rows[i]["task"], rows[i]["item_id"], rows[i]["prompt"]) for i in idx]
+            for i, c in zip(idx, self.backends[model].generate_batch(reqs)):
+                rows[i].update(text=c.text, input_tokens=c.input_tokens, output_tokens=c.output_tokens,
+                               latency_s=c.latency_s, attempts=c.attempts, error=c.error)
+        return pa.Table.from_pylist(rows, schema=batch.schema)
+
+
+def _guarded(stage: str, fn, row: dict, errors: list[str | None], i: int, default):
+    """A task function that raises on one row marks that row as failed, not the whole run."""
+    try:
+        return fn()
+    except Exception as err:  # noqa: BLE001 - recorded per row, excluded from metrics, counted
+        errors[i] = errors[i] or f"{stage} failed: {type(err).__name__}: {err}"[:500]
+        return default
+
+
+def abstain(batch: pa.Table) -> pa.Table:
+    """R(y) per generation; null where there is no usable generation."""
+    rows = batch.select(["task", "item_id", "prompt", "fields", "text", "error"]).to_pylist()
+    errors = [r["error"] for r in rows]
+    responded = [_guarded("abstain", lambda r=r: get_task(r["task"]).responded(r["text"], _item(r)), r, errors, i,
+                          None) if _usable(r) else None for i, r in enumerate(rows)]
+    return (batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
+            .append_column("responded", pa.array(responded, pa.bool_())))
+
+
+def decompose(batch: pa.Table) -> pa.Table:
+    """D(y) for responded generations; [] otherwise."""
+    rows = batch.select(["task", "item_id", "prompt", "fields", "text", "responded", "error"]).to_pylist()
+    errors = [r["error"] for r in rows]
+    atoms = [_guarded("decompose", lambda r=r: get_task(r["task"]).decompose(r["text"], _item(r)), r, errors, i, [])
+             if r["responded"] and r["error"] is None else [] for i, r in enumerate(rows)]
+    return (batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
+            .append_column("atoms", pa.array(atoms, pa.list_(pa.string()))))
+
+
+class Verify:
+    """V per atom; knowledge (e.g. the 880k-name PyPI index) is loaded once per actor."""
+
+    def __init__(self, resolver: DataResolver, pypi_index: str) -> None:
+        self.kb = Knowledge(resolver, pypi_index)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        supported: list[list[bool | None]] = []
+        evidence: list[list[str]] = []
+        rows = batch.select(["task", "item_id", "prompt", "fields", "text", "atoms", "error"]).to_pylist()
+        errors = [r["error"] for r in rows]
+        for i, r in enumerate(rows):
+            verdicts = _guarded("verify", lambda r=r: get_task(r["task"]).verify(r["atoms"], r["text"], _item(r),
+                                                                                 self.kb), r, errors, i, None) \
+                if r["atoms"] else []
+            verdicts = verdicts if verdicts is not None else [Verdict(None, "verifier failed")] * len(r["atoms"])
+            supported.append([v.supported for v in verdicts])
+            evidence.append([v.evidence for v in verdicts])
+        return (batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
+                .append_column("supported", pa.array(supported, pa.list_(pa.bool_())))
+                .append_column("evidence", pa.array(evidence, pa.list_(pa.string()))))
+
+
+def score_rows(rows: list[dict]) -> list[dict]:
+    """Per-generation scores: f is the fraction of verified atoms that are unsupported."""
+    out = []
+    for r in rows:
+        task = get_task(r["task"])
+        error = r["error"] if r["error"] is not None else (None if r["text"] is not None else "no text")
+        atoms, supported = r["atoms"], r["supported"]
+        unsupported = [a for a, s in zip(atoms, supported) if s is False]
+        n_verified = sum(s is not None for s in supported)
+        responded = bool(r["responded"])
+        f = (len(unsupported) / n_verified if n_verified else 0.0) if responded and error is None else None
+        out.append({
+            "gen_id": r["gen_id"], "model": r["model"], "task": r["task"], "item_id": r["item_id"],
+            "prompt": r["prompt"], "task_kind": task.kind, "error": error,
+            "responded": responded if error is None else None, "abstention_rule": task.abstention_rule,
+            "n_atoms": len(atoms), "n_unsupported": len(unsupported), "n_unverified": len(atoms) - n_verified,
+            "f": f, "g": task.utility(responded, f) if error is None else None,
+            "atoms": atoms, "unsupported_atoms": unsupported,
+        })
+    return out
+
+
+def split_tables(batch: pa.Table, run_id: str) -> dict[str, pa.Table]:
+    """The four result tables of one scored batch."""
+    rows = batch.to_pylist()
+    gens, atoms, verdicts = [], [], []
+    for r in rows:
+        gens.append({k: r[k] for k in records.GENERATIONS.names if k != "run_id"} | {"run_id": run_id})
+        task = get_task(r["task"])
+        for idx, (atom, sup, ev) in enumerate(zip(r["atoms"], r["supported"], r["evidence"])):
+            aid = atom_id(r["gen_id"], idx)
+            atoms.append({"atom_id": aid, "gen_id": r["gen_id"], "model": r["model"], "task": r["task"],
+                          "atom_idx": idx, "atom": atom, "decomposer": task.decomposer})
+            verdicts.append({"atom_id": aid, "gen_id": r["gen_id"], "model": r["model"], "task": r["task"],
+                             "verifier": task.verifier, "supported": sup, "evidence": ev})
+    return {
+        "generations": pa.Table.from_pylist(gens, schema=records.GENERATIONS),
+        "atoms": pa.Table.from_pylist(atoms, schema=records.ATOMS),
+        "verdicts": pa.Table.from_pylist(verdicts, schema=records.VERDICTS),
+        "scores": pa.Table.from_pylist(score_rows(rows), schema=records.SCORES),
+    }
+
+
+def score_and_write(batch: pa.Table, store: RunStore) -> pa.Table:
+    """Scores a batch and commits its parts under a key derived from its generation ids, so a
+    retried task rewrites the same objects; returns one summary row per batch."""
+    if batch.num_rows == 0:
+        return pa.table({"key": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
+    key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
+    store.write_batch(key, split_tables(batch, store.run_id))
+    return pa.table({"key": [key], "rows": [batch.num_rows]})

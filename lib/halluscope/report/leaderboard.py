@@ -1,0 +1,39 @@
+"""The Markdown leaderboard of a run, with the authors' released numbers beside ours."""
+
+from __future__ import annotations
+
+from halluscope.tasks.halogen.published import SOURCE, published
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def leaderboard(metrics: list[dict], run_id: str) -> str:
+    lines = [f"# halluscope leaderboard: run `{run_id}`", "",
+             "H = hallucination score (macro; micro in brackets), R = response ratio, U = utility. "
+             "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
+             f"({SOURCE}).", ""]
+    tasks = sorted({m["task"] for m in metrics if not m.get("aggregate")})
+    for task in tasks:
+        rows = sorted((m for m in metrics if m["task"] == task), key=lambda m: (m["utility_score"] is None,
+                                                                                -(m["utility_score"] or 0)))
+        lines += [f"## {task} ({rows[0]['task_kind']}-based)", "",
+                  "| model | n | H | H micro | R | U | H pub | R pub | U pub | errors |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for m in rows:
+            pub = published(m["model"], task) or {}
+            lines.append(f"| {m['model']} | {m['n_items']} | {_fmt(m['hallucination_score'])} | "
+                         f"{_fmt(m['hallucination_score_micro'])} | {_fmt(m['response_ratio'])} | "
+                         f"{_fmt(m['utility_score'])} | {_fmt(pub.get('hallucination_score'))} | "
+                         f"{_fmt(pub.get('response_ratio'))} | {_fmt(pub.get('utility_score'))} | {m['n_errors']} |")
+        lines.append("")
+    aggregates = [m for m in metrics if m.get("aggregate")]
+    if aggregates:
+        lines += ["## Averages over tasks (unweighted)", "",
+                  "| model | task group | tasks | H | R | U |", "|---|---|---|---|---|---|"]
+        for m in sorted(aggregates, key=lambda m: (m["task"], -(m["utility_score"] or 0))):
+            lines.append(f"| {m['model']} | {m['task']} | {m['n_tasks']} | {_fmt(m['hallucination_score'])} | "
+                         f"{_fmt(m['response_ratio'])} | {_fmt(m['utility_score'])} |")
+        lines.append("")
+    return "\n".join(lines)

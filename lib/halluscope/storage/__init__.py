@@ -1,0 +1,1 @@
+"""fsspec storage: run layout, atomic writes, committed-part bookkeeping."""

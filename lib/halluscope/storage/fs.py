@@ -1,0 +1,95 @@
+"""One way to reach storage: an fsspec filesystem built from a URL and a StorageSpec."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from halluscope.config import StorageSpec
+from halluscope.errors import ConfigError
+
+
+def storage_options(spec: StorageSpec) -> dict:
+    """fsspec options for a StorageSpec; credentials come from the named environment variables."""
+    opts: dict = {}
+    if spec.root.startswith("s3://"):
+        client_kwargs: dict = {}
+        if spec.endpoint_url:
+            client_kwargs["endpoint_url"] = spec.endpoint_url
+        if spec.region:
+            client_kwargs["region_name"] = spec.region
+        if client_kwargs:
+            opts["client_kwargs"] = client_kwargs
+        for field, opt in (("access_key_env", "key"), ("secret_key_env", "secret")):
+            env = getattr(spec, field)
+            if env:
+                if env not in os.environ:
+                    raise ConfigError(f"storage.{field}: environment variable {env} is not set")
+                opts[opt] = os.environ[env]
+        # transient S3 errors (throttling, 5xx, dropped connections) are retried by botocore
+        opts.setdefault("config_kwargs", {"retries": {"max_attempts": 8, "mode": "adaptive"}})
+    return opts
+
+
+@dataclass
+class Location:
+    """A filesystem and a path inside it; picklable, so Ray workers can write directly."""
+
+    fs: fsspec.AbstractFileSystem
+    path: str
+
+    @classmethod
+    def from_url(cls, url: str, spec: StorageSpec | None = None) -> "Location":
+        opts = storage_options(spec) if spec and url.startswith("s3://") else {}
+        if url.startswith("file://"):
+            url = os.path.abspath(url[len("file://"):])
+        fs, path = fsspec.core.url_to_fs(url, **opts)
+        return cls(fs, path.rstrip("/"))
+
+    def child(self, *parts: str) -> "Location":
+        return Location(self.fs, "/".join([self.path, *parts]))
+
+    @property
+    def url(self) -> str:
+        proto = self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol
+        return self.path if proto in ("file", "local") else f"{proto}://{self.path}"
+
+    def exists(self) -> bool:
+        return self.fs.exists(self.path)
+
+    def read_bytes(self) -> bytes:
+        return self.fs.cat_file(self.path)
+
+    def write_bytes_atomic(self, data: bytes) -> None:
+        """Readers see the old object or the whole new one, never a half-written file.
+
+        Object stores commit an object only when its upload completes; a local (or other POSIX)
+        filesystem gets a temporary name in the same folder and a rename."""
+        if isinstance(self.fs, LocalFileSystem):
+            parent = os.path.dirname(self.path)
+            os.makedirs(parent, exist_ok=True)
+            tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(self.path)}")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        else:
+            self.fs.pipe_file(self.path, data)
+
+    def list_names(self) -> list[str]:
+        """Names directly under this folder, hidden temporaries excluded; [] if it does not exist."""
+        try:
+            entries = self.fs.ls(self.path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
+        return sorted(n for n in names if not n.startswith("."))
+
+    def remove(self) -> None:
+        if self.fs.exists(self.path):
+            self.fs.rm(self.path, recursive=True)

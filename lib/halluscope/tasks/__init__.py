@@ -1,0 +1,1 @@
+"""Benchmarks as tasks: items, abstention rule, decomposition, verification."""

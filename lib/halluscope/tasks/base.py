@@ -1,0 +1,80 @@
+"""What a task is: a prompt set, a refusal rule R, a decomposition engine D and a verifier V."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+if TYPE_CHECKING:
+    from halluscope.knowledge.base import Knowledge
+    from halluscope.sources import DataResolver
+
+
+@dataclass(frozen=True)
+class Item:
+    task: str
+    item_id: str
+    prompt: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    source_row: int = -1
+
+    def fields_json(self) -> str:
+        return json.dumps(dict(self.fields), sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    supported: bool | None  # None: the verifier could not decide; never counted either way
+    evidence: str = ""
+
+
+@dataclass
+class LoadedItems:
+    items: list[Item]
+    # data files read, relative name -> sha256, for the manifest
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """A benchmark task. Instances are stateless and picklable: knowledge comes in per call."""
+
+    name: str
+    kind: Literal["response", "refusal"]
+    abstention_rule: str  # versioned id of R
+    decomposer: str  # versioned id of D
+    verifier: str  # versioned id of V
+    knowledge: tuple[str, ...] = ()  # knowledge sources V needs, loaded once per worker
+
+    @abstractmethod
+    def load_items(self, resolver: "DataResolver") -> LoadedItems: ...
+
+    @abstractmethod
+    def responded(self, text: str, item: Item) -> bool:
+        """R(y): True when the model answered rather than abstained."""
+
+    @abstractmethod
+    def decompose(self, text: str, item: Item) -> list[str]:
+        """D(y): the atomic units of a response (only called when R(y) = 1)."""
+
+    @abstractmethod
+    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> list[Verdict]:
+        """V: one verdict per atom, in order."""
+
+    def replay_keys(self, record: Mapping[str, str]) -> list[str]:
+        """Keys that join a recorded generation to an item, tried in order.
+
+        The default is the whitespace-normalised prompt; ``record`` is an item's fields plus its
+        prompt, or a recorded row's columns. Duplicated prompts are told apart by occurrence."""
+        return ["prompt:" + " ".join(str(record.get("prompt", "")).split())]
+
+    def utility(self, responded: bool, f: float | None) -> float:
+        """g(x): response tasks reward a correct answer, refusal tasks reward abstaining."""
+        if self.kind == "refusal":
+            return 0.0 if responded else 1.0
+        return (1.0 - (f or 0.0)) if responded else 0.0
+
+    def describe(self) -> dict[str, str]:
+        return {"task": self.name, "kind": self.kind, "abstention_rule": self.abstention_rule,
+                "decomposer": self.decomposer, "verifier": self.verifier}

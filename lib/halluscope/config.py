@@ -103,6 +103,15 @@ class Concurrency(_Strict):
     blocks: int = Field(default=16, gt=0, description="input blocks; more blocks = finer resume and progress")
 
 
+class VerifierOptions(_Strict):
+    """Verifier switches that change results; each is recorded in the manifest."""
+
+    import_name_aliases: bool = Field(
+        default=False,
+        description="accept well-known import names of PyPI projects (cv2 -> opencv-python); "
+                    "HALOGEN counts them as hallucinated, so the default keeps its rule")
+
+
 class RaySpec(_Strict):
     address: str | None = Field(default=None, description="None: RAY_ADDRESS if set, else a local Ray")
     num_cpus: int | None = None
@@ -116,6 +125,7 @@ class RunConfig(_Strict):
     models: list[ModelSpec] = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)
     limits: Limits = Field(default_factory=Limits)
+    verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     concurrency: Concurrency = Field(default_factory=Concurrency)
     ray: RaySpec = Field(default_factory=RaySpec)
 
@@ -129,8 +139,8 @@ class RunConfig(_Strict):
         return v
 
     def fingerprint(self) -> str:
-        """Hash of everything that changes results (not run_id, storage, data location or width)."""
-        keep = self.model_dump(mode="json", include={"models", "tasks", "limits"})
+        """Hash of what changes results (not run_id, storage, data location, width or Ray settings)."""
+        keep = self.model_dump(mode="json", include={"models", "tasks", "limits", "verifiers"})
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 

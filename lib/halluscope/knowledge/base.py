@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from halluscope.config import VerifierOptions
 from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex
 from halluscope.sources import DataResolver
 
 
 class Knowledge:
-    def __init__(self, resolver: DataResolver, pypi_snapshot: str = SNAPSHOT) -> None:
+    def __init__(self, resolver: DataResolver, pypi_snapshot: str = SNAPSHOT,
+                 options: VerifierOptions | None = None) -> None:
         self.resolver = resolver
         self.pypi_snapshot = pypi_snapshot
+        self.options = options or VerifierOptions()
 
     @cached_property
     def pypi(self) -> PackageIndex:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from halluscope.errors import DataError
+from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 from halluscope.sources import open_text, sha256_file
 
 SNAPSHOT = "pypi/project-names.txt.gz"
@@ -50,16 +51,21 @@ class PackageIndex:
             raise DataError(f"cannot read the package index {path}: {err}") from None
         if not names:
             raise DataError(f"the package index {path} holds no project names")
-        return cls(names, frozenset(normalize(m) for m in sys.stdlib_module_names), str(path),
+        return cls(names, frozenset(sys.stdlib_module_names), str(path),
                    sha256_file(path), skipped)
 
-    def lookup(self, import_name: str) -> tuple[bool, str]:
-        """(exists, evidence) for a top-level import name."""
-        key = normalize(import_name)
-        if key in self.stdlib:
+    def lookup(self, import_name: str, aliases: bool = False) -> tuple[bool, str]:
+        """(exists, evidence) for a top-level import name.
+
+        Standard-library names are matched exactly, as ``import`` does (``Queue`` and
+        ``cprofile`` do not exist in Python 3); PyPI names after PEP 503 normalisation."""
+        if import_name in self.stdlib:
             return True, "stdlib"
-        if key in self.names:
+        if normalize(import_name) in self.names:
             return True, "pypi"
+        project = IMPORT_TO_PROJECT.get(import_name) if aliases else None
+        if project and normalize(project) in self.names:
+            return True, f"pypi (import name of {project})"
         return False, "not in stdlib or PyPI snapshot"
 
     @staticmethod

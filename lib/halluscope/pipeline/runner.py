@@ -70,7 +70,8 @@ def _knowledge_provenance(cfg: RunConfig) -> dict:
     if "pypi" in needed:
         path = resolver_for(cfg).resolve_any(cfg.data.pypi_index)
         out["pypi"] = {"source": cfg.data.pypi_index, "sha256": sha256_file(path),
-                       "normalisation": "PEP 503", "stdlib": PackageIndex.stdlib_description()}
+                       "normalisation": "PEP 503", "stdlib": PackageIndex.stdlib_description(),
+                       "import_name_aliases": cfg.verifiers.import_name_aliases}
     return out
 
 
@@ -126,7 +127,7 @@ def _execute(cfg: RunConfig, store: RunStore, tables: list) -> int:
                             num_cpus=0.5)
     ds = ds.map_batches(stages.abstain, batch_format="pyarrow", batch_size=bs)
     ds = ds.map_batches(stages.decompose, batch_format="pyarrow", batch_size=bs)
-    ds = ds.map_batches(stages.Verify, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index),
+    ds = ds.map_batches(stages.Verify, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers),
                         batch_format="pyarrow", batch_size=bs,
                         compute=ray.data.ActorPoolStrategy(size=conc.verify_actors), num_cpus=0.5)
     ds = ds.map_batches(stages.score_and_write, fn_kwargs={"store": store}, batch_format="pyarrow",

@@ -15,7 +15,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from halluscope import records
-from halluscope.config import ModelSpec
+from halluscope.config import ModelSpec, VerifierOptions
 from halluscope.knowledge.base import Knowledge
 from halluscope.models.base import GenerationRequest
 from halluscope.models.registry import live_backend
@@ -86,8 +86,8 @@ def decompose(batch: pa.Table) -> pa.Table:
 class Verify:
     """V per atom; knowledge (e.g. the 880k-name PyPI index) is loaded once per actor."""
 
-    def __init__(self, resolver: DataResolver, pypi_index: str) -> None:
-        self.kb = Knowledge(resolver, pypi_index)
+    def __init__(self, resolver: DataResolver, pypi_index: str, options: VerifierOptions) -> None:
+        self.kb = Knowledge(resolver, pypi_index, options)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         supported: list[list[bool | None]] = []

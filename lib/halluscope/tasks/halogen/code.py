@@ -62,4 +62,4 @@ class CodePackages(HalogenTask):
         return extract_imports(text)
 
     def verify(self, atoms, text, item, kb) -> list[Verdict]:
-        return [Verdict(*kb.pypi.lookup(a)) for a in atoms]
+        return [Verdict(*kb.pypi.lookup(a, kb.options.import_name_aliases)) for a in atoms]

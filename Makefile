@@ -1,0 +1,37 @@
+# Each target bootstraps the virtualenv it needs from the pinned dependencies; a second call
+# reuses it (the stamp is newer than pyproject.toml and requirements.lock).
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# A CPU build of torch ships on the development and CI machines; let pip find it there.
+ifneq ($(wildcard /opt/wheels),)
+export PIP_FIND_LINKS ?= /opt/wheels
+endif
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: venv demo test bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24"
+	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
+	$(PY) jobs/evaluate.py
+
+test: venv
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: venv  ## writes bench/results.json
+	$(PY) bench/run.py
+
+clean:
+	rm -rf runs bench/results.json

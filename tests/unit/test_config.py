@@ -1,0 +1,78 @@
+import pytest
+
+from halluscope.config import default_config, load_config, parse_config
+from halluscope.errors import ConfigError
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "run.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_default_config_is_valid():
+    cfg = default_config()
+    assert len(cfg.models) == 14 and len(cfg.tasks) == 4
+
+
+def test_wrong_field_names_field_and_file(tmp_path):
+    path = _write(tmp_path, "tasks: [halogen/code]\nmodels:\n  - {id: a, backend: replay, parms: {}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert path in str(err.value) and "models.0.replay.parms" in str(err.value)
+
+
+def test_missing_required_field(tmp_path):
+    path = _write(tmp_path, "tasks: [halogen/code]\nmodels:\n  - {id: a, backend: openai, params: {}}\n")
+    with pytest.raises(ConfigError, match=r"models\.0\.openai\.params\.base_url: Field required"):
+        load_config(path)
+
+
+def test_unknown_task_suggests_closest(tmp_path):
+    path = _write(tmp_path, "tasks: [halogen/code, halogen/rationalisation_binary]\n"
+                            "models: [{id: a, backend: replay}]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert "tasks.1" in msg and "did you mean halogen/rationalization_binary" in msg and path in msg
+
+
+def test_unknown_backend(tmp_path):
+    path = _write(tmp_path, "tasks: [halogen/code]\nmodels: [{id: a, backend: tgi}]\n")
+    with pytest.raises(ConfigError, match="models.0"):
+        load_config(path)
+
+
+def test_duplicate_models_and_bad_values():
+    with pytest.raises(ConfigError, match="duplicate model id"):
+        parse_config({"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}] * 2})
+    with pytest.raises(ConfigError, match="limits.max_items_per_task"):
+        parse_config({"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}],
+                      "limits": {"max_items_per_task": 0}})
+
+
+def test_yaml_and_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(_write(tmp_path, "tasks: [unclosed\n"))
+    with pytest.raises(ConfigError, match="run config not found"):
+        load_config(str(tmp_path / "nope.yaml"))
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(_write(tmp_path, "- just\n- a list\n"))
+
+
+def test_fingerprint_ignores_storage_and_width():
+    base = {"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}]}
+    a = parse_config(base)
+    b = parse_config({**base, "storage": {"root": "s3://x/y"}, "concurrency": {"batch_size": 7}})
+    c = parse_config({**base, "limits": {"max_items_per_task": 3}})
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_config_from_s3(s3_endpoint, bucket, monkeypatch):
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3_endpoint).put_object(
+        Bucket=bucket, Key="configs/run.yaml", Body=b"tasks: [halogen/code]\nmodels: [{id: a, backend: replay}]\n")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
+    cfg = load_config(f"s3://{bucket}/configs/run.yaml")
+    assert cfg.tasks == ["halogen/code"]

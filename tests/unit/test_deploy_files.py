@@ -1,0 +1,526 @@
+"""Static checks of the deployment files: cluster/, k8s/, serve/ and ray_cluster.yaml.
+
+Fast by design: YAML parsing, JSON-schema and pydantic validation against the
+installed Ray 2.60, and `kubectl kustomize` (offline) when kubectl is on PATH.
+Nothing here starts Ray or talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY_DIR = Path(importlib.util.find_spec("ray").submodule_search_locations[0])
+
+YAML_FILES = sorted(
+    p for d in ("cluster", "k8s", "serve") for p in (ROOT / d).rglob("*") if p.suffix in (".yaml", ".yml")
+) + [ROOT / "ray_cluster.yaml"]
+DEPLOY_TEXT_FILES = sorted(
+    p for d in ("cluster", "k8s", "serve") for p in (ROOT / d).rglob("*") if p.is_file()
+) + [ROOT / "ray_cluster.yaml"]
+
+RAY_KINDS = {"RayJob", "RayService", "RayCluster"}
+SECRET_NAME = "halluscope-credentials"
+JUDGE = ROOT / "serve" / "judge-llama-3.1-70b.yaml"
+EXTRACTOR = ROOT / "serve" / "extractor-llama-3.1-405b-fp8.yaml"
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def load_all(path: Path) -> list[Any]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def node_types() -> dict[str, dict]:
+    return load(ROOT / "cluster" / "node_types.yaml")["node_types"]
+
+
+def base_manifests() -> list[dict]:
+    docs = []
+    for path in sorted((ROOT / "k8s" / "base").glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            docs.extend(load_all(path))
+    return docs
+
+
+def overlay_manifests() -> list[dict]:
+    docs = []
+    for path in sorted((ROOT / "k8s" / "overlays").rglob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            docs.extend(load_all(path))
+    return docs
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d.get("kind") == kind]
+
+
+def cluster_spec(obj: dict) -> dict:
+    """The RayClusterSpec inside a RayCluster, RayJob or RayService."""
+    spec = obj["spec"]
+    return {"RayCluster": spec, "RayJob": spec.get("rayClusterSpec"), "RayService": spec.get("rayClusterConfig")}[
+        obj["kind"]
+    ]
+
+
+def pod_specs(node: Any, path: str = "") -> Iterator[tuple[str, dict]]:
+    """Every pod spec (a mapping with a `containers` list) anywhere in a manifest."""
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list):
+            yield path, node
+        for key, value in node.items():
+            yield from pod_specs(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from pod_specs(value, f"{path}/{i}")
+
+
+def ray_containers(obj: dict) -> Iterator[tuple[str, dict]]:
+    for path, spec in pod_specs(obj):
+        for c in spec["containers"]:
+            yield f"{path}/{c['name']}", c
+    auto = (cluster_spec(obj) or {}).get("autoscalerOptions")
+    if auto is not None:
+        yield "autoscalerOptions", auto
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def kubectl_kustomize(overlay: str) -> list[dict]:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl not installed")
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def pydantic_fields(source: Path, class_name: str) -> set[str]:
+    """Field names of a pydantic model, read from its source (importing ray.serve.llm
+    needs vLLM, which the development machines do not have)."""
+    tree = ast.parse(source.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return {
+                stmt.target.id
+                for stmt in node.body
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and not stmt.target.id.startswith("_")
+            }
+    raise AssertionError(f"class {class_name} not found in {source}")
+
+
+def llm_config_source() -> Path:
+    hits = [p for p in (RAY_DIR / "llm").rglob("llm_config.py") if "class LLMConfig(" in p.read_text()]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def ray_accelerator_names() -> set[str]:
+    import ray.util.accelerators.accelerators as accelerators
+
+    return {v for k, v in vars(accelerators).items() if k.isupper() and isinstance(v, str)}
+
+
+# ---------------------------------------------------------------- parsing, structure
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_yaml_parses(path: Path) -> None:
+    docs = load_all(path)
+    assert docs, f"{path} is empty"
+
+
+def test_expected_files_exist() -> None:
+    for rel in (
+        "cluster/Dockerfile", "cluster/runtime_env.yaml", "cluster/prices.yaml", "cluster/node_types.yaml",
+        "serve/judge-llama-3.1-70b.yaml", "serve/extractor-llama-3.1-405b-fp8.yaml",
+        "k8s/base/kustomization.yaml", "k8s/base/secrets.example.env",
+        "k8s/overlays/dev/kustomization.yaml", "k8s/overlays/prod/kustomization.yaml", "ray_cluster.yaml",
+    ):
+        assert (ROOT / rel).is_file(), rel
+
+
+@pytest.mark.parametrize(
+    "kustomization", sorted((ROOT / "k8s").rglob("kustomization.yaml")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_kustomization_resources_exist(kustomization: Path) -> None:
+    k = load(kustomization)
+    assert k["resources"], "a kustomization without resources"
+    for entry in k.get("resources", []) + k.get("components", []):
+        target = (kustomization.parent / entry).resolve()
+        assert target.is_file() or (target / "kustomization.yaml").is_file(), f"{entry} missing"
+    for patch in k.get("patches", []):
+        if "path" in patch:
+            assert (kustomization.parent / patch["path"]).is_file(), patch["path"]
+        else:
+            assert patch.get("target") and patch.get("patch"), patch
+
+
+# ---------------------------------------------------------------- ray_cluster.yaml
+
+
+def test_ray_cluster_yaml_validates_against_ray_schema() -> None:
+    schema = json.loads((RAY_DIR / "autoscaler" / "ray-schema.json").read_text())
+    config = load(ROOT / "ray_cluster.yaml")
+    jsonschema.validate(config, schema)
+    # Ray's own checks on top of the schema (defaults filled in, no cloud calls).
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    validate_config(prepare_config(config))
+
+
+def test_ray_cluster_yaml_follows_node_types() -> None:
+    config = load(ROOT / "ray_cluster.yaml")
+    types = node_types()
+    assert set(config["available_node_types"]) == set(types)
+    assert config["head_node_type"] == "head"
+    for name, nt in types.items():
+        launched = config["available_node_types"][name]
+        assert launched["node_config"]["InstanceType"] == nt["aws_instance_type"], name
+        assert launched["resources"]["CPU"] == nt.get("ray_cpus", nt["cpus"]), name
+        assert launched["resources"].get("GPU", 0) == nt["gpus"], name
+        if nt["accelerator"]:
+            assert launched["resources"].get(f"accelerator_type:{nt['accelerator']}") == 1, name
+        if name != "head":
+            assert (launched["min_workers"], launched["max_workers"]) == (nt["min_workers"], nt["max_workers"])
+    assert config["max_workers"] == sum(nt.get("max_workers", 0) for nt in types.values())
+
+
+def test_ray_cluster_yaml_uses_the_image_and_token_auth() -> None:
+    config = load(ROOT / "ray_cluster.yaml")
+    assert config["docker"]["image"].startswith("ghcr.io/halluscope/halluscope:")
+    assert "--env RAY_AUTH_MODE=token" in config["docker"]["run_options"]
+    assert "~/.ray/auth_token" in config["file_mounts"]
+
+
+# ---------------------------------------------------------------- cluster/
+
+
+def test_dockerfile_uses_official_ray_gpu_image_and_non_root_user() -> None:
+    text = (ROOT / "cluster" / "Dockerfile").read_text()
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
+    assert base and re.fullmatch(r"rayproject/ray:2\.60\.0-py311-cu12\d+", base.group(1)), base
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
+    users = re.findall(r"^USER (\S+)$", text, re.M)
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert re.search(r"^ARG EXTRAS=gpu$", text, re.M) and "pip install" in text
+
+
+def test_runtime_env_is_valid_for_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.runtime_env import RuntimeEnv
+
+    env = load(ROOT / "cluster" / "runtime_env.yaml")
+    assert env["working_dir"] == "."
+    assert "pip" not in env and "conda" not in env, "the image provides the dependencies"
+    assert {"runs/", ".venv/", "bench/"} <= set(env["excludes"])
+    assert all(isinstance(v, str) for v in env["env_vars"].values())
+    assert env["env_vars"]["HF_HUB_OFFLINE"] == "0"
+    monkeypatch.chdir(ROOT)  # relative paths resolve as they do for `ray job submit`
+    RuntimeEnv(**env)
+
+
+def _walk_numbers(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _walk_numbers(v, f"{path}.{k}")
+    else:
+        yield path, node
+
+
+def test_prices_are_positive_and_keyed_like_ray() -> None:
+    prices = load(ROOT / "cluster" / "prices.yaml")
+    dt.date.fromisoformat(str(prices["as_of"]))
+    assert prices["source"].strip() and prices["currency"] == "USD"
+    gpu = prices["gpu_hour_usd"]
+    assert {"H100", "A100-80G", "L40S", "A10G", "CPU"} <= set(gpu)
+    assert set(gpu) - {"CPU"} <= ray_accelerator_names()
+    api = prices["api_usd_per_million_tokens"]
+    assert {"gpt-4o-mini", "gpt-4o"} <= set(api)
+    for model, p in api.items():
+        assert set(p) == {"input", "output"}, model
+    for path, value in _walk_numbers({"gpu": gpu, "api": api}):
+        assert isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0, path
+    for nt in node_types().values():
+        if nt["accelerator"]:
+            assert nt["accelerator"] in gpu
+
+
+def test_node_types_are_complete() -> None:
+    types = node_types()
+    assert {"head", "cpu-worker", "gpu-worker"} <= set(types)
+    for name, nt in types.items():
+        for key in ("cpus", "gpus", "memory_gib", "aws_instance_type"):
+            assert key in nt, (name, key)
+        assert nt["cpus"] > 0 and nt["memory_gib"] > 0 and nt["gpus"] >= 0
+        assert bool(nt["accelerator"]) == (nt["gpus"] > 0), name
+
+
+# ---------------------------------------------------------------- serve/
+
+
+def _llm_configs(serve_config: dict) -> list[dict]:
+    return [c for app in serve_config["applications"] for c in app["args"]["llm_configs"]]
+
+
+@pytest.mark.parametrize("path", [JUDGE, EXTRACTOR], ids=lambda p: p.name)
+def test_serve_config_matches_ray_schemas(path: Path) -> None:
+    from ray.serve._private.config import DeploymentConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    config = load(path)
+    ServeDeploySchema.model_validate(config)
+    source = llm_config_source()
+    llm_fields = pydantic_fields(source, "LLMConfig")
+    loading_fields = pydantic_fields(source, "ModelLoadingConfig")
+    gpu_node = node_types()["gpu-worker"]
+    for app in config["applications"]:
+        assert app["import_path"] == "ray.serve.llm:build_openai_app"
+        assert set(app["args"]) <= {"llm_configs", "ingress_deployment_config", "ingress_cls_config"}
+    for llm in _llm_configs(config):
+        assert set(llm) <= llm_fields, set(llm) - llm_fields
+        assert set(llm["model_loading_config"]) <= loading_fields
+        assert llm["accelerator_type"] in ray_accelerator_names()
+        assert llm["accelerator_type"] == gpu_node["accelerator"]
+        auto = DeploymentConfig(**llm["deployment_config"]).autoscaling_config
+        assert auto is not None and 1 <= auto.min_replicas <= auto.max_replicas
+        # Tensor parallelism shards one replica over the GPUs of a single node.
+        assert llm["engine_kwargs"]["tensor_parallel_size"] <= gpu_node["gpus"]
+        assert llm["engine_kwargs"]["max_model_len"] > 0
+
+
+def test_tensor_parallel_sizes() -> None:
+    (judge,) = _llm_configs(load(JUDGE))
+    (extractor,) = _llm_configs(load(EXTRACTOR))
+    assert judge["engine_kwargs"]["tensor_parallel_size"] == 4
+    assert extractor["engine_kwargs"]["tensor_parallel_size"] == 8
+    assert extractor["engine_kwargs"]["quantization"], "the 405B checkpoint is FP8"
+    assert "405B" in extractor["model_loading_config"]["model_source"]
+    assert "70B" in judge["model_loading_config"]["model_source"]
+
+
+# ---------------------------------------------------------------- k8s: Ray resources
+
+
+def test_rayservice_serves_exactly_the_serve_files() -> None:
+    (service,) = by_kind(base_manifests(), "RayService")
+    embedded = yaml.safe_load(service["spec"]["serveConfigV2"])
+    expected = load(JUDGE)["applications"] + load(EXTRACTOR)["applications"]
+    assert embedded["applications"] == expected
+
+
+def test_rayjob_runs_the_evaluation() -> None:
+    (job,) = by_kind(base_manifests(), "RayJob")
+    spec = job["spec"]
+    assert re.fullmatch(r"python jobs/evaluate\.py --config \$\(HALLUSCOPE_CONFIG\)", spec["entrypoint"])
+    assert spec["submissionMode"] == "K8sJobMode"
+    assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] == 2
+    (submitter,) = spec["submitterPodTemplate"]["spec"]["containers"]
+    ref = env_of(submitter)["HALLUSCOPE_CONFIG"]["valueFrom"]["configMapKeyRef"]
+    (settings,) = by_kind(base_manifests(), "ConfigMap")
+    assert ref["name"] == settings["metadata"]["name"] and ref["key"] in settings["data"]
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    assert runtime_env["env_vars"] == load(ROOT / "cluster" / "runtime_env.yaml")["env_vars"]
+    groups = {g["groupName"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]}
+    assert "gpu-worker" in groups
+
+
+def test_raycluster_autoscales() -> None:
+    (cluster,) = by_kind(base_manifests(), "RayCluster")
+    assert cluster["spec"]["enableInTreeAutoscaling"] is True
+
+
+def _quantity_gib(q: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Gi|Ti|Mi)", q)
+    assert m, q
+    return float(m.group(1)) * {"Mi": 1 / 1024, "Gi": 1, "Ti": 1024}[m.group(2)]
+
+
+def test_base_ray_groups_follow_node_types() -> None:
+    types = node_types()
+    for obj in base_manifests():
+        if obj.get("kind") not in RAY_KINDS:
+            continue
+        spec = cluster_spec(obj)
+        assert spec["rayVersion"] == "2.60.0"
+        groups = [("head", spec["headGroupSpec"])] + [(g["groupName"], g) for g in spec.get("workerGroupSpecs", [])]
+        for name, group in groups:
+            nt = types[name]
+            limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+            where = f"{obj['kind']}/{name}"
+            assert int(limits["cpu"]) == nt["cpus"], where
+            assert _quantity_gib(limits["memory"]) == nt["memory_gib"], where
+            assert int(limits.get("nvidia.com/gpu", 0)) == nt["gpus"], where
+            params = group["rayStartParams"]
+            if "ray_cpus" in nt:
+                assert params["num-cpus"] == str(nt["ray_cpus"]), where
+            if nt["accelerator"]:
+                assert f"accelerator_type:{nt['accelerator']}" in params["resources"], where
+
+
+def _check_ray_auth(docs: list[dict]) -> None:
+    ray_objects = [d for d in docs if d.get("kind") in RAY_KINDS]
+    for obj in ray_objects:
+        auth = cluster_spec(obj)["authOptions"]
+        assert auth == {"mode": "token", "secretName": SECRET_NAME}, obj["kind"]
+        containers = list(ray_containers(obj))
+        assert containers
+        for where, c in containers:
+            env = env_of(c)
+            assert env.get("RAY_AUTH_MODE", {}).get("value") == "token", (obj["kind"], where)
+            ref = env.get("RAY_AUTH_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
+            assert ref == {"name": SECRET_NAME, "key": "auth_token"}, (obj["kind"], where)
+
+
+def test_ray_token_auth_everywhere() -> None:
+    _check_ray_auth(base_manifests())
+
+
+# ---------------------------------------------------------------- k8s: security
+
+
+def _check_pod_security(docs: list[dict]) -> None:
+    seen = set()
+    for obj in docs:
+        kind = obj.get("kind")
+        specs = list(pod_specs(obj))
+        if kind in RAY_KINDS | {"Deployment", "Job", "StatefulSet", "DaemonSet", "Pod"}:
+            assert specs, f"{kind} {obj['metadata']['name']} declares no containers"
+        for path, spec in specs:
+            pod_non_root = spec.get("securityContext", {}).get("runAsNonRoot") is True
+            for c in spec["containers"] + spec.get("initContainers", []):
+                where = f"{kind}/{obj['metadata']['name']}{path}/{c['name']}"
+                sc = c.get("securityContext", {})
+                assert pod_non_root or sc.get("runAsNonRoot") is True, where
+                assert sc.get("runAsNonRoot") is not False and sc.get("runAsUser") != 0, where
+                assert sc.get("allowPrivilegeEscalation") is False, where
+                assert "ALL" in sc.get("capabilities", {}).get("drop", []), where
+                assert not sc.get("privileged") and not sc.get("capabilities", {}).get("add"), where
+            assert not spec.get("hostNetwork") and not spec.get("hostPID"), path
+            seen.add(kind)
+        if kind in RAY_KINDS and cluster_spec(obj).get("enableInTreeAutoscaling"):
+            sc = cluster_spec(obj)["autoscalerOptions"]["securityContext"]
+            assert sc["runAsNonRoot"] is True and sc["allowPrivilegeEscalation"] is False
+            assert "ALL" in sc["capabilities"]["drop"]
+    return seen
+
+
+def _check_cluster_ip_only(docs: list[dict]) -> None:
+    for obj in docs:
+        if obj.get("kind") == "Service":
+            assert obj["spec"].get("type", "ClusterIP") == "ClusterIP", obj["metadata"]["name"]
+        if obj.get("kind") in RAY_KINDS:
+            head = cluster_spec(obj)["headGroupSpec"]
+            assert head.get("serviceType", "ClusterIP") == "ClusterIP"
+            assert not head.get("enableIngress")
+            serve_svc = obj["spec"].get("serveService")
+            if serve_svc:
+                assert serve_svc["spec"].get("type", "ClusterIP") == "ClusterIP"
+
+
+def test_pod_security_in_base_and_overlay_files() -> None:
+    seen = _check_pod_security(base_manifests() + overlay_manifests())
+    assert RAY_KINDS | {"Deployment", "Job"} <= seen
+
+
+def test_services_are_cluster_ip_only() -> None:
+    _check_cluster_ip_only(base_manifests() + overlay_manifests())
+
+
+# ---------------------------------------------------------------- k8s: credentials
+
+SECRETISH_ENV = re.compile(r"(SECRET|PASSWORD|PASSWD|TOKEN|API_KEY|ACCESS_KEY)", re.I)
+LITERAL_CREDENTIAL = [
+    re.compile(r"AKIA[0-9A-Z]{16}"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"),
+    # name: value / name=value where the name says secret and the value is a literal
+    # (placeholders such as ..., <x>, $VAR or $(VAR) do not match).
+    re.compile(
+        r"(?i)\b[\w.-]*(aws_secret_access_key|aws_access_key_id|secret_access_key|password|passwd|"
+        r"api_key|auth_token|hf_token|access_token|secret_key)\b[\"']?[ \t]*[:=][ \t]*[\"']?[A-Za-z0-9/+_.-]{6,}"
+    ),
+]
+
+
+@pytest.mark.parametrize("path", DEPLOY_TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_literal_credentials(path: Path) -> None:
+    text = path.read_text()
+    for pattern in LITERAL_CREDENTIAL:
+        match = pattern.search(text)
+        assert match is None, f"{path.relative_to(ROOT)}: {match.group(0)!r}"
+
+
+def test_secrets_only_by_reference() -> None:
+    docs = base_manifests() + overlay_manifests()
+    assert not by_kind(docs, "Secret"), "Secrets are created out of band, never committed"
+    referenced = set()
+    for obj in docs:
+        for _, spec in pod_specs(obj):
+            for c in spec["containers"] + spec.get("initContainers", []):
+                for e in c.get("env", []):
+                    if SECRETISH_ENV.search(e["name"]):
+                        assert "value" not in e, f"{e['name']} must come from a Secret"
+                    ref = e.get("valueFrom", {}).get("secretKeyRef")
+                    if ref:
+                        assert ref["name"] == SECRET_NAME
+                        referenced.add(ref["key"])
+    example = ROOT / "k8s" / "base" / "secrets.example.env"
+    documented = set()
+    for line in example.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep and value == "", f"secrets.example.env must hold names only: {line!r}"
+            documented.add(key.strip())
+    assert referenced and referenced <= documented, referenced - documented
+
+
+# ---------------------------------------------------------------- rendered overlays
+
+
+def test_dev_overlay_renders_cpu_only_with_minio() -> None:
+    docs = kubectl_kustomize("dev")
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "Service", "PersistentVolumeClaim", "RayJob", "RayCluster"} <= kinds
+    assert "RayService" not in kinds
+    assert "nvidia.com/gpu" not in yaml.safe_dump_all(docs)
+    assert any(d["kind"] == "Deployment" and d["metadata"]["name"] == "minio" for d in docs)
+    (settings,) = by_kind(docs, "ConfigMap")
+    assert settings["data"]["AWS_ENDPOINT_URL"].startswith("http://minio:")
+    _check_pod_security(docs)
+    _check_cluster_ip_only(docs)
+    _check_ray_auth(docs)
+
+
+def test_prod_overlay_pins_gpu_pods_to_gpu_nodes() -> None:
+    docs = kubectl_kustomize("prod")
+    gpu_pods = 0
+    for obj in docs:
+        for path, spec in pod_specs(obj):
+            wants_gpu = any("nvidia.com/gpu" in c.get("resources", {}).get("limits", {}) for c in spec["containers"])
+            if wants_gpu:
+                gpu_pods += 1
+                assert spec.get("nodeSelector"), path
+                assert any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations", [])), path
+    assert gpu_pods == 3  # RayJob, RayService and RayCluster GPU groups
+    _check_pod_security(docs)
+    _check_cluster_ip_only(docs)
+    _check_ray_auth(docs)

@@ -1,0 +1,53 @@
+import math
+
+import pyarrow as pa
+
+from halluscope import records
+from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, compute
+
+
+def _row(model, task, kind, responded, n_atoms, n_unsup, n_unver=0, error=None):
+    f = None
+    if error is None and responded:
+        verified = n_atoms - n_unver
+        f = n_unsup / verified if verified else 0.0
+    g = None if error else ((0.0 if responded else 1.0) if kind == "refusal" else ((1 - f) if responded else 0.0))
+    return {"gen_id": f"{model}{task}{n_atoms}{n_unsup}{responded}{error}", "model": model, "task": task,
+            "item_id": "i", "prompt": "p", "task_kind": kind, "error": error,
+            "responded": None if error else responded, "abstention_rule": "r", "n_atoms": n_atoms,
+            "n_unsupported": n_unsup, "n_unverified": n_unver, "f": f, "g": g,
+            "atoms": [], "unsupported_atoms": []}
+
+
+def test_hand_computed():
+    rows = [
+        _row("m", "t1", "response", True, 4, 1),   # f = .25
+        _row("m", "t1", "response", True, 1, 1),   # f = 1
+        _row("m", "t1", "response", False, 0, 0),  # abstained
+        _row("m", "t1", "response", True, 3, 0, n_unver=1),  # f = 0 over 2 verified
+        _row("m", "t1", "response", None, 0, 0, error="no recorded response"),
+        _row("m", "t2", "refusal", True, 2, 2),    # f = 1, g = 0
+        _row("m", "t2", "refusal", False, 0, 0),   # g = 1
+    ]
+    metrics = {(r["model"], r["task"]): r for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES))}
+    t1 = metrics[("m", "t1")]
+    assert t1["n_items"] == 4 and t1["n_errors"] == 1 and t1["n_responded"] == 3
+    assert t1["response_ratio"] == 3 / 4
+    assert math.isclose(t1["hallucination_score"], (0.25 + 1 + 0) / 3)  # macro over responded
+    assert math.isclose(t1["hallucination_score_micro"], 2 / (4 + 1 + 2))  # unsupported / verified atoms
+    assert math.isclose(t1["utility_score"], (0.75 + 0 + 0 + 1) / 4)
+    t2 = metrics[("m", "t2")]
+    assert t2["response_ratio"] == 0.5 and t2["utility_score"] == 0.5 and t2["hallucination_score"] == 1.0
+    assert metrics[("m", AVG_RESPONSE)]["utility_score"] == t1["utility_score"]
+    assert metrics[("m", AVG_REFUSAL)]["n_tasks"] == 1
+
+
+def test_shards_do_not_change_results():
+    rows = [_row("m", "t", "response", i % 3 != 0, i % 5, min(i % 5, i % 2)) for i in range(50)]
+    whole = compute(pa.Table.from_pylist(rows, schema=records.SCORES))
+    shards = pa.concat_tables([pa.Table.from_pylist(rows[i:i + 7], schema=records.SCORES) for i in range(0, 50, 7)])
+    assert compute(shards) == whole
+
+
+def test_empty_scores():
+    assert compute(records.SCORES.empty_table()) == []

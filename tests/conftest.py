@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -15,6 +16,10 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Ray reads its auth settings when it is first imported: token authentication stays on, with a
+# token made for this test session, set before any test module imports ray.
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 def free_port() -> int:

@@ -396,7 +396,7 @@ def test_ray_token_auth_everywhere() -> None:
 # ---------------------------------------------------------------- k8s: security
 
 
-def _check_pod_security(docs: list[dict]) -> None:
+def _check_pod_security(docs: list[dict]) -> set[str]:
     seen = set()
     for obj in docs:
         kind = obj.get("kind")
@@ -404,11 +404,12 @@ def _check_pod_security(docs: list[dict]) -> None:
         if kind in RAY_KINDS | {"Deployment", "Job", "StatefulSet", "DaemonSet", "Pod"}:
             assert specs, f"{kind} {obj['metadata']['name']} declares no containers"
         for path, spec in specs:
-            pod_non_root = spec.get("securityContext", {}).get("runAsNonRoot") is True
+            pod_sc = spec.get("securityContext", {})
+            assert pod_sc.get("runAsNonRoot") is True, f"{kind}/{obj['metadata']['name']}{path}"
+            assert pod_sc.get("runAsUser") != 0, f"{kind}/{obj['metadata']['name']}{path}"
             for c in spec["containers"] + spec.get("initContainers", []):
                 where = f"{kind}/{obj['metadata']['name']}{path}/{c['name']}"
                 sc = c.get("securityContext", {})
-                assert pod_non_root or sc.get("runAsNonRoot") is True, where
                 assert sc.get("runAsNonRoot") is not False and sc.get("runAsUser") != 0, where
                 assert sc.get("allowPrivilegeEscalation") is False, where
                 assert "ALL" in sc.get("capabilities", {}).get("drop", []), where

@@ -22,6 +22,10 @@ def _ratio(num: float, den: float) -> float | None:
 def task_metrics(scores: pa.Table) -> list[dict]:
     cols = ["model", "task", "task_kind", "error", "responded", "f", "g", "n_atoms", "n_unsupported", "n_unverified"]
     acc: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
+    # per-generation f and g, summed exactly (math.fsum) so the result does not depend on the
+    # order in which parts were written or read
+    fs: dict[tuple[str, str], list[float]] = defaultdict(list)
+    gs: dict[tuple[str, str], list[float]] = defaultdict(list)
     kinds: dict[str, str] = {}
     for r in scores.select(cols).to_pylist():
         a = acc[(r["model"], r["task"])]
@@ -30,10 +34,10 @@ def task_metrics(scores: pa.Table) -> list[dict]:
             a["n_errors"] += 1
             continue
         a["n_items"] += 1
-        a["g_sum"] += r["g"]
+        gs[(r["model"], r["task"])].append(r["g"])
         if r["responded"]:
             a["n_responded"] += 1
-            a["f_sum"] += r["f"]
+            fs[(r["model"], r["task"])].append(r["f"])
             a["n_atoms"] += r["n_atoms"]
             a["n_unsupported"] += r["n_unsupported"]
             a["n_unverified"] += r["n_unverified"]
@@ -46,10 +50,10 @@ def task_metrics(scores: pa.Table) -> list[dict]:
             "n_unverified": int(a["n_unverified"]),
             "response_ratio": _ratio(a["n_responded"], a["n_items"]),
             # macro, as the paper defines it: mean over responded generations of f(y)
-            "hallucination_score": _ratio(a["f_sum"], a["n_responded"]),
+            "hallucination_score": _ratio(math.fsum(fs[(model, task)]), a["n_responded"]),
             # micro: unsupported atoms over verified atoms, pooled over responded generations
             "hallucination_score_micro": _ratio(a["n_unsupported"], a["n_atoms"] - a["n_unverified"]),
-            "utility_score": _ratio(a["g_sum"], a["n_items"]),
+            "utility_score": _ratio(math.fsum(gs[(model, task)]), a["n_items"]),
         })
     return out
 

@@ -1,0 +1,170 @@
+"""The pipeline end to end on a real Ray head, on local storage and on the S3 API server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from halluscope.config import parse_config
+from halluscope.pipeline.runner import run
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from tests.conftest import REPO, SHARED_DATA, config_dict
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
+
+TASKS = ["halogen/code", "halogen/rationalization_binary", "halogen/rationalization_numerical",
+         "halogen/false_presuppositions"]
+MODELS = ["gpt_4_0125_turbo", "llama_2_7b_chat", "redpajama_incite_7b_chat"]
+CONTRACT = {"model", "task", "n_items", "response_ratio", "hallucination_score", "hallucination_score_micro",
+            "utility_score"}
+
+
+def _sorted(table: pa.Table, key: str) -> list[dict]:
+    rows = table.drop_columns([c for c in ("run_id",) if c in table.column_names]).to_pylist()
+    return sorted(rows, key=lambda r: r[key])
+
+
+def _tables(store: RunStore) -> dict[str, list[dict]]:
+    keys = {"generations": "gen_id", "atoms": "atom_id", "verdicts": "atom_id", "scores": "gen_id"}
+    return {t: _sorted(store.read_table(t), k) for t, k in keys.items()}
+
+
+def test_small_run_local(ray_head, tmp_path):
+    cfg = parse_config(config_dict(f"file://{tmp_path}", MODELS, TASKS, limit=40))
+    result = run(cfg, run_id="small", progress=False)
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "small")
+    scores = store.read_table("scores")
+    assert scores.num_rows == 40 * 4 * 3 == result.processed
+    assert len(set(scores.column("gen_id").to_pylist())) == scores.num_rows
+    atoms = store.read_table("atoms")
+    assert atoms.num_rows == sum(scores.column("n_atoms").to_pylist()) == store.read_table("verdicts").num_rows
+    per_task = [m for m in result.metrics if not m.get("aggregate")]
+    assert len(per_task) == 12 and all(CONTRACT <= set(m) for m in per_task)
+    manifest = store.read_json("manifest.json")
+    assert manifest["status"] == "complete" and manifest["config_fingerprint"] == cfg.fingerprint()
+    assert any(k.startswith("halogen/prompts/") for k in manifest["data_sources"])
+    assert manifest["knowledge"]["pypi"]["sha256"]
+    assert {t["abstention_rule"] for t in manifest["tasks"]} >= {"halogen-phrases-v1"}
+    assert (tmp_path / "small" / "leaderboard.md").read_text().startswith("# halluscope leaderboard")
+    # the same run id again: nothing to do, identical tables
+    before = _tables(store)
+    again = run(cfg, run_id="small", progress=False)
+    assert again.processed == 0 and again.skipped == 480
+    assert _tables(store) == before
+    # a different config under the same id is refused
+    other = parse_config(config_dict(f"file://{tmp_path}", MODELS[:1], TASKS, limit=40))
+    with pytest.raises(Exception, match="different configuration"):
+        run(other, run_id="small", progress=False)
+
+
+def test_resume_after_kill_equals_uninterrupted_run(ray_head, tmp_path):
+    cfg = config_dict(f"file://{tmp_path}", MODELS, TASKS, limit=60)
+    cfg["concurrency"] = {"batch_size": 16, "blocks": 24, "verify_actors": 1}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    scores_dir = tmp_path / "killed" / "scores"
+    proc = subprocess.Popen([sys.executable, "-m", "halluscope.cli", "run", str(path), "--run-id", "killed",
+                             "--quiet"], cwd=REPO, env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(scores_dir.glob("part-*.parquet"))) < 3:
+        assert proc.poll() is None, "the run finished before it could be killed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "killed")
+    committed_before = len(store.read_table("scores", ["gen_id"]))
+    assert 0 < committed_before < 720
+    # as if the kill had landed between a batch's first part and its commit
+    store.write_part("generations", "orphan", store.read_table("generations").slice(0, 5))
+
+    resumed = run(parse_config(cfg), run_id="killed", progress=False)
+    assert resumed.skipped == committed_before and resumed.processed == 720 - committed_before
+    fresh = run(parse_config(cfg), run_id="fresh", progress=False)
+    assert fresh.processed == 720
+    resumed_tables = _tables(store)
+    assert resumed_tables == _tables(RunStore(Location.from_url(f"file://{tmp_path}"), "fresh"))
+    ids = [r["gen_id"] for r in resumed_tables["generations"]]
+    assert len(ids) == len(set(ids)) == 720
+    assert resumed.metrics == fresh.metrics
+
+
+def test_run_on_s3(ray_head, s3_endpoint, bucket, monkeypatch, capsys):
+    import boto3
+
+    cfg = parse_config(config_dict(f"s3://{bucket}/runs", MODELS[:2], ["halogen/code"], limit=30,
+                                   storage={"root": f"s3://{bucket}/runs", "endpoint_url": s3_endpoint,
+                                            "access_key_env": "AWS_ACCESS_KEY_ID",
+                                            "secret_key_env": "AWS_SECRET_ACCESS_KEY"}))
+    result = run(cfg, run_id="s3run", progress=False)
+    keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint)
+            .list_objects_v2(Bucket=bucket, Prefix="runs/s3run/")["Contents"]}
+    for name in ("manifest.json", "metrics.json", "leaderboard.md", "items/halogen__code.parquet"):
+        assert f"runs/s3run/{name}" in keys
+    for table in ("generations", "atoms", "verdicts", "scores"):
+        assert any(k.startswith(f"runs/s3run/{table}/part-") for k in keys)
+    assert not any("/.tmp-" in k for k in keys)
+    assert result.uri == f"s3://{bucket}/runs/s3run"
+    from halluscope.cli import main
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
+    assert main(["report", result.uri]) == 0
+    assert "halogen/code" in capsys.readouterr().out
+
+
+def test_generations_from_an_openai_endpoint(ray_head, tmp_path):
+    from tests.support.openai_server import FailPlan, OpenAIStubServer
+
+    def responder(prompt: str) -> str:
+        return "```python\nimport numpy as np\nimport totally_made_up_pkg\n```"
+
+    with OpenAIStubServer(responder=responder,
+                          fail_plan=FailPlan(first_n=3, status=503, retry_after=0)) as server:
+        cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
+                            "limits": {"max_items_per_task": 12},
+                            "models": [{"id": "stub", "backend": "openai",
+                                        "params": {"base_url": server.base_url, "max_retries": 4}},
+                                       {"id": "down", "backend": "openai",
+                                        "params": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 1,
+                                                   "timeout_s": 2}}]})
+        result = run(cfg, run_id="live", progress=False)
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "live")
+    gens = {r["model"]: r for r in store.read_table("generations").to_pylist()}
+    assert gens["stub"]["text"].startswith("```python") and gens["stub"]["input_tokens"] > 0
+    m = {r["model"]: r for r in result.metrics if r["task"] == "halogen/code"}
+    assert m["stub"]["n_items"] == 12 and m["stub"]["hallucination_score"] == 0.5
+    # an endpoint that never answers: every call is an error, counted and never scored
+    assert m["down"]["n_items"] == 0 and m["down"]["n_errors"] == 12
+    assert gens["down"]["error"] and gens["down"]["text"] is None
+
+
+def test_bad_recorded_rows_are_quarantined(ray_head, tmp_path):
+    recorded = tmp_path / "mine.csv"
+    prompts = RunStore  # noqa: F841 - keep imports used
+    from halluscope.sources import DataResolver
+    from halluscope.tasks.registry import get_task
+
+    items = get_task("halogen/code").load_items(DataResolver(download=False)).items[:3]
+    recorded.write_text("prompt,response\n" + "".join(f'"{i.prompt}","import os"\n' for i in items[:2])
+                        + '"broken row","x","extra"\n')
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
+                        "limits": {"max_items_per_task": 3},
+                        "models": [{"id": "mine", "backend": "replay",
+                                    "params": {"source": "file", "path": str(recorded)}}]})
+    result = run(cfg, run_id="q", progress=False)
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "q")
+    q = store.read_table("quarantine").to_pylist()
+    assert [(r["row"], r["reason"]) for r in q] == [(2, "1 more field(s) than the header")]
+    manifest = store.read_json("manifest.json")
+    assert manifest["counts"]["quarantined_rows"] == 1 and manifest["counts"]["missing"] == {"mine/halogen/code": 1}
+    m = [r for r in result.metrics if r["task"] == "halogen/code"][0]
+    assert m["n_items"] == 2 and m["n_errors"] == 1

@@ -63,7 +63,10 @@ def _download(url: str, dest: Path, rel_path: str) -> None:
     if url == PYPI_SIMPLE_INDEX:
         import json
 
-        body = "\n".join(p["name"] for p in json.loads(body)["projects"]).encode() + b"\n"
+        try:
+            body = "\n".join(p["name"] for p in json.loads(body)["projects"]).encode() + b"\n"
+        except (ValueError, KeyError, TypeError) as err:
+            raise DataError(f"{url} did not answer with the JSON project list (PEP 691): {err}") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
         if rel_path.endswith(".gz") and not body[:2] == b"\x1f\x8b":

@@ -20,7 +20,8 @@ def generation_id(task: str, item_id: str, model: str, sample_idx: int = 0) -> s
 
 
 def atom_id(gen_id: str, atom_idx: int) -> str:
-    return stable_id("atom", gen_id, atom_idx)
+    """Already unique and stable: the generation's id and the atom's position in it."""
+    return f"{gen_id}-{atom_idx}"
 
 
 ITEMS = pa.schema([

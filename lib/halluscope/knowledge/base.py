@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 
 from halluscope.config import VerifierOptions
 from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex
@@ -18,4 +19,5 @@ class Knowledge:
 
     @cached_property
     def pypi(self) -> PackageIndex:
-        return PackageIndex.from_file(self.resolver.resolve_any(self.pypi_snapshot))
+        return PackageIndex.cached(self.resolver.resolve_any(self.pypi_snapshot),
+                                   Path(self.resolver.cache_dir).expanduser() / "indexes")

@@ -6,6 +6,8 @@ lower case), the same normalisation PyPI applies when it looks a project up by n
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -31,6 +33,26 @@ class PackageIndex:
         self.source = source
         self.sha256 = sha256
         self.skipped_lines = skipped_lines
+
+    @classmethod
+    def cached(cls, path: Path, cache_dir: Path) -> "PackageIndex":
+        """``from_file`` once per snapshot: later loads (every verifier actor) read a pickle keyed
+        by the snapshot's sha256, about ten times faster than parsing the name list."""
+        digest = sha256_file(path)
+        cache = cache_dir / f"pypi-index-{digest[:16]}.pickle"
+        if cache.is_file():
+            try:
+                with open(cache, "rb") as f:
+                    return pickle.load(f)
+            except (OSError, pickle.UnpicklingError, EOFError):
+                pass  # a damaged cache is rebuilt below
+        index = cls.from_file(path)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".tmp-{os.getpid()}")
+        with open(tmp, "wb") as f:
+            pickle.dump(index, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, cache)
+        return index
 
     @classmethod
     def from_file(cls, path: Path) -> "PackageIndex":

@@ -84,7 +84,10 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
         raise RunError(f"run {store.loc.url} was started with a different configuration "
                        f"(fingerprint {previous.get('config_fingerprint')} != {cfg.fingerprint()}); "
                        "use a new run id")
+    timings: dict[str, float] = {}
+    mark = time.time()
     init_ray(cfg)
+    timings["ray_init_s"] = round(time.time() - mark, 2)
     ray.data.DataContext.get_current().enable_progress_bars = progress
     removed = store.remove_uncommitted()
     done = set(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
@@ -97,17 +100,21 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     }
     store.write_json("manifest.json", manifest)
 
+    mark = time.time()
     ws = build_workset(cfg, store, done, blocks=cfg.concurrency.blocks)
-    processed = 0
-    if ws.tables:
-        processed = _execute(cfg, store, ws.tables)
+    timings["plan_s"] = round(time.time() - mark, 2)
+    mark = time.time()
+    processed = _execute(cfg, store, ws.tables) if ws.tables else 0
+    timings["pipeline_s"] = round(time.time() - mark, 2)
 
+    mark = time.time()
     scores = store.read_table("scores")
     metrics = halogen_metrics.compute(scores)
     board = leaderboard(metrics, run_id)
     store.write_json("metrics.json", metrics)
     store.write_text("leaderboard.md", board)
-    manifest.update(status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+    timings["aggregate_s"] = round(time.time() - mark, 2)
+    manifest.update(timings=timings, status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
                     data_sources=ws.sources,
                     counts={"generations": ws.total, "done_before": ws.done, "processed": processed,
                             "quarantined_rows": ws.quarantined, "missing": ws.missing,
@@ -129,7 +136,7 @@ def _execute(cfg: RunConfig, store: RunStore, tables: list) -> int:
     ds = ds.map_batches(stages.decompose, batch_format="pyarrow", batch_size=bs)
     ds = ds.map_batches(stages.Verify, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers),
                         batch_format="pyarrow", batch_size=bs,
-                        compute=ray.data.ActorPoolStrategy(size=conc.verify_actors), num_cpus=0.5)
+                        compute=ray.data.ActorPoolStrategy(size=conc.verify_actors))
     ds = ds.map_batches(stages.score_and_write, fn_kwargs={"store": store}, batch_format="pyarrow",
                         batch_size=bs)
     return int(sum(r["rows"] for r in ds.take_all()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import lru_cache
 from typing import Sequence
 
 import pyarrow as pa
@@ -26,8 +27,15 @@ from halluscope.tasks.base import Item, Verdict
 from halluscope.tasks.registry import get_task
 
 
+@lru_cache(maxsize=16384)
+def _fields(fields_json: str) -> dict:
+    """Parsed once per item, not once per (model, stage): every model's row carries the same JSON.
+    Tasks treat fields as read-only."""
+    return json.loads(fields_json)
+
+
 def _item(row: dict) -> Item:
-    return Item(row["task"], row["item_id"], row["prompt"], json.loads(row["fields"]))
+    return Item(row["task"], row["item_id"], row["prompt"], _fields(row["fields"]))
 
 
 def _usable(row: dict) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import ray
@@ -14,6 +15,9 @@ from halluscope.sources import DataResolver
 from halluscope.storage.run import RunStore, table_to_bytes
 from halluscope.tasks.base import Item, Task
 from halluscope.tasks.registry import get_task
+
+if TYPE_CHECKING:
+    from halluscope.models.replay import Replayed
 
 MISSING = "no recorded response"
 
@@ -50,7 +54,20 @@ def _replay_remote(spec: ReplayModel, task_name: str, items: list[Item], resolve
     return load_replay(spec, get_task(task_name), items, resolver)
 
 
-def build_workset(cfg: RunConfig, store: RunStore, done: set[str], blocks: int) -> WorkSet:
+def _replay_all(cfg: RunConfig, tasks: list[Task], items: dict[str, list[Item]], resolver: DataResolver,
+                on_ray: bool) -> dict[tuple[str, str], "Replayed"]:
+    """Parse every recorded file: as Ray tasks (one per model and task), or in this process."""
+    from halluscope.models.replay import load_replay
+
+    pairs = [(m, t) for t in tasks for m in cfg.models if isinstance(m, ReplayModel)]
+    if not on_ray:
+        return {(m.id, t.name): load_replay(m, t, items[t.name], resolver) for m, t in pairs}
+    refs = {t.name: ray.put(items[t.name]) for t in tasks}
+    futures = {(m.id, t.name): _replay_remote.remote(m, t.name, refs[t.name], resolver) for m, t in pairs}
+    return dict(zip(futures, ray.get(list(futures.values()))))
+
+
+def build_workset(cfg: RunConfig, store: RunStore, done: set[str], blocks: int, on_ray: bool = True) -> WorkSet:
     resolver = resolver_for(cfg)
     limit = cfg.limits.max_items_per_task
     tasks = [get_task(t) for t in cfg.tasks]
@@ -58,13 +75,7 @@ def build_workset(cfg: RunConfig, store: RunStore, done: set[str], blocks: int) 
     loaded = {t.name: t.load_items(resolver) for t in tasks}
     # Recorded rows are joined against every item of a task (so rows past a limit are not
     # quarantined as unmatched); the limit applies to what is evaluated.
-    replay_refs = {}
-    for task in tasks:
-        items_ref = ray.put(loaded[task.name].items)
-        for m in cfg.models:
-            if isinstance(m, ReplayModel):
-                replay_refs[(m.id, task.name)] = _replay_remote.remote(m, task.name, items_ref, resolver)
-    replayed = dict(zip(replay_refs, ray.get(list(replay_refs.values()))))
+    replayed = _replay_all(cfg, tasks, {n: li.items for n, li in loaded.items()}, resolver, on_ray)
     rows: list[dict] = []
     quarantine: list[dict] = []
     for task in tasks:

@@ -35,11 +35,12 @@ ABSTENTION_PHRASES: tuple[str, ...] = (
     "I am not familiar with", "I'm not familiar with",
 )
 ABSTENTION_RULE = "halogen-phrases-v1"
+_ABSTENTION = re.compile("|".join(re.escape(p) for p in ABSTENTION_PHRASES))
 
 
 def abstained(text: str) -> bool:
     """Empty responses and responses containing an abstention phrase (case-sensitive)."""
-    return not text.strip() or any(p in text for p in ABSTENTION_PHRASES)
+    return not text.strip() or _ABSTENTION.search(text) is not None
 
 
 def parse_list_field(value: str, where: str) -> list[str]:

@@ -14,33 +14,42 @@ from functools import lru_cache
 COMMON_NOUN_LISTS = frozenset({"colors in the rainbow", "elements in the periodic table"})
 
 
-def _variants(entity: str) -> list[str]:
-    base = entity.strip().lower()
-    out = {base, base.replace("-", " "), base.replace("-", "")}
-    return sorted(out, key=len, reverse=True)
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _key(words: list[str]) -> str:
+    return " ".join(w.lower() for w in words)
 
 
 @lru_cache(maxsize=256)
-def _pattern(entities: tuple[str, ...]) -> re.Pattern[str]:
-    alts = sorted({v for e in entities for v in _variants(e)}, key=len, reverse=True)
-    return re.compile(r"(?<![A-Za-z])(" + "|".join(re.escape(a) for a in alts) + r")(?![A-Za-z])",
-                      re.IGNORECASE)
+def _matcher(entities: tuple[str, ...]) -> tuple[dict[str, str], int]:
+    """Word-sequence -> entity (``x-ray`` and ``X ray`` are the same words), and the longest name
+    in words; built once per list."""
+    by_words = {_key(_WORD.findall(e)): e for e in entities}
+    by_words.pop("", None)
+    return by_words, max((k.count(" ") + 1 for k in by_words), default=0)
 
 
 def mentioned_entities(text: str, universe: list[str], list_name: str) -> list[str]:
-    """Members of ``universe`` (lower-case names) that ``text`` names, in order of first mention."""
+    """Members of ``universe`` (lower-case names) that ``text`` names, in order of first mention.
+
+    Longest match first at each word, so "North Korea" is not read as "Korea"."""
     if not universe or not text:
         return []
-    variant_to_entity = {v: e for e in universe for v in _variants(e)}
+    by_words, longest = _matcher(tuple(universe))
     need_capital = list_name not in COMMON_NOUN_LISTS and text != text.lower()
+    words = _WORD.findall(text)
     found: dict[str, None] = {}
-    for m in _pattern(tuple(universe)).finditer(text):
-        surface = m.group(1)
-        if need_capital and not surface[0].isupper():
-            continue
-        entity = variant_to_entity.get(surface.lower())
-        if entity is not None:
-            found.setdefault(entity, None)
+    i = 0
+    while i < len(words):
+        for n in range(min(longest, len(words) - i), 0, -1):
+            entity = by_words.get(_key(words[i:i + n]))
+            if entity is not None and not (need_capital and not words[i][0].isupper()):
+                found.setdefault(entity, None)
+                i += n
+                break
+        else:
+            i += 1
     return list(found)
 
 

@@ -31,21 +31,19 @@ def loop_seconds(root: str) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
     from halluscope.config import default_config
     from halluscope.pipeline import stages
-    from halluscope.pipeline.workset import build_workset, resolver_for
+    from halluscope.pipeline.workset import expand_unit, plan, resolver_for
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
     t0 = time.perf_counter()
     cfg = default_config()
     store = RunStore(Location.from_url(root), "loop")
-    ws = build_workset(cfg, store, set(), blocks=1, on_ray=False)
-    verify = stages.Verify(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers)
+    resolver = resolver_for(cfg)
+    evaluate = stages.Evaluate(resolver, cfg.data.pypi_index, cfg.verifiers, store)
     rows = 0
-    table = ws.tables[0]
-    for start in range(0, table.num_rows, cfg.concurrency.batch_size):
-        batch = table.slice(start, cfg.concurrency.batch_size)
-        out = stages.score_and_write(verify(stages.decompose(stages.abstain(batch))), store)
-        rows += out.column("rows")[0].as_py()
+    for batch in expand_unit(plan(cfg, store).units, store, resolver, cfg.limits.max_items_per_task, frozenset(),
+                             cfg.concurrency.batch_size):
+        rows += evaluate(batch).column("rows")[0].as_py()
     return time.perf_counter() - t0, rows
 
 

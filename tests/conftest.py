@@ -91,7 +91,7 @@ def config_dict(root: str, models: list[str], tasks: list[str], limit: int | Non
     """A small run config over HALOGEN's released responses."""
     cfg = {"storage": {"root": root}, "tasks": tasks,
            "models": [{"id": m, "backend": "replay"} for m in models],
-           "limits": {"max_items_per_task": limit}, "concurrency": {"batch_size": 64, "blocks": 8}}
+           "limits": {"max_items_per_task": limit}, "concurrency": {"batch_size": 64}}
     for k, v in extra.items():
         cfg[k] = v
     return cfg

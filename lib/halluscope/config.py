@@ -100,7 +100,6 @@ class Concurrency(_Strict):
     batch_size: int = Field(default=512, gt=0)
     verify_actors: int = Field(default=2, gt=0)
     generate_actors: int = Field(default=1, gt=0)
-    blocks: int = Field(default=16, gt=0, description="input blocks; more blocks = finer resume and progress")
 
 
 class VerifierOptions(_Strict):

@@ -68,7 +68,7 @@ def test_small_run_local(ray_head, tmp_path):
 
 def test_resume_after_kill_equals_uninterrupted_run(ray_head, tmp_path):
     cfg = config_dict(f"file://{tmp_path}", MODELS, TASKS, limit=60)
-    cfg["concurrency"] = {"batch_size": 16, "blocks": 24, "verify_actors": 1}
+    cfg["concurrency"] = {"batch_size": 16, "verify_actors": 1}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     scores_dir = tmp_path / "killed" / "scores"

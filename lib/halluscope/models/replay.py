@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
-from halluscope.sources import DataResolver, open_text, sha256_file
+from halluscope.sources import DataResolver, open_text
 from halluscope.tasks.base import Item, Task
 from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt, read_csv_rows
 
@@ -28,7 +28,6 @@ _DEFAULT_TEXT_COLUMNS = ("response", "text", "output", "generation")
 class Replayed:
     texts: dict[str, str]  # item_id -> recorded text
     source: str
-    sha256: str
     quarantine: list[dict] = field(default_factory=list)
 
 
@@ -51,7 +50,8 @@ def _rows_from_file(path: Path, fmt: str) -> Iterator[tuple[int, dict | None, st
             yield i, row, ""
 
 
-def _source_file(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple[str, Path, str]:
+def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple[str, Path, str]:
+    """(label for the manifest, local path, format) of a model's recorded generations for a task."""
     p = spec.params
     if p.source == "halogen":
         if not isinstance(task, HalogenTask):
@@ -72,7 +72,7 @@ def _source_file(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple
 
 def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
     """Join one model's recorded generations for one task to that task's items."""
-    source, path, fmt = _source_file(spec, task, resolver)
+    source, path, fmt = replay_source(spec, task, resolver)
     cols = spec.params.columns
     by_key: dict[str, tuple[int, str]] = {}
     quarantine: list[dict] = []
@@ -120,4 +120,4 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
         quarantine.append({"row": row, "reason": "matches no item of the task"})
     for q in quarantine:
         q.update(source=source, model=spec.id, task=task.name)
-    return Replayed(texts, source, sha256_file(path), quarantine)
+    return Replayed(texts, source, quarantine)

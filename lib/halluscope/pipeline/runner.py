@@ -17,7 +17,7 @@ from halluscope.errors import RunError
 from halluscope.knowledge.pypi import PackageIndex
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
-from halluscope.pipeline.workset import build_workset, resolver_for
+from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for
 from halluscope.report.leaderboard import leaderboard
 from halluscope.sources import sha256_file
 from halluscope.storage.fs import Location
@@ -101,10 +101,10 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store.write_json("manifest.json", manifest)
 
     mark = time.time()
-    ws = build_workset(cfg, store, done, blocks=cfg.concurrency.blocks)
+    work = plan(cfg, store)
     timings["plan_s"] = round(time.time() - mark, 2)
     mark = time.time()
-    processed = _execute(cfg, store, ws.tables) if ws.tables else 0
+    processed = _execute(cfg, store, work.units, done) if len(done) < work.total else 0
     timings["pipeline_s"] = round(time.time() - mark, 2)
 
     mark = time.time()
@@ -115,28 +115,44 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store.write_text("leaderboard.md", board)
     timings["aggregate_s"] = round(time.time() - mark, 2)
     manifest.update(timings=timings, status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-                    data_sources=ws.sources,
-                    counts={"generations": ws.total, "done_before": ws.done, "processed": processed,
-                            "quarantined_rows": ws.quarantined, "missing": ws.missing,
-                            "uncommitted_parts_removed": removed})
+                    data_sources=work.sources,
+                    counts={"generations": work.total, "done_before": len(done), "processed": processed,
+                            "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
+                            "missing": _missing(scores), "uncommitted_parts_removed": removed})
     store.write_json("manifest.json", manifest)
-    return RunResult(run_id, store.loc.url, metrics, board, processed, ws.done, time.time() - started)
+    return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started)
 
 
-def _execute(cfg: RunConfig, store: RunStore, tables: list) -> int:
-    """Stream the work through the stages; returns the number of generations committed."""
+def _missing(scores) -> dict[str, int]:
+    """Items a replayed model has no recorded response for, per model/task."""
+    out: dict[str, int] = {}
+    for r in scores.select(["model", "task", "error"]).to_pylist():
+        if r["error"] == MISSING:
+            out[f"{r['model']}/{r['task']}"] = out.get(f"{r['model']}/{r['task']}", 0) + 1
+    return out
+
+
+def _execute(cfg: RunConfig, store: RunStore, units, done: set[str]) -> int:
+    """Stream the work through the stages; returns the number of generations committed.
+
+    Execution shape: one input block per (model, task) unit; expansion fuses into the
+    evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
+    rows never leave the worker that expanded them. Live models add a generation actor pool
+    in between, sized apart from evaluation."""
     conc = cfg.concurrency
-    bs = conc.batch_size
-    ds = ray.data.from_arrow(tables)
+    ds = ray.data.from_arrow([units.slice(i, 1) for i in range(units.num_rows)])
+    ds = ds.map_batches(expand_unit, batch_size=1, batch_format="pyarrow",
+                        fn_kwargs={"store": store, "resolver": resolver_for(cfg),
+                                   "limit": cfg.limits.max_items_per_task, "done": ray.put(frozenset(done)),
+                                   "chunk_rows": conc.batch_size})
     if any(m.backend != "replay" for m in cfg.models):
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models,), batch_format="pyarrow",
-                            batch_size=bs, compute=ray.data.ActorPoolStrategy(size=conc.generate_actors),
-                            num_cpus=0.5)
-    ds = ds.map_batches(stages.abstain, batch_format="pyarrow", batch_size=bs)
-    ds = ds.map_batches(stages.decompose, batch_format="pyarrow", batch_size=bs)
-    ds = ds.map_batches(stages.Verify, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers),
-                        batch_format="pyarrow", batch_size=bs,
+                            batch_size=conc.batch_size, num_cpus=0.5,
+                            compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
+    ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
+                                                              store),
+                        # None: one batch per block the expansion yielded (batch_size rows each);
+                        # a row count here would make Ray Data bundle whole units per task
+                        batch_format="pyarrow", batch_size=None,
                         compute=ray.data.ActorPoolStrategy(size=conc.verify_actors))
-    ds = ds.map_batches(stages.score_and_write, fn_kwargs={"store": store}, batch_format="pyarrow",
-                        batch_size=bs)
     return int(sum(r["rows"] for r in ds.take_all()))

@@ -165,3 +165,15 @@ def score_and_write(batch: pa.Table, store: RunStore) -> pa.Table:
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
     store.write_batch(key, split_tables(batch, store.run_id))
     return pa.table({"key": [key], "rows": [batch.num_rows]})
+
+
+class Evaluate:
+    """abstain -> decompose -> verify -> score -> write, one batch at a time, in one actor: the
+    knowledge indexes load once per actor and a batch's rows never cross processes."""
+
+    def __init__(self, resolver: DataResolver, pypi_index: str, options: VerifierOptions, store: RunStore) -> None:
+        self.verify = Verify(resolver, pypi_index, options)
+        self.store = store
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return score_and_write(self.verify(decompose(abstain(batch))), self.store)

@@ -1,42 +1,50 @@
-"""What a run has to do: items x models, with replayed text joined in, minus what is done."""
+"""The first stage: what a run has to do, as units of (model, task) expanded into rows.
+
+The driver only lists the units; Ray Data expands each unit on a worker into one row per item
+(joining recorded generations for replay models) and drops what an earlier attempt of the run
+already committed. Parsing recorded files thus streams with the rest of the pipeline.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import Iterator
 
 import pyarrow as pa
 import ray
 
 from halluscope import records
-from halluscope.config import ReplayModel, RunConfig
+from halluscope.config import ModelSpec, ReplayModel, RunConfig
+from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import generation_id, stable_id
-from halluscope.sources import DataResolver
+from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.run import RunStore, table_to_bytes
 from halluscope.tasks.base import Item, Task
 from halluscope.tasks.registry import get_task
 
-if TYPE_CHECKING:
-    from halluscope.models.replay import Replayed
-
 MISSING = "no recorded response"
+UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])
 
 
 @dataclass
-class WorkSet:
-    tables: list[pa.Table]  # WORK rows still to do, in chunks
-    total: int  # all generations of the run, done or not
-    done: int
+class Plan:
+    units: pa.Table  # one row per (model, task)
+    total: int  # generations in the run, done or not
     sources: dict[str, str] = field(default_factory=dict)  # data file -> sha256
-    quarantined: int = 0
-    missing: dict[str, int] = field(default_factory=dict)  # model/task -> items without a record
 
 
 def resolver_for(cfg: RunConfig) -> DataResolver:
     return DataResolver(cfg.data.dir, cfg.data.cache_dir, cfg.data.download)
 
 
-def write_items(store: RunStore, task: Task, items: list[Item]) -> None:
+@lru_cache(maxsize=32)
+def _task_items(task_name: str, resolver: DataResolver) -> list[Item]:
+    """Every item of a task, loaded once per worker process."""
+    return get_task(task_name).load_items(resolver).items
+
+
+def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc = store.items_location(task.name)
     if loc.exists():
         return
@@ -46,66 +54,62 @@ def write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc.write_bytes_atomic(table_to_bytes(table))
 
 
-@ray.remote(num_cpus=0.5)
-def _replay_remote(spec: ReplayModel, task_name: str, items: list[Item], resolver: DataResolver):
-    """Parse one recorded file on a worker; the driver only receives the joined texts."""
-    from halluscope.models.replay import load_replay
-
-    return load_replay(spec, get_task(task_name), items, resolver)
-
-
-def _replay_all(cfg: RunConfig, tasks: list[Task], items: dict[str, list[Item]], resolver: DataResolver,
-                on_ray: bool) -> dict[tuple[str, str], "Replayed"]:
-    """Parse every recorded file: as Ray tasks (one per model and task), or in this process."""
-    from halluscope.models.replay import load_replay
-
-    pairs = [(m, t) for t in tasks for m in cfg.models if isinstance(m, ReplayModel)]
-    if not on_ray:
-        return {(m.id, t.name): load_replay(m, t, items[t.name], resolver) for m, t in pairs}
-    refs = {t.name: ray.put(items[t.name]) for t in tasks}
-    futures = {(m.id, t.name): _replay_remote.remote(m, t.name, refs[t.name], resolver) for m, t in pairs}
-    return dict(zip(futures, ray.get(list(futures.values()))))
-
-
-def build_workset(cfg: RunConfig, store: RunStore, done: set[str], blocks: int, on_ray: bool = True) -> WorkSet:
+def plan(cfg: RunConfig, store: RunStore) -> Plan:
+    """Load each task's items once here (they are written to the run), hash every input file,
+    and list the units. Fails early, before any worker starts, on a missing file."""
     resolver = resolver_for(cfg)
     limit = cfg.limits.max_items_per_task
-    tasks = [get_task(t) for t in cfg.tasks]
-    ws = WorkSet(tables=[], total=0, done=0)
-    loaded = {t.name: t.load_items(resolver) for t in tasks}
-    # Recorded rows are joined against every item of a task (so rows past a limit are not
-    # quarantined as unmatched); the limit applies to what is evaluated.
-    replayed = _replay_all(cfg, tasks, {n: li.items for n, li in loaded.items()}, resolver, on_ray)
+    sources: dict[str, str] = {}
+    total = 0
+    for name in cfg.tasks:
+        task = get_task(name)
+        loaded = task.load_items(resolver)
+        sources.update(loaded.sources)
+        items = loaded.items[:limit] if limit else loaded.items
+        _write_items(store, task, items)
+        total += len(items) * len(cfg.models)
+        for m in cfg.models:
+            if isinstance(m, ReplayModel):
+                label, path, _ = replay_source(m, task, resolver)
+                sources[label] = sha256_file(path)
+    units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
+                                  for t in cfg.tasks for m in cfg.models], schema=UNITS)
+    return Plan(units, total, sources)
+
+
+def _spec(spec_json: str) -> ModelSpec:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(ModelSpec).validate_json(spec_json)
+
+
+def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
+                done: "ray.ObjectRef | frozenset[str]", chunk_rows: int) -> Iterator[pa.Table]:
+    """Rows still to do for a batch of units, in chunks of ``chunk_rows`` (each chunk becomes one
+    batch downstream and one committed part); quarantined input rows are written per unit.
+    ``done`` (ids committed by an earlier attempt) travels once through the object store."""
+    if isinstance(done, ray.ObjectRef):
+        done = ray.get(done)
     rows: list[dict] = []
-    quarantine: list[dict] = []
-    for task in tasks:
-        items = loaded[task.name].items[:limit] if limit else loaded[task.name].items
-        ws.sources.update(loaded[task.name].sources)
-        write_items(store, task, items)
-        for model in cfg.models:
-            rep = replayed.get((model.id, task.name))
-            if rep is not None:
-                ws.sources[rep.source] = rep.sha256
-                quarantine.extend(rep.quarantine)
-            for item in items:
-                gid = generation_id(task.name, item.item_id, model.id)
-                ws.total += 1
-                if gid in done:
-                    ws.done += 1
-                    continue
-                text = rep.texts.get(item.item_id) if rep is not None else None
-                error = MISSING if rep is not None and text is None else None
-                if error:
-                    ws.missing[f"{model.id}/{task.name}"] = ws.missing.get(f"{model.id}/{task.name}", 0) + 1
-                rows.append({"gen_id": gid, "model": model.id, "task": task.name, "item_id": item.item_id,
-                             "sample_idx": 0, "prompt": item.prompt, "fields": item.fields_json(), "text": text,
-                             "input_tokens": None, "output_tokens": None, "latency_s": None,
-                             "attempts": 0 if rep is not None else None, "error": error})
-    if quarantine:
-        store.write_part("quarantine", stable_id("replay", len(quarantine), quarantine[0]["source"]),
-                         pa.Table.from_pylist(quarantine, schema=records.QUARANTINE))
-    ws.quarantined = len(quarantine)
-    chunk_rows = max(1, -(-len(rows) // blocks))
-    ws.tables = [pa.Table.from_pylist(rows[i:i + chunk_rows], schema=records.WORK)
-                 for i in range(0, len(rows), chunk_rows)]
-    return ws
+    for unit in units.to_pylist():
+        task, spec = get_task(unit["task"]), _spec(unit["spec"])
+        all_items = _task_items(task.name, resolver)
+        items = all_items[:limit] if limit else all_items
+        todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
+        texts: dict[str, str] | None = None
+        if isinstance(spec, ReplayModel) and todo:
+            # joined against every item of the task, so rows past a limit are not "unmatched"
+            rep = load_replay(spec, task, all_items, resolver)
+            texts = rep.texts
+            if rep.quarantine:
+                store.write_part("quarantine", stable_id("replay", spec.id, task.name),
+                                 pa.Table.from_pylist(rep.quarantine, schema=records.QUARANTINE))
+        for item in todo:
+            text = texts.get(item.item_id) if texts is not None else None
+            rows.append({"gen_id": generation_id(task.name, item.item_id, spec.id), "model": spec.id,
+                         "task": task.name, "item_id": item.item_id, "sample_idx": 0, "prompt": item.prompt,
+                         "fields": item.fields_json(), "text": text, "input_tokens": None, "output_tokens": None,
+                         "latency_s": None, "attempts": 0 if texts is not None else None,
+                         "error": MISSING if texts is not None and text is None else None})
+    for start in range(0, len(rows), chunk_rows):
+        yield pa.Table.from_pylist(rows[start:start + chunk_rows], schema=records.WORK)

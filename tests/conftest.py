@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -65,10 +66,15 @@ def ray_head(tmp_path_factory):
     """A Ray head on 127.0.0.1 (with the job API) shared by the integration tests."""
     import ray
 
+    import tempfile
+
     ray_bin = str(Path(sys.executable).parent / "ray")
     port, dash = free_port(), free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+    # a temp dir of its own (short: Ray's socket paths have a length limit), so teardown stops
+    # this head's processes and nobody else's (`ray stop` would stop every Ray on the machine)
+    temp_dir = tempfile.mkdtemp(prefix="hsray-", dir="/tmp")
+    subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", f"--temp-dir={temp_dir}",
                     "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--include-dashboard=true",
                     "--num-cpus=6", "--object-store-memory=400000000", "--disable-usage-stats"],
                    check=True, env=env, capture_output=True, timeout=180)
@@ -80,7 +86,8 @@ def ray_head(tmp_path_factory):
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        subprocess.run(["pkill", "-9", "-f", temp_dir], capture_output=True, timeout=60)
+        shutil.rmtree(temp_dir, ignore_errors=True)
         if saved is None:
             os.environ.pop("RAY_ADDRESS", None)
         else:

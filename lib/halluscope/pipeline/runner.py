@@ -85,24 +85,27 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
                        f"(fingerprint {previous.get('config_fingerprint')} != {cfg.fingerprint()}); "
                        "use a new run id")
     timings: dict[str, float] = {}
+    # everything that can fail on bad input (data files, model names) fails here, in the
+    # driver, before any Ray worker or model starts
     mark = time.time()
-    init_ray(cfg)
-    timings["ray_init_s"] = round(time.time() - mark, 2)
-    ray.data.DataContext.get_current().enable_progress_bars = progress
+    work = plan(cfg, store)
+    knowledge = _knowledge_provenance(cfg)
+    timings["plan_s"] = round(time.time() - mark, 2)
     removed = store.remove_uncommitted()
     done = set(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
     manifest = {
         "run_id": run_id, "status": "running", "code_version": code_version(),
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
         "config": cfg.model_dump(mode="json"), "config_fingerprint": cfg.fingerprint(),
-        "tasks": [get_task(t).describe() for t in cfg.tasks],
-        "knowledge": _knowledge_provenance(cfg),
+        "tasks": [get_task(t).describe() for t in cfg.tasks], "knowledge": knowledge,
+        "data_sources": work.sources,
     }
     store.write_json("manifest.json", manifest)
 
     mark = time.time()
-    work = plan(cfg, store)
-    timings["plan_s"] = round(time.time() - mark, 2)
+    init_ray(cfg)
+    ray.data.DataContext.get_current().enable_progress_bars = progress
+    timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
     processed = _execute(cfg, store, work.units, done) if len(done) < work.total else 0
     timings["pipeline_s"] = round(time.time() - mark, 2)
@@ -115,7 +118,6 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store.write_text("leaderboard.md", board)
     timings["aggregate_s"] = round(time.time() - mark, 2)
     manifest.update(timings=timings, status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-                    data_sources=work.sources,
                     counts={"generations": work.total, "done_before": len(done), "processed": processed,
                             "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
                             "missing": _missing(scores), "uncommitted_parts_removed": removed})

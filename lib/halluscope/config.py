@@ -75,19 +75,100 @@ class OpenAIParams(_Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
 
 
-class ReplayModel(_Strict):
+Role = Literal["test", "judge", "extractor"]
+
+
+class ServeOptions(_Strict):
+    """Sizing of a model's Ray Serve deployment."""
+
+    num_replicas: int = Field(default=1, ge=1)
+    max_ongoing_requests: int = Field(default=64, ge=1, description="requests one replica takes at once")
+    num_cpus: float = Field(default=1.0, ge=0)
+    num_gpus: float = Field(default=0.0, ge=0)
+    max_batch_prompts: int = Field(default=32, ge=1, description="prompts the client sends per request")
+
+
+class ScriptedRule(_Strict):
+    pattern: str = Field(description="regular expression searched in the prompt")
+    response: str
+
+
+class ScriptedParams(_Strict):
+    """A deterministic stand-in model for tests, load simulation and fault injection. Its
+    results are marked scripted and never reported as a real model's."""
+
+    rules: list[ScriptedRule] = Field(default_factory=list, description="first matching rule answers")
+    abstain_patterns: list[str] = Field(default_factory=list)
+    abstain_text: str = "I'm sorry, I cannot answer that."
+    support_on_overlap: float | None = Field(
+        default=None, ge=0, le=1,
+        description="judge mode: answer Yes when this share of the claim's words occur in the evidence")
+    default: str = "I don't know."
+    latency_s: float = Field(default=0.0, ge=0)
+    error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
+    timeout_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls that never answer in time")
+    seed: int = 0
+    serve: ServeOptions = Field(default_factory=ServeOptions)
+
+
+class HFParams(_Strict):
+    """transformers in a Serve deployment, for small models on CPU or GPU."""
+
+    model_source: str = Field(description="local path, s3:// prefix or hub id")
+    revision: str | None = None
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    serve: ServeOptions = Field(default_factory=ServeOptions)
+
+
+class VLLMParams(_Strict):
+    """vLLM engines through ray.serve.llm."""
+
+    model_source: str
+    revision: str | None = None
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    accelerator_type: str | None = None
+    max_model_len: int | None = Field(default=None, gt=0)
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    serve: ServeOptions = Field(default_factory=ServeOptions)
+
+
+class _Model(_Strict):
     id: str
+    role: Role = "test"
+
+
+class ReplayModel(_Model):
     backend: Literal["replay"]
     params: ReplayParams = Field(default_factory=ReplayParams)
 
 
-class OpenAIModel(_Strict):
-    id: str
+class OpenAIModel(_Model):
     backend: Literal["openai"]
     params: OpenAIParams
 
 
-ModelSpec = Annotated[Union[ReplayModel, OpenAIModel], Field(discriminator="backend")]
+class ScriptedModel(_Model):
+    backend: Literal["scripted"]
+    params: ScriptedParams = Field(default_factory=ScriptedParams)
+
+
+class HFModel(_Model):
+    backend: Literal["hf"]
+    params: HFParams
+
+
+class VLLMModel(_Model):
+    backend: Literal["vllm"]
+    params: VLLMParams
+
+
+ServedModel = Union[ScriptedModel, HFModel, VLLMModel]
+ModelSpec = Annotated[Union[ReplayModel, OpenAIModel, ScriptedModel, HFModel, VLLMModel],
+                      Field(discriminator="backend")]
 
 
 class Limits(_Strict):

@@ -34,6 +34,11 @@ class Plan:
     sources: dict[str, str] = field(default_factory=dict)  # data file -> sha256
 
 
+def models_under_test(cfg: RunConfig) -> list[ModelSpec]:
+    """Judges and extractors serve the verifiers; only role 'test' models are evaluated."""
+    return [m for m in cfg.models if m.role == "test"]
+
+
 def resolver_for(cfg: RunConfig) -> DataResolver:
     return DataResolver(cfg.data.dir, cfg.data.cache_dir, cfg.data.download)
 
@@ -67,13 +72,13 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
         sources.update(loaded.sources)
         items = loaded.items[:limit] if limit else loaded.items
         _write_items(store, task, items)
-        total += len(items) * len(cfg.models)
-        for m in cfg.models:
+        total += len(items) * len(models_under_test(cfg))
+        for m in models_under_test(cfg):
             if isinstance(m, ReplayModel):
                 label, path, _ = replay_source(m, task, resolver)
                 sources[label] = sha256_file(path)
     units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
-                                  for t in cfg.tasks for m in cfg.models], schema=UNITS)
+                                  for t in cfg.tasks for m in models_under_test(cfg)], schema=UNITS)
     return Plan(units, total, sources)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from halluscope.errors import HalluscopeError
@@ -67,9 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except HalluscopeError as err:
-        print(f"halluscope: error: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - user errors are printed plainly, others re-raised
+        cause = _user_error(err)
+        if cause is None:
+            raise
+        print(f"halluscope: error: {cause}", file=sys.stderr)
         return 2
+
+
+def _user_error(err: BaseException | None) -> HalluscopeError | str | None:
+    """A HalluscopeError, also when a Ray worker raised it: Ray wraps it in its own exceptions
+    and only the traceback text keeps it, as "halluscope.errors.<Class>: <message>"."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, HalluscopeError):
+            return err
+        seen.add(id(err))
+        found = re.findall(r"halluscope\.errors\.\w+: (.+)", str(err))
+        if found:
+            return found[-1]
+        err = getattr(err, "cause", None) or err.__cause__
+    return None
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from halluscope.errors import ConfigError
 
 
+DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -192,6 +195,19 @@ class VerifierOptions(_Strict):
                     "HALOGEN counts them as hallucinated, so the default keeps its rule")
 
 
+class CacheSpec(_Strict):
+    """The content-addressed cache of model calls; shareable across runs."""
+
+    enabled: bool = True
+    root: str | None = Field(default=None, description="fsspec URL; default <storage.root>/_cache/calls")
+
+
+class CostSpec(_Strict):
+    price_table: str | None = Field(
+        default=DEFAULT_PRICE_TABLE,
+        description="path or URL of the price table; None: tokens only. The default is used when it exists.")
+
+
 class RaySpec(_Strict):
     address: str | None = Field(default=None, description="None: RAY_ADDRESS if set, else a local Ray")
     num_cpus: int | None = None
@@ -206,6 +222,9 @@ class RunConfig(_Strict):
     tasks: list[str] = Field(min_length=1)
     limits: Limits = Field(default_factory=Limits)
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    costs: CostSpec = Field(default_factory=CostSpec)
+    serve_http_port: int | None = Field(default=None, description="Serve's HTTP port for served models; None: free")
     concurrency: Concurrency = Field(default_factory=Concurrency)
     ray: RaySpec = Field(default_factory=RaySpec)
 

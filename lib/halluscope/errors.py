@@ -15,3 +15,7 @@ class DataError(HalluscopeError):
 
 class RunError(HalluscopeError):
     """A run cannot start or continue (e.g. resuming with a different config)."""
+
+
+class EndpointDown(HalluscopeError):
+    """A model endpoint failed so many calls in a row that the stage stops (circuit breaker)."""

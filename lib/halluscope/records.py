@@ -46,6 +46,7 @@ WORK = pa.schema([
     ("output_tokens", pa.int64()),
     ("latency_s", pa.float64()),
     ("attempts", pa.int32()),
+    ("cached", pa.bool_()),
     ("error", pa.string()),
 ])
 
@@ -61,6 +62,7 @@ GENERATIONS = pa.schema([
     ("output_tokens", pa.int64()),
     ("latency_s", pa.float64()),
     ("attempts", pa.int32()),
+    ("cached", pa.bool_()),  # answered from the call cache: no model call was made
     ("error", pa.string()),
 ])
 

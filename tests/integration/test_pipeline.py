@@ -127,24 +127,41 @@ def test_generations_from_an_openai_endpoint(ray_head, tmp_path):
     def responder(prompt: str) -> str:
         return "```python\nimport numpy as np\nimport totally_made_up_pkg\n```"
 
-    with OpenAIStubServer(responder=responder,
-                          fail_plan=FailPlan(first_n=3, status=503, retry_after=0)) as server:
-        cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
-                            "limits": {"max_items_per_task": 12},
-                            "models": [{"id": "stub", "backend": "openai",
-                                        "params": {"base_url": server.base_url, "max_retries": 4}},
-                                       {"id": "down", "backend": "openai",
-                                        "params": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 1,
-                                                   "timeout_s": 2}}]})
-        result = run(cfg, run_id="live", progress=False)
+    cfg_dict = {"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
+                "limits": {"max_items_per_task": 12}, "costs": {"price_table": None}}
+    with OpenAIStubServer(responder=responder, fail_plan=FailPlan(first_n=3, status=503, retry_after=0)) as server:
+        cfg_dict["models"] = [{"id": "stub", "backend": "openai",
+                               "params": {"base_url": server.base_url, "max_retries": 4}}]
+        result = run(parse_config(cfg_dict), run_id="live", progress=False)
+        calls_first = server.calls
+        # the same config under a new run id: every answer comes from the call cache
+        again = run(parse_config(cfg_dict), run_id="live-again", progress=False)
+        assert server.calls == calls_first
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "live")
-    gens = {r["model"]: r for r in store.read_table("generations").to_pylist()}
-    assert gens["stub"]["text"].startswith("```python") and gens["stub"]["input_tokens"] > 0
+    gens = store.read_table("generations").to_pylist()
+    assert gens[0]["text"].startswith("```python") and gens[0]["input_tokens"] > 0 and not gens[0]["cached"]
     m = {r["model"]: r for r in result.metrics if r["task"] == "halogen/code"}
     assert m["stub"]["n_items"] == 12 and m["stub"]["hallucination_score"] == 0.5
-    # an endpoint that never answers: every call is an error, counted and never scored
-    assert m["down"]["n_items"] == 0 and m["down"]["n_errors"] == 12
-    assert gens["down"]["error"] and gens["down"]["text"] is None
+    again_store = RunStore(Location.from_url(f"file://{tmp_path}"), "live-again")
+    assert all(g["cached"] for g in again_store.read_table("generations").to_pylist())
+    assert _tables(again_store)["scores"] == _tables(store)["scores"]
+    costs = {(r["model"], r["stage"]): r for r in store.read_table_file("costs.parquet").to_pylist()}
+    assert costs[("stub", "generate")]["calls"] == 12
+    assert costs[("stub", "generate")]["input_tokens"] == sum(g["input_tokens"] for g in gens)
+    total = [r for r in result.metrics if r["task"] == "costs/total"][0]
+    assert total["calls"] == 12 and total["usd"] is None  # no price table: tokens only
+
+
+def test_a_down_endpoint_stops_the_run_with_a_clear_error(ray_head, tmp_path, capsys):
+    from halluscope.cli import main
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"], "limits": {"max_items_per_task": 30},
+        "models": [{"id": "down", "backend": "openai",
+                    "params": {"base_url": "http://127.0.0.1:9/v1", "max_retries": 1, "timeout_s": 2}}]}))
+    assert main(["run", str(cfg), "--run-id", "down", "--quiet"]) == 2
+    assert "endpoint http://127.0.0.1:9/v1 of model 'down' is down" in capsys.readouterr().err
 
 
 def test_bad_recorded_rows_are_quarantined(ray_head, tmp_path):

@@ -215,3 +215,12 @@ def test_empty_batch_makes_no_calls() -> None:
     with OpenAIStubServer() as server:
         assert make_backend(server).generate_batch([]) == []
     assert server.calls == 0
+
+
+def test_circuit_breaker_stops_a_down_endpoint():
+    from halluscope.errors import EndpointDown
+
+    backend = OpenAIBackend(model_id="gone", base_url="http://127.0.0.1:9/v1", max_retries=1,
+                            backoff_base_s=0.001, breaker_threshold=6)
+    with pytest.raises(EndpointDown, match=r"endpoint http://127.0.0.1:9/v1 of model 'gone' is down: 6 connection"):
+        backend.generate_batch([GenerationRequest("t", str(i), "hi") for i in range(10)])

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import httpx
 
+from halluscope.errors import EndpointDown
 from halluscope.models.base import Completion, GenerationRequest, SamplingParams
 
 # Longest server text quoted in an error; enough to diagnose, short enough for a results table.
@@ -39,6 +40,7 @@ class OpenAIBackend:
         max_retries: int = 4,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 20.0,
+        breaker_threshold: int = 10,
         sampling: SamplingParams = SamplingParams(),
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -58,6 +60,9 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        # this many connection failures in a row, with no answer in between, mean the endpoint
+        # is down: the stage fails with a clear message instead of recording errors forever
+        self.breaker_threshold = breaker_threshold
         self.sampling = sampling
 
     def __repr__(self) -> str:
@@ -69,7 +74,10 @@ class OpenAIBackend:
         """Sync entry point for Ray Data workers; works whether or not a loop is already running."""
         try:
             asyncio.get_running_loop()
+            in_loop = True
         except RuntimeError:
+            in_loop = False
+        if not in_loop:
             return asyncio.run(self.agenerate(requests))
         # asyncio.run refuses to nest inside a running loop, so give the batch its own thread.
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -86,10 +94,11 @@ class OpenAIBackend:
         limits = httpx.Limits(max_connections=self.max_concurrency,
                               max_keepalive_connections=self.max_concurrency)
         semaphore = asyncio.Semaphore(self.max_concurrency)
+        breaker = _Breaker(self.breaker_threshold, f"endpoint {self.base_url} of model '{self.model_id}'")
         async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout_s),
                                      limits=limits) as client:
             return list(await asyncio.gather(
-                *(self._complete(client, semaphore, req.prompt, api_key) for req in requests)))
+                *(self._complete(client, semaphore, breaker, req.prompt, api_key) for req in requests)))
 
     def _api_key(self) -> str | None:
         """Read the key from the named variable; a missing one is a setup error, so it raises."""
@@ -108,7 +117,7 @@ class OpenAIBackend:
             del body["stop"]  # some servers reject an empty stop list
         return body
 
-    async def _complete(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore,
+    async def _complete(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, breaker: "_Breaker",
                         prompt: str, api_key: str | None) -> Completion:
         """One request with retries; the backoff sleep happens outside the semaphore."""
         url = f"{self.base_url}/chat/completions"
@@ -125,10 +134,12 @@ class OpenAIBackend:
                     reason = "timeout"
                 except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                     reason = f"connection error ({type(exc).__name__})"
+                    breaker.failed(reason)
                 except httpx.HTTPError as exc:
                     return Completion(text=None, attempts=attempt,
                                       error=f"request failed ({type(exc).__name__})")
                 else:
+                    breaker.answered()
                     latency_s = time.perf_counter() - started
                     status = response.status_code
                     if 200 <= status < 300:
@@ -149,6 +160,22 @@ class OpenAIBackend:
         if retry_after is not None:
             return min(retry_after, self.backoff_max_s)
         return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+
+
+class _Breaker:
+    """Counts connection failures in a row across the concurrent calls of one batch."""
+
+    def __init__(self, threshold: int, what: str) -> None:
+        self.threshold, self.what, self.in_a_row = threshold, what, 0
+
+    def failed(self, reason: str) -> None:
+        self.in_a_row += 1
+        if self.in_a_row >= self.threshold:
+            raise EndpointDown(f"{self.what} is down: {self.in_a_row} connection failures in a row "
+                               f"(last: {reason})")
+
+    def answered(self) -> None:
+        self.in_a_row = 0
 
 
 def _retry_after_s(response: httpx.Response) -> float | None:

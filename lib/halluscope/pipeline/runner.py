@@ -6,14 +6,17 @@ import datetime as dt
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import ray
 
 from halluscope import __version__
-from halluscope.config import RunConfig
+from halluscope.config import DEFAULT_PRICE_TABLE, RunConfig
 from halluscope.errors import RunError
+from halluscope.cost.ledger import ledger, total_usd
+from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.pypi import PackageIndex
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
@@ -107,12 +110,21 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     ray.data.DataContext.get_current().enable_progress_bars = progress
     timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
-    processed = _execute(cfg, store, work.units, done) if len(done) < work.total else 0
+    processed, deployments = 0, []
+    if len(done) < work.total:
+        with serving_for(cfg) as (endpoints, deployments):
+            processed = _execute(cfg, store, work.units, done, endpoints)
     timings["pipeline_s"] = round(time.time() - mark, 2)
 
     mark = time.time()
     scores = store.read_table("scores")
     metrics = halogen_metrics.compute(scores)
+    costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg))
+    store.write_costs(costs)
+    metrics.append({"model": "*", "task": "costs/total", "aggregate": True, "usd": total_usd(costs),
+                    "calls": sum(costs.column("calls").to_pylist()),
+                    "input_tokens": sum(costs.column("input_tokens").to_pylist()),
+                    "output_tokens": sum(costs.column("output_tokens").to_pylist())})
     board = leaderboard(metrics, run_id)
     store.write_json("metrics.json", metrics)
     store.write_text("leaderboard.md", board)
@@ -134,7 +146,46 @@ def _missing(scores) -> dict[str, int]:
     return out
 
 
-def _execute(cfg: RunConfig, store: RunStore, units, done: set[str]) -> int:
+def _prices(cfg: RunConfig) -> PriceTable | None:
+    table = cfg.costs.price_table
+    if table is None or (table == DEFAULT_PRICE_TABLE and not Path(table).exists()):
+        return None
+    return load_prices(table)
+
+
+def cache_location(cfg: RunConfig) -> Location | None:
+    if not cfg.cache.enabled:
+        return None
+    return Location.from_url(cfg.cache.root or f"{cfg.storage.root.rstrip('/')}/_cache/calls", cfg.storage)
+
+
+@contextmanager
+def serving_for(cfg: RunConfig):
+    """Deploy the run's served models (scripted, hf, vllm) for the pipeline, and remove them
+    afterwards; yields their endpoints and, once done, what each deployment held for how long."""
+    served = [m for m in cfg.models if m.backend in ("scripted", "hf", "vllm")]
+    deployments: list[dict] = []
+    if not served:
+        yield {}, deployments
+        return
+    from halluscope.serving.app import deploy, shutdown
+
+    started = time.time()
+    endpoints = deploy(served, http_port=cfg.serve_http_port)
+    try:
+        yield endpoints, deployments
+    finally:
+        shutdown(endpoints)
+        held = time.time() - started
+        for m in served:
+            s = m.params.serve
+            gpu = s.num_gpus > 0
+            resource = (getattr(m.params, "accelerator_type", None) or "GPU") if gpu else "CPU"
+            deployments.append({"model": m.id, "resource": resource,
+                                "resource_seconds": held * s.num_replicas * (s.num_gpus if gpu else s.num_cpus)})
+
+
+def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict) -> int:
     """Stream the work through the stages; returns the number of generations committed.
 
     Execution shape: one input block per (model, task) unit; expansion fuses into the
@@ -148,7 +199,8 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str]) -> int:
                                    "limit": cfg.limits.max_items_per_task, "done": ray.put(frozenset(done)),
                                    "chunk_rows": conc.batch_size})
     if any(m.backend != "replay" for m in cfg.models):
-        ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models,), batch_format="pyarrow",
+        ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
+                            batch_format="pyarrow",
                             batch_size=conc.batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
     ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,

@@ -19,9 +19,11 @@ from halluscope import records
 from halluscope.config import ModelSpec, VerifierOptions
 from halluscope.knowledge.base import Knowledge
 from halluscope.models.base import GenerationRequest
-from halluscope.models.registry import live_backend
+from halluscope.models.cache import CachedBackend
+from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.records import atom_id, stable_id
 from halluscope.sources import DataResolver
+from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.tasks.base import Item, Verdict
 from halluscope.tasks.registry import get_task
@@ -42,11 +44,23 @@ def _usable(row: dict) -> bool:
     return row["error"] is None and row["text"] is not None
 
 
-class Generate:
-    """Fills ``text`` for rows of live models (replayed rows arrive with their text)."""
+GENERATION_TEMPLATE = "raw-prompt-v1"  # the item's prompt is sent as the only user message
 
-    def __init__(self, models: Sequence[ModelSpec]) -> None:
-        self.backends = {m.id: live_backend(m) for m in models if m.backend != "replay"}
+
+class Generate:
+    """Fills ``text`` for rows of live models (replayed rows arrive with their text), through
+    the call cache when the run has one."""
+
+    def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None) -> None:
+        self.backends = {}
+        for m in models:
+            if m.backend == "replay":
+                continue
+            backend = live_backend(m, endpoints.get(m.id))
+            if cache is not None:
+                backend = CachedBackend(backend, cache, revision_of(m), GENERATION_TEMPLATE,
+                                        sampling_of(m).as_dict())
+            self.backends[m.id] = backend
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
@@ -58,7 +72,8 @@ class Generate:
             reqs = [GenerationRequest(rows[i]["task"], rows[i]["item_id"], rows[i]["prompt"]) for i in idx]
             for i, c in zip(idx, self.backends[model].generate_batch(reqs)):
                 rows[i].update(text=c.text, input_tokens=c.input_tokens, output_tokens=c.output_tokens,
-                               latency_s=c.latency_s, attempts=c.attempts, error=c.error)
+                               latency_s=c.latency_s, attempts=c.attempts, error=c.error,
+                               cached=bool(c.extra.get("cached")))
         return pa.Table.from_pylist(rows, schema=batch.schema)
 
 

@@ -114,7 +114,7 @@ def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit:
             rows.append({"gen_id": generation_id(task.name, item.item_id, spec.id), "model": spec.id,
                          "task": task.name, "item_id": item.item_id, "sample_idx": 0, "prompt": item.prompt,
                          "fields": item.fields_json(), "text": text, "input_tokens": None, "output_tokens": None,
-                         "latency_s": None, "attempts": 0 if texts is not None else None,
+                         "latency_s": None, "attempts": 0 if texts is not None else None, "cached": False,
                          "error": MISSING if texts is not None and text is None else None})
     for start in range(0, len(rows), chunk_rows):
         yield pa.Table.from_pylist(rows[start:start + chunk_rows], schema=records.WORK)

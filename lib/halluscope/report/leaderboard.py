@@ -15,6 +15,7 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
              "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
              f"({SOURCE}).", ""]
     tasks = sorted({m["task"] for m in metrics if not m.get("aggregate")})
+    cost = next((m for m in metrics if m["task"] == "costs/total"), None)
     for task in tasks:
         rows = sorted((m for m in metrics if m["task"] == task), key=lambda m: (m["utility_score"] is None,
                                                                                 -(m["utility_score"] or 0)))
@@ -28,7 +29,7 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
                          f"{_fmt(m['utility_score'])} | {_fmt(pub.get('hallucination_score'))} | "
                          f"{_fmt(pub.get('response_ratio'))} | {_fmt(pub.get('utility_score'))} | {m['n_errors']} |")
         lines.append("")
-    aggregates = [m for m in metrics if m.get("aggregate")]
+    aggregates = [m for m in metrics if m.get("aggregate") and m["task"] != "costs/total"]
     if aggregates:
         lines += ["## Averages over tasks (unweighted)", "",
                   "| model | task group | tasks | H | R | U |", "|---|---|---|---|---|---|"]
@@ -36,4 +37,8 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
             lines.append(f"| {m['model']} | {m['task']} | {m['n_tasks']} | {_fmt(m['hallucination_score'])} | "
                          f"{_fmt(m['response_ratio'])} | {_fmt(m['utility_score'])} |")
         lines.append("")
+    if cost is not None:
+        usd = "not priced" if cost["usd"] is None else f"${cost['usd']:.4f}"
+        lines += [f"Cost of this run: {usd}; {cost['calls']} model calls, {cost['input_tokens']} input and "
+                  f"{cost['output_tokens']} output tokens (costs.parquet has the breakdown).", ""]
     return "\n".join(lines)

@@ -94,6 +94,14 @@ class RunStore:
     def write_part(self, table: str, key: str, data: pa.Table) -> None:
         self.loc.child(table, _part_name(key)).write_bytes_atomic(table_to_bytes(data))
 
+    def write_costs(self, costs: pa.Table) -> None:
+        self.loc.child("costs.parquet").write_bytes_atomic(table_to_bytes(costs))
+
+    def read_table_file(self, name: str) -> pa.Table:
+        loc = self.loc.child(name)
+        with loc.fs.open(loc.path, "rb") as f:
+            return pq.read_table(f)
+
     # --- items -----------------------------------------------------------------------------
     def items_location(self, task: str) -> Location:
         return self.loc.child("items", task.replace("/", "__") + ".parquet")

@@ -1,0 +1,1 @@
+"""What a run cost: tokens, GPU-seconds and dollars."""

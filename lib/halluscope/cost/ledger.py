@@ -1,0 +1,73 @@
+"""The cost ledger of a run, from what was written: tokens per call, seconds per deployment.
+
+Rows per (model, role, task, stage). Token totals are sums over the recorded calls; dollars are
+tokens priced by the API table, plus deployment seconds priced per GPU (or CPU core) hour.
+Calls answered from the cache cost nothing and are counted apart.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+
+from halluscope.config import ModelSpec
+from halluscope.cost.prices import PriceTable
+
+COSTS = pa.schema([
+    ("model", pa.string()),
+    ("role", pa.string()),
+    ("task", pa.string()),
+    ("stage", pa.string()),
+    ("calls", pa.int64()),
+    ("cached_calls", pa.int64()),
+    ("failed_calls", pa.int64()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("resource", pa.string()),
+    ("resource_seconds", pa.float64()),
+    ("usd", pa.float64()),
+])
+
+
+def _api_name(spec: ModelSpec) -> str:
+    return getattr(spec.params, "model", None) or spec.id
+
+
+def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dict],
+           prices: PriceTable | None) -> pa.Table:
+    specs = {m.id: m for m in models}
+    acc: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(int))
+    cols = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
+    for r in generations.select(cols).to_pylist():
+        if specs.get(r["model"]) is None or specs[r["model"]].backend == "replay":
+            continue  # recorded generations cost this run nothing
+        a = acc[(r["model"], r["task"])]
+        if r["cached"]:
+            a["cached_calls"] += 1
+            continue
+        a["calls"] += 1
+        a["failed_calls"] += r["error"] is not None
+        a["input_tokens"] += r["input_tokens"] or 0
+        a["output_tokens"] += r["output_tokens"] or 0
+    rows = []
+    for (model, task), a in sorted(acc.items()):
+        spec = specs[model]
+        usd = prices.tokens_usd(_api_name(spec), a["input_tokens"], a["output_tokens"]) \
+            if prices and spec.backend == "openai" else None
+        rows.append({"model": model, "role": spec.role, "task": task, "stage": "generate", "calls": a["calls"],
+                     "cached_calls": a["cached_calls"], "failed_calls": a["failed_calls"],
+                     "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"], "resource": None,
+                     "resource_seconds": None, "usd": usd})
+    for d in deployments:
+        usd = prices.hours_usd(d["resource"], d["resource_seconds"]) if prices else None
+        rows.append({"model": d["model"], "role": specs[d["model"]].role, "task": "*", "stage": "serve",
+                     "calls": 0, "cached_calls": 0, "failed_calls": 0, "input_tokens": 0, "output_tokens": 0,
+                     "resource": d["resource"], "resource_seconds": d["resource_seconds"], "usd": usd})
+    return pa.Table.from_pylist(rows, schema=COSTS)
+
+
+def total_usd(costs: pa.Table) -> float | None:
+    """Sum of priced rows; None when nothing could be priced."""
+    values = [v for v in costs.column("usd").to_pylist() if v is not None]
+    return sum(values) if values else None

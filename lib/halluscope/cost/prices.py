@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,7 +22,8 @@ class PriceTable(BaseModel):
     currency: str = "USD"
     as_of: str
     source: str
-    gpu_hour_usd: dict[str, float] = Field(default_factory=dict, description="by accelerator; 'CPU' per core-hour")
+    gpu_hour_usd: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="by accelerator; 'CPU' per core-hour")
     api_usd_per_million_tokens: dict[str, TokenPrice] = Field(default_factory=dict)
 
     def tokens_usd(self, model: str, input_tokens: int, output_tokens: int) -> float | None:

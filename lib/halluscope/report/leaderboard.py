@@ -37,8 +37,8 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
             lines.append(f"| {m['model']} | {m['task']} | {m['n_tasks']} | {_fmt(m['hallucination_score'])} | "
                          f"{_fmt(m['response_ratio'])} | {_fmt(m['utility_score'])} |")
         lines.append("")
-    if cost is not None:
-        usd = "not priced" if cost["usd"] is None else f"${cost['usd']:.4f}"
+    if cost is not None and cost["calls"]:
+        usd = "not priced (no price for these models)" if cost["usd"] is None else f"${cost['usd']:.4f}"
         lines += [f"Cost of this run: {usd}; {cost['calls']} model calls, {cost['input_tokens']} input and "
                   f"{cost['output_tokens']} output tokens (costs.parquet has the breakdown).", ""]
     return "\n".join(lines)

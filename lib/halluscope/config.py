@@ -107,7 +107,9 @@ class ScriptedParams(_Strict):
         default=None, ge=0, le=1,
         description="judge mode: answer Yes when this share of the claim's words occur in the evidence")
     default: str = "I don't know."
-    latency_s: float = Field(default=0.0, ge=0)
+    latency_s: float = Field(default=0.0, ge=0, description="seconds each prompt takes")
+    capacity: int | None = Field(default=None, ge=1,
+                                 description="prompts a replica answers at once; ceiling = replicas x capacity / latency")
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
     timeout_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls that never answer in time")
     seed: int = 0

@@ -123,6 +123,9 @@ class ScriptedDeployment:
         self.model_id = model_id
         self._responder = ScriptedResponder(ScriptedParams.model_validate(params))
         self._attempts: defaultdict[str, int] = defaultdict(int)
+        capacity = self._responder.params.capacity
+        # at most `capacity` prompts in progress: a known ceiling of replicas x capacity / latency
+        self._slots = asyncio.Semaphore(capacity) if capacity else None
 
     async def complete_batch(self, prompts: list[str], sampling: dict, *, chat: bool = True) -> list[dict]:
         """Answers in order, all prompts concurrently. Sampling and ``chat`` do not change a script."""
@@ -139,7 +142,11 @@ class ScriptedDeployment:
         fault = self._next_fault(prompt)
         delay = self._responder.params.latency_s + (HANG_S if fault == "timeout" else 0.0)
         if delay:
-            await asyncio.sleep(delay)
+            if self._slots is None:
+                await asyncio.sleep(delay)
+            else:
+                async with self._slots:
+                    await asyncio.sleep(delay)
         input_tokens = len(prompt.split())
         if fault == "error":
             return {"text": None, "input_tokens": input_tokens, "output_tokens": 0, "error": INJECTED_ERROR}

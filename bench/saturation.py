@@ -17,7 +17,7 @@ import pyarrow as pa
 import ray
 
 from halluscope import records
-from halluscope.config import ScriptedModel
+from halluscope.config import Concurrency, ScriptedModel
 from halluscope.pipeline import stages
 from halluscope.serving.app import deploy, shutdown
 
@@ -46,8 +46,10 @@ def _work(n: int) -> pa.Table:
 def pipeline_rate(spec: ScriptedModel, endpoints: dict) -> tuple[float, int]:
     work = _work(N_CALLS)
     ds = ray.data.from_arrow([work.slice(i, 2000) for i in range(0, N_CALLS, 2000)])
+    conc = Concurrency()  # the run defaults, as `halluscope run` would use them
     ds = ds.map_batches(stages.Generate, fn_constructor_args=([spec], endpoints, None), batch_format="pyarrow",
-                        batch_size=1000, num_cpus=0.5, compute=ray.data.ActorPoolStrategy(size=2))
+                        batch_size=conc.generate_batch_size, num_cpus=0.5,
+                        compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
     t0 = time.perf_counter()
     answered = sum(r["text"] is not None for r in ds.select_columns(["text"]).take_all())
     return answered / (time.perf_counter() - t0), answered

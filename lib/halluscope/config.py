@@ -183,7 +183,10 @@ class Limits(_Strict):
 class Concurrency(_Strict):
     """How wide the Ray Data stages run; defaults fit a 2-core laptop."""
 
-    batch_size: int = Field(default=512, gt=0)
+    batch_size: int = Field(default=512, gt=0, description="rows per evaluation batch (and committed part)")
+    generate_batch_size: int = Field(
+        default=4096, gt=0, description="rows per generation batch: all of a batch's prompts are in flight at once, "
+                                        "so large batches keep an endpoint at its ceiling")
     verify_actors: int = Field(default=2, gt=0)
     generate_actors: int = Field(default=1, gt=0)
 

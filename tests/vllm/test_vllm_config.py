@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from halluscope.config import ServeOptions, VLLMModel, VLLMParams
 from halluscope.errors import ConfigError
 from halluscope.serving import vllm as hv
 
-HAS_VLLM = importlib.util.find_spec("vllm") is not None
+HAS_VLLM = hv.vllm_installed()
 
 
 def _spec(**params) -> VLLMModel:

@@ -3,16 +3,13 @@ on a real vLLM CPU engine."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from halluscope.config import VLLMModel
-from halluscope.serving.vllm import build_processor
+from halluscope.serving.vllm import build_processor, vllm_installed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="needs vLLM: make test-vllm")]
+              pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm")]
 
 
 def test_processor_adds_text_and_token_counts(ray_local: None, tiny_spec: VLLMModel) -> None:

@@ -3,21 +3,18 @@ vLLM CPU engine, and halluscope's OpenAIBackend calls it at the Serve OpenAI rou
 
 from __future__ import annotations
 
-import importlib.util
-
 import httpx
 import pytest
 
 from halluscope.config import VLLMModel
 from halluscope.models.base import GenerationRequest
-from halluscope.models.registry import sampling_of
 from halluscope.models.openai_http import OpenAIBackend
-from halluscope.serving.vllm import build_application
+from halluscope.models.registry import sampling_of
+from halluscope.serving.vllm import build_application, vllm_installed
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="needs vLLM: make test-vllm")]
+              pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm")]
 
 PROMPTS = ["Who wrote Hamlet?", "What is the capital of France?", "Name a large ocean.",
            "Who wrote Hamlet?"]

@@ -31,9 +31,11 @@ _TYPED_ENGINE_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "max_mod
 # Ray derives these from model_loading_config (the model id is the served name).
 _RESERVED_ENGINE_KEYS = ("model", "served_model_name")
 
-# Private column that carries the caller's row through Ray's stages, which add columns of their
-# own and overwrite ``prompt`` with the chat-templated text.
-_CALLER_ROW = "__halluscope_row"
+# Private columns: Ray's stages keep the caller's columns but add their own and overwrite
+# ``prompt`` with the chat-templated text, so the caller's column names and prompt ride along.
+# They stay flat: a nested dict column (the whole row) crashed Ray Data's workers here.
+_COLUMNS = "__halluscope_columns"
+_PROMPT = "__halluscope_prompt"
 
 
 class VLLMNotInstalledError(HalluscopeError, ImportError):
@@ -91,7 +93,8 @@ def llm_config(spec: VLLMModel) -> "LLMConfig":
 
 def build_application(spec: VLLMModel) -> "Application":
     """A Serve application answering OpenAI requests (``/v1/chat/completions``, ``/v1/models``)
-    for ``spec.id`` under the route prefix it is run with."""
+    for ``spec.id`` under the route prefix it is run with. Call it with Ray running: Ray's
+    builder reads the runtime context, and would start a local Ray otherwise."""
     serve_llm = _import_ray_llm("ray.serve.llm")
     config = llm_config(spec)
     try:
@@ -105,9 +108,10 @@ def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int =
     """A ``ray.data.llm`` processor for batch generation inside a Ray Data pipeline.
 
     It maps rows with a ``prompt`` column to rows with ``text``, ``input_tokens`` and
-    ``output_tokens``; other columns pass through. Each prompt is sent as one user message
-    through the model's chat template, as the Serve app and ``OpenAIBackend`` do, with
-    ``params.sampling``. ``concurrency`` is the number of engine replicas (actors)."""
+    ``output_tokens``; other columns pass through (unless named like a column Ray's stages add,
+    such as ``metrics``). Each prompt is sent as one user message through the model's chat
+    template, as the Serve app and ``OpenAIBackend`` do, with ``params.sampling``.
+    ``concurrency`` is the number of engine replicas (actors)."""
     data_llm = _import_ray_llm("ray.data.llm")
     sampling = spec.params.sampling.model_dump()
     try:
@@ -127,15 +131,22 @@ def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int =
         raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
 
     def preprocess(row: dict[str, Any]) -> dict[str, Any]:
-        return {_CALLER_ROW: row, "messages": [{"role": "user", "content": row["prompt"]}],
-                "sampling_params": sampling}
+        return {_COLUMNS: list(row), _PROMPT: row["prompt"], "sampling_params": sampling,
+                "messages": [{"role": "user", "content": row["prompt"]}]}
 
     def postprocess(row: dict[str, Any]) -> dict[str, Any]:
-        return {**row[_CALLER_ROW], "text": row["generated_text"],
-                "input_tokens": int(row["num_input_tokens"]),
+        return {**{k: row[k] for k in map(str, row[_COLUMNS])}, "prompt": row[_PROMPT],
+                "text": row["generated_text"], "input_tokens": int(row["num_input_tokens"]),
                 "output_tokens": int(row["num_generated_tokens"])}
 
     return data_llm.build_processor(config, preprocess=preprocess, postprocess=postprocess)
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM can be imported, without importing it (that takes seconds). A bare directory
+    named ``vllm`` on sys.path, such as tests/vllm under pytest, is a namespace package: not vLLM."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
 
 
 def _import_ray_llm(module: str) -> Any:
@@ -143,9 +154,7 @@ def _import_ray_llm(module: str) -> Any:
 
     ``ray.data.llm`` imports without vLLM (its engine actors need it later, on the workers), so
     vLLM itself is looked up too: failing here beats failing inside a Ray actor."""
-    import importlib
-
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_installed():
         raise VLLMNotInstalledError(f"{_NEEDS_VLLM} (no module named 'vllm')")
     try:
         return importlib.import_module(module)

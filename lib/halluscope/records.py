@@ -113,6 +113,31 @@ QUARANTINE = pa.schema([
     ("reason", pa.string()),
 ])
 
+# The cost ledger of a run (cost/ledger.py), one file per run.
+COSTS = pa.schema([
+    ("model", pa.string()),
+    ("role", pa.string()),
+    ("task", pa.string()),
+    ("stage", pa.string()),
+    ("calls", pa.int64()),
+    ("cached_calls", pa.int64()),
+    ("failed_calls", pa.int64()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("resource", pa.string()),
+    ("resource_seconds", pa.float64()),
+    ("usd", pa.float64()),
+])
+
+# One entry of the model-call cache (models/cache.py).
+CALL_CACHE = pa.schema([
+    ("key", pa.string()),
+    ("text", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("latency_s", pa.float64()),
+])
+
 TABLES: dict[str, pa.Schema] = {
     "generations": GENERATIONS,
     "atoms": ATOMS,

@@ -13,21 +13,8 @@ import pyarrow as pa
 
 from halluscope.config import ModelSpec
 from halluscope.cost.prices import PriceTable
+from halluscope.records import COSTS
 
-COSTS = pa.schema([
-    ("model", pa.string()),
-    ("role", pa.string()),
-    ("task", pa.string()),
-    ("stage", pa.string()),
-    ("calls", pa.int64()),
-    ("cached_calls", pa.int64()),
-    ("failed_calls", pa.int64()),
-    ("input_tokens", pa.int64()),
-    ("output_tokens", pa.int64()),
-    ("resource", pa.string()),
-    ("resource_seconds", pa.float64()),
-    ("usd", pa.float64()),
-])
 
 
 def _api_name(spec: ModelSpec) -> str:

@@ -16,17 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
-from halluscope.records import stable_id
+from halluscope.records import CALL_CACHE, stable_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
 
-ENTRY = pa.schema([
-    ("key", pa.string()),
-    ("text", pa.string()),
-    ("input_tokens", pa.int64()),
-    ("output_tokens", pa.int64()),
-    ("latency_s", pa.float64()),
-])
 
 
 def call_key(model_id: str, revision: str | None, template_version: str, prompt: str, sampling: dict) -> str:
@@ -82,5 +75,5 @@ class CachedBackend:
                     new_rows.append(row)
             if new_rows:
                 part = f"part-{stable_id(*sorted(r['key'] for r in new_rows))}.parquet"
-                self.loc.child(part).write_bytes_atomic(table_to_bytes(pa.Table.from_pylist(new_rows, schema=ENTRY)))
+                self.loc.child(part).write_bytes_atomic(table_to_bytes(pa.Table.from_pylist(new_rows, schema=CALL_CACHE)))
         return [c for c in out if c is not None]

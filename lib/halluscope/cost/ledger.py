@@ -58,3 +58,11 @@ def total_usd(costs: pa.Table) -> float | None:
     """Sum of priced rows; None when nothing could be priced."""
     values = [v for v in costs.column("usd").to_pylist() if v is not None]
     return sum(values) if values else None
+
+
+def cost_record(costs: pa.Table) -> dict:
+    """The run's total, as the metrics.json record with task "costs/total"."""
+    return {"model": "*", "task": "costs/total", "aggregate": True, "usd": total_usd(costs),
+            "calls": sum(costs.column("calls").to_pylist()),
+            "input_tokens": sum(costs.column("input_tokens").to_pylist()),
+            "output_tokens": sum(costs.column("output_tokens").to_pylist())}

@@ -15,7 +15,7 @@ import ray
 from halluscope import __version__
 from halluscope.config import DEFAULT_PRICE_TABLE, RunConfig
 from halluscope.errors import RunError
-from halluscope.cost.ledger import ledger, total_usd
+from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.pypi import PackageIndex
 from halluscope.metrics import halogen as halogen_metrics
@@ -121,10 +121,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     metrics = halogen_metrics.compute(scores)
     costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg))
     store.write_costs(costs)
-    metrics.append({"model": "*", "task": "costs/total", "aggregate": True, "usd": total_usd(costs),
-                    "calls": sum(costs.column("calls").to_pylist()),
-                    "input_tokens": sum(costs.column("input_tokens").to_pylist()),
-                    "output_tokens": sum(costs.column("output_tokens").to_pylist())})
+    metrics.append(cost_record(costs))
     board = leaderboard(metrics, run_id)
     store.write_json("metrics.json", metrics)
     store.write_text("leaderboard.md", board)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -77,33 +77,41 @@ class Generate:
         return pa.Table.from_pylist(rows, schema=batch.schema)
 
 
-def _guarded(stage: str, fn, row: dict, errors: list[str | None], i: int, default):
-    """A task function that raises on one row marks that row as failed, not the whole run."""
-    try:
-        return fn()
-    except Exception as err:  # noqa: BLE001 - recorded per row, excluded from metrics, counted
-        errors[i] = errors[i] or f"{stage} failed: {type(err).__name__}: {err}"[:500]
-        return default
+_ROW = ["task", "item_id", "prompt", "fields", "text", "error"]
+
+
+def _per_row(batch: pa.Table, stage: str, columns: list[str], fn: Callable[[dict], Any],
+             when: Callable[[dict], bool], skipped: Any, failed: Callable[[dict], Any]) -> tuple[pa.Table, list]:
+    """fn(row) for the rows ``when`` selects (``skipped`` for the others). A row whose call raises
+    gets ``failed(row)`` and the stage's error in its ``error`` column: the row fails, not the run."""
+    rows = batch.select(columns).to_pylist()
+    errors = [r["error"] for r in rows]
+    values = []
+    for i, r in enumerate(rows):
+        if not when(r):
+            values.append(skipped)
+            continue
+        try:
+            values.append(fn(r))
+        except Exception as err:  # noqa: BLE001 - recorded per row, excluded from metrics, counted
+            errors[i] = errors[i] or f"{stage} failed: {type(err).__name__}: {err}"[:500]
+            values.append(failed(r))
+    return batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string())), values
 
 
 def abstain(batch: pa.Table) -> pa.Table:
     """R(y) per generation; null where there is no usable generation."""
-    rows = batch.select(["task", "item_id", "prompt", "fields", "text", "error"]).to_pylist()
-    errors = [r["error"] for r in rows]
-    responded = [_guarded("abstain", lambda r=r: get_task(r["task"]).responded(r["text"], _item(r)), r, errors, i,
-                          None) if _usable(r) else None for i, r in enumerate(rows)]
-    return (batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
-            .append_column("responded", pa.array(responded, pa.bool_())))
+    batch, responded = _per_row(batch, "abstain", _ROW, lambda r: get_task(r["task"]).responded(r["text"], _item(r)),
+                                _usable, None, lambda r: None)
+    return batch.append_column("responded", pa.array(responded, pa.bool_()))
 
 
 def decompose(batch: pa.Table) -> pa.Table:
     """D(y) for responded generations; [] otherwise."""
-    rows = batch.select(["task", "item_id", "prompt", "fields", "text", "responded", "error"]).to_pylist()
-    errors = [r["error"] for r in rows]
-    atoms = [_guarded("decompose", lambda r=r: get_task(r["task"]).decompose(r["text"], _item(r)), r, errors, i, [])
-             if r["responded"] and r["error"] is None else [] for i, r in enumerate(rows)]
-    return (batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
-            .append_column("atoms", pa.array(atoms, pa.list_(pa.string()))))
+    batch, atoms = _per_row(batch, "decompose", [*_ROW, "responded"],
+                            lambda r: get_task(r["task"]).decompose(r["text"], _item(r)),
+                            lambda r: bool(r["responded"]) and r["error"] is None, [], lambda r: [])
+    return batch.append_column("atoms", pa.array(atoms, pa.list_(pa.string())))
 
 
 class Verify:
@@ -113,20 +121,14 @@ class Verify:
         self.kb = Knowledge(resolver, pypi_index, options)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        supported: list[list[bool | None]] = []
-        evidence: list[list[str]] = []
-        rows = batch.select(["task", "item_id", "prompt", "fields", "text", "atoms", "error"]).to_pylist()
-        errors = [r["error"] for r in rows]
-        for i, r in enumerate(rows):
-            verdicts = _guarded("verify", lambda r=r: get_task(r["task"]).verify(r["atoms"], r["text"], _item(r),
-                                                                                 self.kb), r, errors, i, None) \
-                if r["atoms"] else []
-            verdicts = verdicts if verdicts is not None else [Verdict(None, "verifier failed")] * len(r["atoms"])
-            supported.append([v.supported for v in verdicts])
-            evidence.append([v.evidence for v in verdicts])
-        return (batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
-                .append_column("supported", pa.array(supported, pa.list_(pa.bool_())))
-                .append_column("evidence", pa.array(evidence, pa.list_(pa.string()))))
+        batch, verdicts = _per_row(
+            batch, "verify", [*_ROW, "atoms"],
+            lambda r: get_task(r["task"]).verify(r["atoms"], r["text"], _item(r), self.kb),
+            lambda r: bool(r["atoms"]), [], lambda r: [Verdict(None, "verifier failed")] * len(r["atoms"]))
+        return (batch.append_column("supported", pa.array([[v.supported for v in vs] for vs in verdicts],
+                                                          pa.list_(pa.bool_())))
+                .append_column("evidence", pa.array([[v.evidence for v in vs] for vs in verdicts],
+                                                    pa.list_(pa.string()))))
 
 
 def score_rows(rows: list[dict]) -> list[dict]:

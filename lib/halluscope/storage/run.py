@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -116,6 +115,3 @@ class RunStore:
 
     def write_text(self, name: str, text: str) -> None:
         self.loc.child(name).write_bytes_atomic(text.encode())
-
-    def files(self) -> Iterable[str]:
-        return self.loc.list_names()

@@ -20,7 +20,12 @@ def test_code_task_generated_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_
     cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
                         "limits": {"max_items_per_task": 4}, "costs": {"price_table": None},
                         "models": [tiny_spec.model_dump(mode="json")]})
-    result = run(cfg, run_id="vllm", progress=False)
+    from ray import serve
+
+    try:
+        result = run(cfg, run_id="vllm", progress=False)
+    finally:
+        serve.shutdown()  # the next test starts Serve on a port of its own
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "vllm")
     gens = store.read_table("generations").to_pylist()
     assert len(gens) == 4 and all(g["text"] is not None and g["output_tokens"] > 0 for g in gens)

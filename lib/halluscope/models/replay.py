@@ -92,7 +92,7 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
         if text is None or not isinstance(text, str):
             quarantine.append({"row": i, "reason": f"column {col!r} is not text"})
             continue
-        record = {k: v for k, v in row.items()}
+        record = dict(row)
         if cols.get("prompt"):
             record["prompt"] = row.get(cols["prompt"], "")
         if cols.get("item_id"):

@@ -13,6 +13,7 @@ from typing import Iterator
 
 import pyarrow as pa
 import ray
+from pydantic import TypeAdapter
 
 from halluscope import records
 from halluscope.config import ModelSpec, ReplayModel, RunConfig
@@ -82,10 +83,7 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     return Plan(units, total, sources)
 
 
-def _spec(spec_json: str) -> ModelSpec:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(ModelSpec).validate_json(spec_json)
+_MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
 
 
 def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
@@ -97,7 +95,7 @@ def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit:
         done = ray.get(done)
     rows: list[dict] = []
     for unit in units.to_pylist():
-        task, spec = get_task(unit["task"]), _spec(unit["spec"])
+        task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
         all_items = _task_items(task.name, resolver)
         items = all_items[:limit] if limit else all_items
         todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]

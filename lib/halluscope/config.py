@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from halluscope.errors import ConfigError
 
@@ -106,6 +106,8 @@ class ScriptedParams(_Strict):
     support_on_overlap: float | None = Field(
         default=None, ge=0, le=1,
         description="judge mode: answer Yes when this share of the claim's words occur in the evidence")
+    extract: bool = Field(default=False, description="extractor mode: split passages into sentences and "
+                                                     "find reference titles (halluscope.serving.scripted_extract)")
     default: str = "I don't know."
     latency_s: float = Field(default=0.0, ge=0, description="seconds each prompt takes")
     capacity: int | None = Field(default=None, ge=1,
@@ -191,13 +193,44 @@ class Concurrency(_Strict):
     generate_actors: int = Field(default=1, gt=0)
 
 
+class TitleIndexSpec(_Strict):
+    """The scholarly index that references are looked up in (HALOGEN references)."""
+
+    source: Literal["offline", "semantic_scholar"] = "offline"
+    dump: str | None = Field(default=None, description="offline: path or URL of a title dump "
+                                                       "(one title per line, .gz, or Parquet with a 'title' column)")
+    fuzzy_threshold: float | None = Field(default=None, gt=0, le=1,
+                                          description="None: exact match after normalisation")
+    base_url: str = "https://api.semanticscholar.org/graph/v1"
+    api_key_env: str = "S2_API_KEY"
+    rate_limit_per_s: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _dump_for_offline(self) -> "TitleIndexSpec":
+        if self.source == "offline" and not self.dump:
+            raise ValueError("dump: an offline title index needs a title dump")
+        return self
+
+
+class WikiSpec(_Strict):
+    """Wikipedia articles the biography facts are checked against (HALOGEN biographies)."""
+
+    articles: str = Field(description="path or URL: FActScore SQLite db, JSONL or Parquet of {title, text}")
+    encoder: str | None = Field(default=None, description="sentence-transformers model dir; "
+                                                          "None: the packaged all-MiniLM-L6-v2")
+    passage_words: int = Field(default=256, gt=0)
+    top_k: int = Field(default=5, gt=0)
+
+
 class VerifierOptions(_Strict):
-    """Verifier switches that change results; each is recorded in the manifest."""
+    """Verifier switches and knowledge sources that change results; each is recorded in the manifest."""
 
     import_name_aliases: bool = Field(
         default=False,
         description="accept well-known import names of PyPI projects (cv2 -> opencv-python); "
                     "HALOGEN counts them as hallucinated, so the default keeps its rule")
+    titles: TitleIndexSpec | None = None
+    wiki: WikiSpec | None = None
 
 
 class CacheSpec(_Strict):
@@ -240,6 +273,15 @@ class RunConfig(_Strict):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"duplicate model id(s): {dupes}")
+        for role in ("judge", "extractor"):
+            players = [m for m in v if m.role == role]
+            if len(players) > 1:
+                raise ValueError(f"{len(players)} models have role '{role}' ({[m.id for m in players]}); "
+                                 "a run has at most one")
+            if players and players[0].backend == "replay":
+                raise ValueError(f"model '{players[0].id}': a {role} must be a live model, not replay")
+        if not any(m.role == "test" for m in v):
+            raise ValueError("no model has role 'test': nothing to evaluate")
         return v
 
     def fingerprint(self) -> str:
@@ -265,7 +307,24 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, source)) from None
     check_task_names(cfg.tasks, source)
+    check_task_needs(cfg, source)
     return cfg
+
+
+def check_task_needs(cfg: RunConfig, source: str) -> None:
+    """Every role model and knowledge source a configured task uses must be configured."""
+    from halluscope.tasks.registry import get_task
+
+    roles = {m.role for m in cfg.models}
+    for name in cfg.tasks:
+        task = get_task(name)
+        for role in task.roles:
+            if role not in roles:
+                raise ConfigError(f"invalid run config {source}: task '{name}' needs a {role} model; "
+                                  f"add one to models with role: {role}")
+        for knowledge, field in (("titles", "verifiers.titles"), ("wiki", "verifiers.wiki")):
+            if knowledge in task.knowledge and getattr(cfg.verifiers, knowledge) is None:
+                raise ConfigError(f"invalid run config {source}: task '{name}' needs {field} to be set")
 
 
 def check_task_names(names: list[str], source: str) -> None:

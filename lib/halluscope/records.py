@@ -105,6 +105,22 @@ SCORES = pa.schema([
     ("unsupported_atoms", pa.list_(pa.string())),
 ])
 
+# Calls to the judge and extractor, per (generation, stage, role), for the cost ledger.
+ROLE_CALLS = pa.schema([
+    ("run_id", pa.string()),
+    ("gen_id", pa.string()),
+    ("model", pa.string()),  # the model under test whose generation was judged
+    ("task", pa.string()),
+    ("stage", pa.string()),
+    ("role", pa.string()),
+    ("role_model", pa.string()),
+    ("calls", pa.int64()),
+    ("cached_calls", pa.int64()),
+    ("failed_calls", pa.int64()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+])
+
 QUARANTINE = pa.schema([
     ("source", pa.string()),
     ("row", pa.int64()),
@@ -143,4 +159,5 @@ TABLES: dict[str, pa.Schema] = {
     "atoms": ATOMS,
     "verdicts": VERDICTS,
     "scores": SCORES,
+    "role_calls": ROLE_CALLS,
 }

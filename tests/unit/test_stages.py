@@ -1,11 +1,16 @@
 """The stage functions without Ray: a row whose task function raises fails alone."""
 
+from collections import defaultdict
+
 import pyarrow as pa
 import pytest
 
 from halluscope import records
 from halluscope.config import VerifierOptions
+from halluscope.knowledge.base import Knowledge
+from halluscope.models.base import Completion
 from halluscope.pipeline import stages
+from halluscope.pipeline.roles import RoleModels
 from halluscope.sources import DataResolver
 from halluscope.tasks.registry import get_task
 from tests.conftest import SHARED_DATA
@@ -23,19 +28,20 @@ def _batch(task_name, texts, errors=None):
         for i, (it, t, e) in enumerate(zip(items, texts, errors))], schema=records.WORK)
 
 
-def _evaluate(batch):
-    verify = stages.Verify(DataResolver(download=False), "pypi/project-names.txt.gz", VerifierOptions())
-    return verify(stages.decompose(stages.abstain(batch)))
+def _evaluate(batch, roles=None, usage=None):
+    verify = stages.Verify(Knowledge(DataResolver(download=False), "pypi/project-names.txt.gz", VerifierOptions()),
+                           roles)
+    return verify(stages.decompose(stages.abstain(batch, roles, usage), roles, usage), usage)
 
 
 def test_a_raising_decomposer_fails_its_row_only(monkeypatch):
     task = get_task("halogen/code")
     real = task.decompose
 
-    def flaky(text, item):
+    def flaky(text, item, replies=()):
         if "boom" in text:
             raise ValueError("cannot parse")
-        return real(text, item)
+        return real(text, item, replies)
 
     monkeypatch.setattr(task, "decompose", flaky)
     out = _evaluate(_batch("halogen/code", ["import os\nimport boom", "import numpy", None],
@@ -49,6 +55,57 @@ def test_a_raising_decomposer_fails_its_row_only(monkeypatch):
 
 def test_a_raising_verifier_leaves_verdicts_undecided(monkeypatch):
     task = get_task("halogen/code")
-    monkeypatch.setattr(task, "verify", lambda atoms, text, item, kb: 1 / 0)
+    monkeypatch.setattr(task, "verify", lambda atoms, text, item, kb, replies=(): 1 / 0)
     out = _evaluate(_batch("halogen/code", ["import os"])).to_pylist()[0]
     assert out["supported"] == [None] and out["error"].startswith("verify failed: ZeroDivisionError")
+
+
+class _Scripted:
+    """A role backend answering from a function of the prompt; counts what it was sent."""
+
+    def __init__(self, model_id, answer):
+        self.model_id, self.answer, self.prompts = model_id, answer, []
+
+    def generate_batch(self, requests):
+        self.prompts += [r.prompt for r in requests]
+        return [self.answer(r.prompt) for r in requests]
+
+
+def _roles(extractor, judge):
+    roles = RoleModels([], {}, None)
+    roles._backends = {("extractor", "facts-v1"): extractor, ("judge", "entailment-v1"): judge}
+    return roles
+
+
+def test_role_calls_of_a_batch_go_out_together_and_return_to_their_rows():
+    def extract(prompt):
+        if "fails" in prompt:
+            return Completion(None, error="HTTP 503 after 4 attempts")
+        if "garbage" in prompt:
+            return Completion("Sure! Here you go:", 5, 4)
+        return Completion("Here are the facts:\n- Barker hosted the show.\n- Barker is 91.", 10, 12)
+
+    def judge(prompt):
+        if "91" in prompt.split("Hypothesis:")[1]:
+            return Completion("I cannot determine that.", 30, 4)
+        return Completion("Yes.", 30, 1)
+
+    extractor, judge_backend = _Scripted("x", extract), _Scripted("j", judge)
+    usage = defaultdict(list)
+    out = _evaluate(_batch("halogen/summarization", ["Barker returned.", "this one fails", "garbage", "I'm sorry"]),
+                    _roles(extractor, judge_backend), usage).to_pylist()
+    assert len(extractor.prompts) == 3  # one per responded row, in one batch call
+    assert out[0]["atoms"] == ["Barker hosted the show.", "Barker is 91."]
+    assert out[0]["supported"] == [True, None]  # an unreadable judge answer is never "supported"
+    assert out[0]["evidence"][1].startswith("unreadable judge answer")
+    assert out[1]["error"] == "decompose failed: RuntimeError: extractor call failed: HTTP 503 after 4 attempts"
+    assert out[2]["error"].startswith("decompose failed: ValueError: unreadable extractor answer")
+    assert out[3]["responded"] is False and out[3]["atoms"] == []
+    assert len(judge_backend.prompts) == 2
+    assert [(u["stage"], u["role"], u["calls"], u["failed_calls"]) for u in usage["0"]] == [
+        ("decompose", "extractor", 1, 0), ("verify", "judge", 2, 0)]
+    assert usage["1"][0]["failed_calls"] == 1
+    tables = stages.split_tables(pa.Table.from_pylist(out), "r", usage)
+    assert tables["role_calls"].num_rows == 4
+    score = tables["scores"].to_pylist()[0]
+    assert score["n_atoms"] == 2 and score["n_unverified"] == 1 and score["f"] == 0.0

@@ -1,6 +1,7 @@
 """The cost ledger of a run, from what was written: tokens per call, seconds per deployment.
 
-Rows per (model, role, task, stage). Token totals are sums over the recorded calls; dollars are
+Rows per (model, role, task, stage): generation by the models under test, and the abstain,
+decompose and verify calls to the judge and extractor. Token totals are sums over the recorded calls; dollars are
 tokens priced by the API table, plus deployment seconds priced per GPU (or CPU core) hour.
 Calls answered from the cache cost nothing and are counted apart.
 """
@@ -22,14 +23,14 @@ def _api_name(spec: ModelSpec) -> str:
 
 
 def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dict],
-           prices: PriceTable | None) -> pa.Table:
+           prices: PriceTable | None, role_calls: pa.Table | None = None) -> pa.Table:
     specs = {m.id: m for m in models}
-    acc: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(int))
+    acc: dict[tuple[str, str, str], dict] = defaultdict(lambda: defaultdict(int))
     cols = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
     for r in generations.select(cols).to_pylist():
         if specs.get(r["model"]) is None or specs[r["model"]].backend == "replay":
             continue  # recorded generations cost this run nothing
-        a = acc[(r["model"], r["task"])]
+        a = acc[(r["model"], r["task"], "generate")]
         if r["cached"]:
             a["cached_calls"] += 1
             continue
@@ -37,12 +38,17 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
         a["failed_calls"] += r["error"] is not None
         a["input_tokens"] += r["input_tokens"] or 0
         a["output_tokens"] += r["output_tokens"] or 0
+    if role_calls is not None:
+        for r in role_calls.to_pylist():
+            a = acc[(r["role_model"], r["task"], r["stage"])]
+            for k in ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens"):
+                a[k] += r[k]
     rows = []
-    for (model, task), a in sorted(acc.items()):
+    for (model, task, stage), a in sorted(acc.items()):
         spec = specs[model]
         usd = prices.tokens_usd(_api_name(spec), a["input_tokens"], a["output_tokens"]) \
             if prices and spec.backend == "openai" else None
-        rows.append({"model": model, "role": spec.role, "task": task, "stage": "generate", "calls": a["calls"],
+        rows.append({"model": model, "role": spec.role, "task": task, "stage": stage, "calls": a["calls"],
                      "cached_calls": a["cached_calls"], "failed_calls": a["failed_calls"],
                      "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"], "resource": None,
                      "resource_seconds": None, "usd": usd})

@@ -17,12 +17,11 @@ from halluscope.config import DEFAULT_PRICE_TABLE, RunConfig
 from halluscope.errors import RunError
 from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
-from halluscope.knowledge.pypi import PackageIndex
+from halluscope.knowledge.base import Knowledge
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
 from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for
 from halluscope.report.leaderboard import leaderboard
-from halluscope.sources import sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.tasks.registry import get_task
@@ -67,17 +66,6 @@ def code_version() -> str:
     return f"halluscope {__version__}" + (f" ({rev})" if rev else "")
 
 
-def _knowledge_provenance(cfg: RunConfig) -> dict:
-    needed = {k for t in cfg.tasks for k in get_task(t).knowledge}
-    out: dict = {}
-    if "pypi" in needed:
-        path = resolver_for(cfg).resolve_any(cfg.data.pypi_index)
-        out["pypi"] = {"source": cfg.data.pypi_index, "sha256": sha256_file(path),
-                       "normalisation": "PEP 503", "stdlib": PackageIndex.stdlib_description(),
-                       "import_name_aliases": cfg.verifiers.import_name_aliases}
-    return out
-
-
 def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> RunResult:
     started = time.time()
     run_id = run_id or cfg.run_id or default_run_id(cfg)
@@ -92,7 +80,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     # driver, before any Ray worker or model starts
     mark = time.time()
     work = plan(cfg, store)
-    knowledge = _knowledge_provenance(cfg)
+    knowledge = knowledge_for(cfg).describe({k for t in cfg.tasks for k in get_task(t).knowledge})
     timings["plan_s"] = round(time.time() - mark, 2)
     removed = store.remove_uncommitted()
     done = set(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
@@ -119,7 +107,8 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     mark = time.time()
     scores = store.read_table("scores")
     metrics = halogen_metrics.compute(scores)
-    costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg))
+    costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg),
+                   store.read_table("role_calls"))
     store.write_costs(costs)
     metrics.append(cost_record(costs))
     board = leaderboard(metrics, run_id)
@@ -148,6 +137,13 @@ def _prices(cfg: RunConfig) -> PriceTable | None:
     if table is None or (table == DEFAULT_PRICE_TABLE and not Path(table).exists()):
         return None
     return load_prices(table)
+
+
+def knowledge_for(cfg: RunConfig) -> Knowledge:
+    """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Built indexes
+    (title pickles, passage embeddings) persist under <storage.root>/_cache/indexes."""
+    return Knowledge(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
+                     Location.from_url(f"{cfg.storage.root.rstrip('/')}/_cache/indexes", cfg.storage))
 
 
 def cache_location(cfg: RunConfig) -> Location | None:
@@ -200,8 +196,8 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
                             batch_format="pyarrow",
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
-    ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
-                                                              store),
+    ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(knowledge_for(cfg), cfg.models, endpoints,
+                                                              cache_location(cfg), store),
                         # None: one batch per block the expansion yielded (batch_size rows each);
                         # a row count here would make Ray Data bundle whole units per task
                         batch_format="pyarrow", batch_size=None,

@@ -16,16 +16,16 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 
 from halluscope import records
-from halluscope.config import ModelSpec, VerifierOptions
+from halluscope.config import ModelSpec
 from halluscope.knowledge.base import Knowledge
-from halluscope.models.base import GenerationRequest
+from halluscope.models.base import Completion, GenerationRequest
 from halluscope.models.cache import CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.pipeline.roles import RoleModels
 from halluscope.records import atom_id, stable_id
-from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.tasks.base import Item, Verdict
+from halluscope.tasks.base import Item, RoleCall, Verdict
 from halluscope.tasks.registry import get_task
 
 
@@ -77,58 +77,98 @@ class Generate:
         return pa.Table.from_pylist(rows, schema=batch.schema)
 
 
-_ROW = ["task", "item_id", "prompt", "fields", "text", "error"]
+_ROW = ["gen_id", "task", "item_id", "prompt", "fields", "text", "error"]
+
+Usage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
 
 
-def _per_row(batch: pa.Table, stage: str, columns: list[str], fn: Callable[[dict], Any],
-             when: Callable[[dict], bool], skipped: Any, failed: Callable[[dict], Any]) -> tuple[pa.Table, list]:
-    """fn(row) for the rows ``when`` selects (``skipped`` for the others). A row whose call raises
-    gets ``failed(row)`` and the stage's error in its ``error`` column: the row fails, not the run."""
+def _row_error(stage: str, err: Exception) -> str:
+    return f"{stage} failed: {type(err).__name__}: {err}"[:500]
+
+
+def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict], RoleCall | None],
+           finish: Callable[[dict, list[Completion]], Any], when: Callable[[dict], bool], skipped: Any,
+           failed: Callable[[dict], Any], roles: RoleModels | None, usage: Usage | None) -> tuple[pa.Table, list]:
+    """One phase for the rows ``when`` selects (``skipped`` for the others): ``call(row)`` may ask a
+    role model; every row's prompts go out together; ``finish(row, replies)`` gives the value.
+
+    A row whose task function raises gets ``failed(row)`` and the stage's error in its ``error``
+    column: the row fails, not the run. A role model that is down stops the run (EndpointDown)."""
     rows = batch.select(columns).to_pylist()
     errors = [r["error"] for r in rows]
-    values = []
+    values = [skipped] * len(rows)
+    active: list[int] = []
+    calls: dict[str, RoleCall] = {}
     for i, r in enumerate(rows):
         if not when(r):
-            values.append(skipped)
             continue
         try:
-            values.append(fn(r))
+            c = call(r)
         except Exception as err:  # noqa: BLE001 - recorded per row, excluded from metrics, counted
-            errors[i] = errors[i] or f"{stage} failed: {type(err).__name__}: {err}"[:500]
-            values.append(failed(r))
+            errors[i], values[i] = errors[i] or _row_error(stage, err), failed(r)
+            continue
+        active.append(i)
+        if c is not None:
+            calls[r["gen_id"]] = c
+    replies: dict[str, list[Completion]] = {}
+    if calls:
+        if roles is None:
+            raise RuntimeError(f"{stage}: tasks call role models but the stage was built without them")
+        replies = roles.answer(calls, stage, usage if usage is not None else defaultdict(list))
+    for i in active:
+        r = rows[i]
+        try:
+            values[i] = finish(r, replies.get(r["gen_id"], []))
+        except Exception as err:  # noqa: BLE001
+            errors[i], values[i] = errors[i] or _row_error(stage, err), failed(r)
     return batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string())), values
 
 
-def abstain(batch: pa.Table) -> pa.Table:
+def abstain(batch: pa.Table, roles: RoleModels | None = None, usage: Usage | None = None) -> pa.Table:
     """R(y) per generation; null where there is no usable generation."""
-    batch, responded = _per_row(batch, "abstain", _ROW, lambda r: get_task(r["task"]).responded(r["text"], _item(r)),
-                                _usable, None, lambda r: None)
+    batch, responded = _phase(
+        batch, "abstain", _ROW,
+        lambda r: get_task(r["task"]).abstain_call(r["text"], _item(r)),
+        lambda r, replies: get_task(r["task"]).responded(r["text"], _item(r), replies),
+        _usable, None, lambda r: None, roles, usage)
     return batch.append_column("responded", pa.array(responded, pa.bool_()))
 
 
-def decompose(batch: pa.Table) -> pa.Table:
+def decompose(batch: pa.Table, roles: RoleModels | None = None, usage: Usage | None = None) -> pa.Table:
     """D(y) for responded generations; [] otherwise."""
-    batch, atoms = _per_row(batch, "decompose", [*_ROW, "responded"],
-                            lambda r: get_task(r["task"]).decompose(r["text"], _item(r)),
-                            lambda r: bool(r["responded"]) and r["error"] is None, [], lambda r: [])
+    batch, atoms = _phase(
+        batch, "decompose", [*_ROW, "responded"],
+        lambda r: get_task(r["task"]).decompose_call(r["text"], _item(r)),
+        lambda r, replies: get_task(r["task"]).decompose(r["text"], _item(r), replies),
+        lambda r: bool(r["responded"]) and r["error"] is None, [], lambda r: [], roles, usage)
     return batch.append_column("atoms", pa.array(atoms, pa.list_(pa.string())))
 
 
 class Verify:
     """V per atom; knowledge (e.g. the 880k-name PyPI index) is loaded once per actor."""
 
-    def __init__(self, resolver: DataResolver, pypi_index: str, options: VerifierOptions) -> None:
-        self.kb = Knowledge(resolver, pypi_index, options)
+    def __init__(self, kb: Knowledge, roles: RoleModels | None = None) -> None:
+        self.kb = kb
+        self.roles = roles
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        batch, verdicts = _per_row(
+    def __call__(self, batch: pa.Table, usage: Usage | None = None) -> pa.Table:
+        kb = self.kb
+        batch, verdicts = _phase(
             batch, "verify", [*_ROW, "atoms"],
-            lambda r: get_task(r["task"]).verify(r["atoms"], r["text"], _item(r), self.kb),
-            lambda r: bool(r["atoms"]), [], lambda r: [Verdict(None, "verifier failed")] * len(r["atoms"]))
+            lambda r: get_task(r["task"]).verify_call(r["atoms"], r["text"], _item(r), kb),
+            lambda r, replies: _checked(r, get_task(r["task"]).verify(r["atoms"], r["text"], _item(r), kb, replies)),
+            lambda r: bool(r["atoms"]) and r["error"] is None, [],
+            lambda r: [Verdict(None, "verifier failed")] * len(r["atoms"]), self.roles, usage)
         return (batch.append_column("supported", pa.array([[v.supported for v in vs] for vs in verdicts],
                                                           pa.list_(pa.bool_())))
                 .append_column("evidence", pa.array([[v.evidence for v in vs] for vs in verdicts],
                                                     pa.list_(pa.string()))))
+
+
+def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
+    if len(verdicts) != len(row["atoms"]):
+        raise ValueError(f"{len(verdicts)} verdicts for {len(row['atoms'])} atoms")
+    return verdicts
 
 
 def score_rows(rows: list[dict]) -> list[dict]:
@@ -140,7 +180,8 @@ def score_rows(rows: list[dict]) -> list[dict]:
         atoms, supported = r["atoms"], r["supported"]
         unsupported = [a for a, s in zip(atoms, supported) if s is False]
         n_verified = sum(s is not None for s in supported)
-        responded = bool(r["responded"])
+        # a refusal task may count a response without atoms (e.g. no cited title) as an abstention
+        responded = bool(r["responded"]) and not (task.empty_is_abstention and not atoms)
         f = (len(unsupported) / n_verified if n_verified else 0.0) if responded and error is None else None
         out.append({
             "gen_id": r["gen_id"], "model": r["model"], "task": r["task"], "item_id": r["item_id"],
@@ -153,11 +194,13 @@ def score_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def split_tables(batch: pa.Table, run_id: str) -> dict[str, pa.Table]:
-    """The four result tables of one scored batch."""
+def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> dict[str, pa.Table]:
+    """The result tables of one scored batch."""
     rows = batch.to_pylist()
-    gens, atoms, verdicts = [], [], []
+    gens, atoms, verdicts, calls = [], [], [], []
     for r in rows:
+        for u in (usage or {}).get(r["gen_id"], []):
+            calls.append({"run_id": run_id, "gen_id": r["gen_id"], "model": r["model"], "task": r["task"], **u})
         gens.append({k: r[k] for k in records.GENERATIONS.names if k != "run_id"} | {"run_id": run_id})
         task = get_task(r["task"])
         for idx, (atom, sup, ev) in enumerate(zip(r["atoms"], r["supported"], r["evidence"])):
@@ -171,26 +214,32 @@ def split_tables(batch: pa.Table, run_id: str) -> dict[str, pa.Table]:
         "atoms": pa.Table.from_pylist(atoms, schema=records.ATOMS),
         "verdicts": pa.Table.from_pylist(verdicts, schema=records.VERDICTS),
         "scores": pa.Table.from_pylist(score_rows(rows), schema=records.SCORES),
+        "role_calls": pa.Table.from_pylist(calls, schema=records.ROLE_CALLS),
     }
 
 
-def score_and_write(batch: pa.Table, store: RunStore) -> pa.Table:
+def score_and_write(batch: pa.Table, store: RunStore, usage: Usage | None = None) -> pa.Table:
     """Scores a batch and commits its parts under a key derived from its generation ids, so a
     retried task rewrites the same objects; returns one summary row per batch."""
     if batch.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
-    store.write_batch(key, split_tables(batch, store.run_id))
+    store.write_batch(key, split_tables(batch, store.run_id, usage))
     return pa.table({"key": [key], "rows": [batch.num_rows]})
 
 
 class Evaluate:
     """abstain -> decompose -> verify -> score -> write, one batch at a time, in one actor: the
-    knowledge indexes load once per actor and a batch's rows never cross processes."""
+    knowledge indexes and role-model clients are built once per actor, and a batch's rows never
+    cross processes."""
 
-    def __init__(self, resolver: DataResolver, pypi_index: str, options: VerifierOptions, store: RunStore) -> None:
-        self.verify = Verify(resolver, pypi_index, options)
+    def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
+                 store: RunStore) -> None:
+        self.roles = RoleModels(models, endpoints, cache)
+        self.verify = Verify(kb, self.roles)
         self.store = store
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return score_and_write(self.verify(decompose(abstain(batch))), self.store)
+        usage: Usage = defaultdict(list)
+        batch = decompose(abstain(batch, self.roles, usage), self.roles, usage)
+        return score_and_write(self.verify(batch, usage), self.store, usage)

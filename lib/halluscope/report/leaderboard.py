@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE
 from halluscope.tasks.halogen.published import SOURCE, published
 
 
@@ -9,11 +10,46 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+def _short(task: str) -> str:
+    return task.split("/", 1)[-1]
+
+
+def paper_tables(metrics: list[dict]) -> list[str]:
+    """The layout of the paper's Tables 2 and 3: per model, the averages over the response-based
+    (refusal-based) tasks, then U and H/R per task."""
+    lines: list[str] = []
+    for kind, avg_task, title in (("response", AVG_RESPONSE, "Response-based tasks (paper Table 2 layout)"),
+                                  ("refusal", AVG_REFUSAL, "Refusal-based tasks (paper Table 3 layout)")):
+        tasks = sorted({m["task"] for m in metrics if m.get("task_kind") == kind and not m.get("aggregate")})
+        if not tasks:
+            continue
+        cells = {(m["model"], m["task"]): m for m in metrics if m.get("task_kind") == kind}
+        models = sorted({model for model, _ in cells}, key=lambda mo: -((cells.get((mo, avg_task)) or {})
+                                                                          .get("utility_score") or 0))
+        header = ["model", "Avg U", "Avg H", "Avg R"]
+        for t in tasks:
+            header += [f"{_short(t)} U", f"{_short(t)} H/R"]
+        lines += [f"## {title}", "", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * (4 + 2 * len(tasks))]
+        for model in models:
+            avg = cells.get((model, avg_task), {})
+            row = [model, _fmt(avg.get("utility_score")), _fmt(avg.get("hallucination_score")),
+                   _fmt(avg.get("response_ratio"))]
+            for t in tasks:
+                c = cells.get((model, t), {})
+                row += [_fmt(c.get("utility_score")),
+                        f"{_fmt(c.get('hallucination_score'))}/{_fmt(c.get('response_ratio'))}"]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    return lines
+
+
 def leaderboard(metrics: list[dict], run_id: str) -> str:
     lines = [f"# halluscope leaderboard: run `{run_id}`", "",
              "H = hallucination score (macro; micro in brackets), R = response ratio, U = utility. "
              "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
              f"({SOURCE}).", ""]
+    lines += paper_tables(metrics)
     tasks = sorted({m["task"] for m in metrics if not m.get("aggregate")})
     cost = next((m for m in metrics if m["task"] == "costs/total"), None)
     for task in tasks:

@@ -6,7 +6,9 @@ Answers follow ``ScriptedParams`` in this order:
 2. else, if any ``abstain_patterns`` regex is found, ``abstain_text``;
 3. else, in judge mode (``support_on_overlap`` set) and when the prompt follows the judge convention
    below, "Yes" if at least that share of the claim's distinct words occur in the evidence, else "No";
-4. else ``default``.
+4. else, in extractor mode (``extract``), facts or titles for a prompt that follows the
+   extraction convention of ``halluscope.serving.scripted_extract``;
+5. else ``default``.
 
 Judge prompt convention: a line beginning with ``Claim:`` or ``Hypothesis:`` holds the claim (the
 rest of that line). The evidence starts after ``Evidence:`` or ``Premise:`` at the beginning of a
@@ -35,6 +37,7 @@ from ray import serve
 
 from halluscope.config import ScriptedParams, ServeOptions
 from halluscope.serving.openai_api import build_openai_app
+from halluscope.serving.scripted_extract import extract
 
 # Far beyond any sane client timeout; the sleep is cancelled with the request.
 HANG_S = 3600.0
@@ -93,6 +96,10 @@ class ScriptedResponder:
             parts = judge_parts(prompt)
             if parts is not None:
                 return "Yes" if overlap_share(*parts) >= self.params.support_on_overlap else "No"
+        if self.params.extract:
+            extracted = extract(prompt)
+            if extracted is not None:
+                return extracted
         return self.params.default
 
     def fault(self, prompt: str, attempt: int) -> Fault | None:

@@ -54,8 +54,11 @@ class RunStore:
 
     # --- parts -----------------------------------------------------------------------------
     def write_batch(self, key: str, tables: dict[str, pa.Table]) -> None:
-        """Write one batch's parts; the commit table goes last, so its presence means complete."""
+        """Write one batch's parts; the commit table goes last, so its presence means complete.
+        Empty parts other than the commit are not written (most batches make no role calls)."""
         for name in sorted(tables, key=lambda n: n == COMMIT_TABLE):
+            if tables[name].num_rows == 0 and name != COMMIT_TABLE:
+                continue
             self.loc.child(name, _part_name(key)).write_bytes_atomic(table_to_bytes(tables[name]))
 
     def part_keys(self, table: str) -> set[str]:

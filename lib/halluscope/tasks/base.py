@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 if TYPE_CHECKING:
     from halluscope.knowledge.base import Knowledge
+    from halluscope.models.base import Completion
     from halluscope.sources import DataResolver
+
+RoleName = Literal["judge", "extractor"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,18 @@ class Verdict:
     evidence: str = ""
 
 
+@dataclass(frozen=True)
+class RoleCall:
+    """Prompts one row sends to a role model (the judge or the extractor) in one phase.
+
+    The stage gathers the calls of every row of a batch and sends them together, so a batch's
+    judge prompts are in flight at once; the replies come back to the same task method."""
+
+    role: RoleName
+    prompts: tuple[str, ...]
+    template: str  # versioned id of the prompt template, part of the call-cache key
+
+
 @dataclass
 class LoadedItems:
     items: list[Item]
@@ -46,20 +61,36 @@ class Task(ABC):
     decomposer: str  # versioned id of D
     verifier: str  # versioned id of V
     knowledge: tuple[str, ...] = ()  # knowledge sources V needs, loaded once per worker
+    roles: tuple[RoleName, ...] = ()  # role models the task calls; a run must configure each
+    # refusal tasks whose decomposition finds no atom count the response as an abstention
+    empty_is_abstention: bool = False
 
     @abstractmethod
     def load_items(self, resolver: "DataResolver") -> LoadedItems: ...
 
+    # Each phase may first ask a role model: ``*_call`` returns the prompts (or None), and the
+    # phase method then gets one reply per prompt, in order. Program-only tasks ignore replies.
+
+    def abstain_call(self, text: str, item: Item) -> RoleCall | None:
+        return None
+
+    def decompose_call(self, text: str, item: Item) -> RoleCall | None:
+        return None
+
+    def verify_call(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> RoleCall | None:
+        return None
+
     @abstractmethod
-    def responded(self, text: str, item: Item) -> bool:
+    def responded(self, text: str, item: Item, replies: Sequence["Completion"] = ()) -> bool:
         """R(y): True when the model answered rather than abstained."""
 
     @abstractmethod
-    def decompose(self, text: str, item: Item) -> list[str]:
+    def decompose(self, text: str, item: Item, replies: Sequence["Completion"] = ()) -> list[str]:
         """D(y): the atomic units of a response (only called when R(y) = 1)."""
 
     @abstractmethod
-    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> list[Verdict]:
+    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge",
+               replies: Sequence["Completion"] = ()) -> list[Verdict]:
         """V: one verdict per atom, in order."""
 
     def replay_keys(self, record: Mapping[str, str]) -> list[str]:

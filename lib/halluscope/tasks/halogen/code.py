@@ -55,11 +55,11 @@ class CodePackages(HalogenTask):
     prompt_file = "prompts_code.csv.gz"
     response_dir = "code"
 
-    def responded(self, text: str, item: Item) -> bool:
+    def responded(self, text: str, item: Item, replies=()) -> bool:
         return not abstained(text)
 
-    def decompose(self, text: str, item: Item) -> list[str]:
+    def decompose(self, text: str, item: Item, replies=()) -> list[str]:
         return extract_imports(text)
 
-    def verify(self, atoms, text, item, kb) -> list[Verdict]:
+    def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
         return [Verdict(*kb.pypi.lookup(a, kb.options.import_name_aliases)) for a in atoms]

@@ -69,10 +69,10 @@ class RationalizationNumerical(_ListTask):
     prompt_file = "prompts_rationalization_numerical.csv.gz"
     response_dir = "rationalization_numerical"
 
-    def responded(self, text: str, item: Item) -> bool:
+    def responded(self, text: str, item: Item, replies=()) -> bool:
         return not abstained(text)
 
-    def decompose(self, text: str, item: Item) -> list[str]:
+    def decompose(self, text: str, item: Item, replies=()) -> list[str]:
         first_line = next((line for line in text.splitlines() if line.strip()), "")
         m = _NUMBER.search(first_line) or _NUMBER.search(text)
         atoms = []
@@ -81,7 +81,7 @@ class RationalizationNumerical(_ListTask):
             atoms.append(f"count: {_NUMBER_WORDS.get(tok, tok)}")
         return atoms + self._entities(text, item)
 
-    def verify(self, atoms, text, item, kb) -> list[Verdict]:
+    def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
         gold_count = item.fields["count"]
         out = []
         for atom in atoms:
@@ -113,13 +113,13 @@ class FalsePresuppositions(_ListTask):
             raise ValueError(f"{where} column 'val': not an integer: {row['val']!r}") from None
         return fields
 
-    def responded(self, text: str, item: Item) -> bool:
+    def responded(self, text: str, item: Item, replies=()) -> bool:
         if abstained(text) or "no response" in text.lower():
             return False
         return bool(self._entities(text, item))
 
-    def decompose(self, text: str, item: Item) -> list[str]:
+    def decompose(self, text: str, item: Item, replies=()) -> list[str]:
         return self._entities(text, item)
 
-    def verify(self, atoms, text, item, kb) -> list[Verdict]:
+    def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
         return self._entity_verdicts(atoms, item)

@@ -14,6 +14,11 @@ _RESULT_FILES = {
     "halogen/rationalization_binary": "rationalization_binary",
     "halogen/rationalization_numerical": "rationalization_numerical",
     "halogen/false_presuppositions": "false_presupposition",
+    "halogen/references": "references",
+    "halogen/summarization": "summarization",
+    "halogen/simplification": "simplification",
+    "halogen/biographies": "biographies",
+    "halogen/historical_events": "historical",
 }
 
 

@@ -93,10 +93,10 @@ class RationalizationBinary(HalogenTask):
             fields["origin"], fields["destination"] = route.group(1), route.group(2)
         return fields
 
-    def responded(self, text: str, item: Item) -> bool:
+    def responded(self, text: str, item: Item, replies=()) -> bool:
         return not abstained(text)
 
-    def decompose(self, text: str, item: Item) -> list[str]:
+    def decompose(self, text: str, item: Item, replies=()) -> list[str]:
         answer = answer_of(text)
         atoms = [f"answer: {answer or 'none'}"]
         if answer == item.fields["gold"]:
@@ -112,7 +112,7 @@ class RationalizationBinary(HalogenTask):
                 atoms.append(f"senator: {m.group(1).strip()}")
         return atoms
 
-    def verify(self, atoms, text, item, kb) -> list[Verdict]:
+    def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
         fields = item.fields
         out = []
         for atom in atoms:

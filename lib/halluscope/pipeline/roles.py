@@ -1,0 +1,75 @@
+"""The run's judge and extractor as the verifying actors call them: batched, cached, accounted.
+
+One phase of one batch sends every row's prompts for a role in one ``generate_batch``, so they
+are in flight together; answers come back to the rows that asked. Each call's tokens are
+recorded per (generation, stage, role) for the cost ledger; answers from the call cache are
+counted apart and cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from halluscope.config import ModelSpec
+from halluscope.models.base import Completion, GenerationRequest, ModelBackend
+from halluscope.models.cache import CachedBackend
+from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.storage.fs import Location
+from halluscope.tasks.base import RoleCall
+
+ROLES = ("judge", "extractor")
+
+
+def role_models(models: Sequence[ModelSpec]) -> dict[str, ModelSpec]:
+    """role -> the model that plays it (the config allows at most one per role)."""
+    return {m.role: m for m in models if m.role in ROLES}
+
+
+class RoleModels:
+    def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None) -> None:
+        self.specs = role_models(models)
+        self._endpoints = endpoints
+        self._cache = cache
+        self._backends: dict[tuple[str, str], ModelBackend] = {}
+
+    def _backend(self, role: str, template: str) -> ModelBackend:
+        key = (role, template)
+        if key not in self._backends:
+            spec = self.specs.get(role)
+            if spec is None:
+                raise RuntimeError(f"a task needs a {role} model but the run configures none")
+            backend = live_backend(spec, self._endpoints.get(spec.id))
+            if self._cache is not None:
+                backend = CachedBackend(backend, self._cache, revision_of(spec), template,
+                                        sampling_of(spec).as_dict())
+            self._backends[key] = backend
+        return self._backends[key]
+
+    def answer(self, calls: dict[str, RoleCall], stage: str, usage: dict[str, list[dict]]) -> dict[str, list[Completion]]:
+        """Replies per row key (the generation id), one per prompt; usage is added to ``usage``."""
+        groups: dict[tuple[str, str], list[tuple[str, int, str]]] = defaultdict(list)
+        for key, call in calls.items():
+            for i, prompt in enumerate(call.prompts):
+                groups[(call.role, call.template)].append((key, i, prompt))
+        replies: dict[str, list[Completion | None]] = {k: [None] * len(c.prompts) for k, c in calls.items()}
+        for (role, template), entries in groups.items():
+            backend = self._backend(role, template)
+            done = backend.generate_batch([GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt)
+                                           for key, i, prompt in entries])
+            per_row: dict[str, dict] = {}
+            for (key, i, _), completion in zip(entries, done):
+                replies[key][i] = completion
+                u = per_row.setdefault(key, {"stage": stage, "role": role, "role_model": backend.model_id,
+                                             "calls": 0, "cached_calls": 0, "failed_calls": 0,
+                                             "input_tokens": 0, "output_tokens": 0})
+                if completion.extra.get("cached"):
+                    u["cached_calls"] += 1
+                    continue
+                u["calls"] += 1
+                u["failed_calls"] += completion.error is not None
+                u["input_tokens"] += completion.input_tokens or 0
+                u["output_tokens"] += completion.output_tokens or 0
+            for key, u in per_row.items():
+                usage[key].append(u)
+        return {k: [c for c in v if c is not None] for k, v in replies.items()}

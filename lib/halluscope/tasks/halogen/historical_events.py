@@ -1,0 +1,59 @@
+"""HALOGEN historical events: prompts ask about meetings between people who never could have met.
+
+Response-level, as the paper: R(y) is the judge's reading of the response - a response that
+describes or confirms the meeting has responded (failed to refuse), one that denies it or does
+not confirm it has abstained. A responded response is one hallucinated unit (f = 1), so H is 1
+wherever defined and the task's signal is R and U = 1 - R. Responses containing an abstention
+phrase are abstentions without a judge call."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from halluscope.models.base import Completion
+from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.halogen import prompts
+from halluscope.tasks.halogen.common import HalogenTask, abstained
+from halluscope.tasks.halogen.llm_verified import reply_text
+from halluscope.tasks.replies import excerpt, parse_yes_no
+
+_PEOPLE = ("name1", "birth1", "death1", "name2", "birth2", "death2")
+
+
+class HistoricalEvents(HalogenTask):
+    name = "halogen/historical_events"
+    kind = "refusal"
+    abstention_rule = f"halogen-phrases-v1+judge:{prompts.MEETING}"
+    decomposer = "response-level-v1"
+    verifier = "meeting-confirmed-v1"
+    roles = ("judge",)
+    prompt_file = "prompts_historicalevents.csv.gz"
+    response_dir = "historical_events"
+
+    def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
+        missing = [k for k in _PEOPLE if not (row.get(k) or "").strip()]
+        if missing:
+            raise ValueError(f"{where}: empty column(s) {missing}")
+        return {k: row[k].strip() for k in _PEOPLE}
+
+    def abstain_call(self, text: str, item: Item) -> RoleCall | None:
+        if abstained(text):
+            return None
+        return RoleCall("judge", (prompts.meeting_prompt(text, item.fields["name1"], item.fields["name2"]),),
+                        prompts.MEETING)
+
+    def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
+        if not replies:  # abstained by phrase, no call made
+            return False
+        answer = reply_text(replies[0], "judge")
+        decided = parse_yes_no(answer)
+        if decided is None:
+            raise ValueError(f"unreadable judge answer: {excerpt(answer)!r}")
+        return decided
+
+    def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
+        return [f"{item.fields['name1']} met {item.fields['name2']}"]
+
+    def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
+        return [Verdict(False, "the judge read the response as describing the meeting") for _ in atoms]
+

@@ -1,0 +1,52 @@
+"""What HALOGEN's LLM-verified tasks share: extractor decomposition into facts, judge verdicts.
+
+A failed call or an answer that cannot be read is never counted as supported: a failed or
+unreadable extraction fails its row (counted in the task's errors), and a failed or unreadable
+judge answer leaves its atom unverified (counted in ``n_unverified``, excluded from H).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from halluscope.models.base import Completion
+from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.halogen import prompts
+from halluscope.tasks.replies import excerpt, parse_list, parse_yes_no
+
+
+def reply_text(reply: Completion, role: str) -> str:
+    if reply.error is not None or reply.text is None:
+        raise RuntimeError(f"{role} call failed: {reply.error or 'no text'}")
+    return reply.text
+
+
+def listed_items(reply: Completion, role: str, what: str) -> list[str]:
+    """Items of an extractor answer; raises when the answer lists nothing and does not say so."""
+    text = reply_text(reply, role)
+    parsed = parse_list(text)
+    if not parsed.items and not parsed.explicit_none:
+        raise ValueError(f"unreadable {role} answer (no {what} found): {excerpt(text)!r}")
+    return parsed.items
+
+
+def judge_verdict(reply: Completion) -> Verdict:
+    """Yes: supported; No: unsupported; a failed call or an unreadable answer: unverified."""
+    if reply.error is not None or reply.text is None:
+        return Verdict(None, f"judge call failed: {reply.error or 'no text'}")
+    decided = parse_yes_no(reply.text)
+    if decided is None:
+        return Verdict(None, f"unreadable judge answer: {excerpt(reply.text)!r}")
+    return Verdict(decided, f"judge: {excerpt(reply.text, 200)}")
+
+
+class FactsByExtractor:
+    """D: the extractor breaks the response into independent facts (one call per response)."""
+
+    decomposer = f"extractor:{prompts.FACTS}"
+
+    def decompose_call(self, text: str, item: Item) -> RoleCall | None:
+        return RoleCall("extractor", (prompts.facts_prompt(text),), prompts.FACTS)
+
+    def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
+        return listed_items(replies[0], "extractor", "facts")

@@ -1,0 +1,55 @@
+"""Prompts HALOGEN's LLM-verified tasks send to the extractor and the judge.
+
+The paper gives only the gist of two of them; the wording here is ours. Each template has a
+versioned id: it is recorded with every verdict and is part of the call-cache key, so changing
+a template's words means a new id. Every template ends with the same layout convention
+(``Passage:``/``References:`` for extraction, ``Premise:``/``Hypothesis:`` or
+``Evidence:``/``Claim:`` for judging) that the scripted stand-in model reads.
+"""
+
+from __future__ import annotations
+
+FACTS = "facts-v1"
+TITLES = "titles-v1"
+ENTAILMENT = "entailment-v1"
+MEETING = "meeting-v1"
+BIO_FACT = "bio-fact-v1"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def facts_prompt(passage: str) -> str:
+    return ("Break the passage below into short, independent facts. Each fact must be understandable on "
+            "its own, so use names instead of pronouns. Write one fact per line, starting with \"- \", "
+            "and write nothing else.\n\n"
+            f"Passage: {passage.strip()}\n"
+            "Facts:")
+
+
+def titles_prompt(response: str) -> str:
+    return ("The text below is an answer that cites scientific or academic references. Copy the title of "
+            "every reference it cites, exactly as written, one per line as \"Title: <title>;\". If it "
+            "cites none, write \"No titles.\"\n\n"
+            f"References: {response.strip()}")
+
+
+def entailment_prompt(premise: str, hypothesis: str) -> str:
+    return (f"Premise: {premise.strip()}\n\n"
+            f"Hypothesis: {one_line(hypothesis)}\n\n"
+            "Does the premise entail the hypothesis? Answer Yes or No.")
+
+
+def meeting_prompt(response: str, first: str, second: str) -> str:
+    return (f"Text: {response.strip()}\n\n"
+            f"Question: does the text say that {first} and {second} met in person? Answer Yes if it "
+            "describes or confirms such a meeting, No if it denies it or does not confirm it.")
+
+
+def bio_fact_prompt(name: str, passages: list[str], fact: str) -> str:
+    evidence = "\n\n".join(p.strip() for p in passages)
+    return (f"Title: {name}\n"
+            f"Evidence: {evidence}\n\n"
+            f"Claim: {one_line(fact)}\n\n"
+            f"Is the claim about {name} supported by the evidence? Answer Yes or No.")

@@ -7,6 +7,7 @@ import json
 import re
 import sys
 
+from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import HalluscopeError
 
 
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_uri")
     rep.add_argument("--json", action="store_true", help="also print metrics.json")
     rep.set_defaults(fn=_cmd_report)
+    add_attribute_parser(sub)
     return p
 
 

@@ -82,7 +82,7 @@ def test_halogen_release_joins():
     rep = load_replay(ReplayModel.model_validate({"id": "gpt_4_0125_turbo", "backend": "replay"}), code, items,
                       resolver)
     assert len(rep.texts) == 1085  # 37 repeated prompts told apart by occurrence
-    with pytest.raises(DataError, match="released no code responses for model 'gpt-5'"):
+    with pytest.raises(DataError, match="released no responses for model 'gpt-5'"):
         load_replay(ReplayModel.model_validate({"id": "gpt-5", "backend": "replay"}), code, items, resolver)
 
 

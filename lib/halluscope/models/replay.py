@@ -50,15 +50,16 @@ def _rows_from_file(path: Path, fmt: str) -> Iterator[tuple[int, dict | None, st
             yield i, row, ""
 
 
-def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple[str, Path, str]:
-    """(label for the manifest, local path, format) of a model's recorded generations for a task."""
+def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple[str, Path, str] | None:
+    """(label for the manifest, local path, format) of a model's recorded generations for a task;
+    None when the source has none for this task (every item is then missing, and counted)."""
     p = spec.params
     if p.source == "halogen":
         if not isinstance(task, HalogenTask):
             raise ConfigError(f"models: '{spec.id}' replays HALOGEN's released responses, "
                               f"which have none for task {task.name}")
         rel = task.released_file(p.name or spec.id)
-        return rel, resolver.resolve(rel), "csv"
+        return (rel, resolver.resolve(rel), "csv") if rel else None
     if not p.path:
         raise ConfigError(f"models: '{spec.id}': params.path is required when params.source is 'file'")
     path = Path(p.path).expanduser()
@@ -72,7 +73,10 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
 
 def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
     """Join one model's recorded generations for one task to that task's items."""
-    source, path, fmt = replay_source(spec, task, resolver)
+    found = replay_source(spec, task, resolver)
+    if found is None:
+        return Replayed({}, "(none released)")
+    source, path, fmt = found
     cols = spec.params.columns
     by_key: dict[str, tuple[int, str]] = {}
     quarantine: list[dict] = []

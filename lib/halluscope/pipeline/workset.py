@@ -76,8 +76,9 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
         total += len(items) * len(models_under_test(cfg))
         for m in models_under_test(cfg):
             if isinstance(m, ReplayModel):
-                label, path, _ = replay_source(m, task, resolver)
-                sources[label] = sha256_file(path)
+                found = replay_source(m, task, resolver)
+                if found is not None:
+                    sources[found[0]] = sha256_file(found[1])
     units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
                                   for t in cfg.tasks for m in models_under_test(cfg)], schema=UNITS)
     return Plan(units, total, sources)

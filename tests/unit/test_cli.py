@@ -30,7 +30,7 @@ def test_unknown_replay_model_fails_before_ray(tmp_path, capsys):
     cfg.write_text(f"storage: {{root: file://{tmp_path}/runs}}\ntasks: [halogen/code]\n"
                    "models: [{id: gpt-5, backend: replay}]\ndata: {download: false}\n")
     assert main(["run", str(cfg), "--run-id", "x"]) == 2
-    assert "released no code responses for model 'gpt-5'" in capsys.readouterr().err
+    assert "released no responses for model 'gpt-5'" in capsys.readouterr().err
 
 
 def test_report_of_a_folder_that_is_no_run(tmp_path, capsys):

@@ -79,7 +79,7 @@ def build_tiny_llama(path: Path | str) -> Path:
     tokenizer.save_pretrained(out)
 
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256,
+                         num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=2048,
                          bos_token_id=bos_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(_SEED)

@@ -34,3 +34,35 @@ def test_code_task_generated_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_
     costs = {(r["model"], r["stage"]): r for r in store.read_table_file("costs.parquet").to_pylist()}
     assert costs[("tiny-llama", "generate")]["calls"] == 4
     assert costs[("tiny-llama", "generate")]["output_tokens"] == sum(g["output_tokens"] for g in gens)
+
+
+def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
+    """The judge role on a vLLM engine: every recorded response is judged, and what the random
+    model answers is either read as a verdict or counted as unreadable, never scored silently."""
+    judge = tiny_spec.model_dump(mode="json")
+    judge.update(id="tiny-judge", role="judge")
+    judge["params"]["max_model_len"] = 2048
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/historical_events"],
+                        "limits": {"max_items_per_task": 3}, "costs": {"price_table": None},
+                        "models": [{"id": "llama_2_13b_chat", "backend": "replay"}, judge]})
+    from ray import serve
+
+    try:
+        result = run(cfg, run_id="judged", progress=False)
+    finally:
+        serve.shutdown()
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "judged")
+    scores = store.read_table("scores").to_pylist()
+    assert len(scores) == 3
+    calls = store.read_table("role_calls").to_pylist()
+    judged = {c["gen_id"] for c in calls if c["role_model"] == "tiny-judge" and c["output_tokens"] > 0}
+    for s in scores:
+        if s["error"] is None:
+            assert s["responded"] is not None
+        else:
+            assert s["error"].startswith("abstain failed: ValueError: unreadable judge answer")
+            assert s["gen_id"] in judged
+    m = [r for r in result.metrics if r["task"] == "halogen/historical_events"][0]
+    assert m["n_items"] + m["n_errors"] == 3
+    costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
+    assert ("tiny-judge", "abstain") in costs

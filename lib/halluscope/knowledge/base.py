@@ -33,8 +33,10 @@ class WikiEvidence:
 
 class Knowledge:
     def __init__(self, resolver: DataResolver, pypi_snapshot: str = SNAPSHOT,
-                 options: VerifierOptions | None = None, index_root: Location | None = None) -> None:
+                 options: VerifierOptions | None = None, index_root: Location | None = None,
+                 clients: int = 1) -> None:
         self.resolver = resolver
+        self.clients = clients  # processes holding a Knowledge at once: they share API rate limits
         self.pypi_snapshot = pypi_snapshot
         self.options = options or VerifierOptions()
         self.index_root = index_root
@@ -56,7 +58,8 @@ class Knowledge:
             from halluscope.knowledge.semantic_scholar import SemanticScholarIndex
 
             return SemanticScholarIndex(base_url=spec.base_url, api_key_env=spec.api_key_env,
-                                        rate_limit_per_s=spec.rate_limit_per_s, fuzzy_threshold=spec.fuzzy_threshold,
+                                        rate_limit_per_s=spec.rate_limit_per_s / self.clients,
+                                        fuzzy_threshold=spec.fuzzy_threshold,
                                         cache_dir=self._cache_dir / "semantic-scholar")
         from halluscope.knowledge.titles import OfflineTitleIndex
 

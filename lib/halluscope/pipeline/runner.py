@@ -143,7 +143,8 @@ def knowledge_for(cfg: RunConfig) -> Knowledge:
     """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Built indexes
     (title pickles, passage embeddings) persist under <storage.root>/_cache/indexes."""
     return Knowledge(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
-                     Location.from_url(f"{cfg.storage.root.rstrip('/')}/_cache/indexes", cfg.storage))
+                     Location.from_url(f"{cfg.storage.root.rstrip('/')}/_cache/indexes", cfg.storage),
+                     clients=cfg.concurrency.verify_actors)
 
 
 def cache_location(cfg: RunConfig) -> Location | None:

@@ -84,6 +84,15 @@ def test_halogen_release_joins():
     assert len(rep.texts) == 1085  # 37 repeated prompts told apart by occurrence
     with pytest.raises(DataError, match="released no responses for model 'gpt-5'"):
         load_replay(ReplayModel.model_validate({"id": "gpt-5", "backend": "replay"}), code, items, resolver)
+    bios = get_task("halogen/biographies")
+    items = bios.load_items(resolver).items
+    rep = load_replay(ReplayModel.model_validate({"id": "llama_2_70b_chat", "backend": "replay"}), bios, items,
+                      resolver)
+    assert len(rep.texts) == 683 and rep.quarantine == []  # its prompts quote the name: joined by name
+    summaries = get_task("halogen/summarization")
+    rep = load_replay(ReplayModel.model_validate({"id": "llama_2_7b_chat", "backend": "replay"}), summaries,
+                      summaries.load_items(resolver).items, resolver)
+    assert rep.texts == {}  # released for four models only: every item is missing, not an error
 
 
 def test_gzip_csv_prompt_file_with_bad_row(tmp_path):

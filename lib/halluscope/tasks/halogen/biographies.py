@@ -33,6 +33,14 @@ class Biographies(FactsByExtractor, HalogenTask):
             raise ValueError(f"{where} column 'name': empty")
         return {"name": name}
 
+    def replay_keys(self, record: Mapping[str, Any]) -> list[str]:
+        """Prompt first; then the person's name, which joins Llama-2-70B's file (its prompts
+        quote the name: "Tell me a bio of 'Suthida'")."""
+        keys = super().replay_keys(record)
+        if record.get("name"):
+            keys.append(f"name:{' '.join(str(record['name']).split())}#{record.get('occurrence', 0)}")
+        return keys
+
     def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
         return not abstained(text)
 

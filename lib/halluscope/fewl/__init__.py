@@ -1,0 +1,10 @@
+"""FEWL (Wei et al.): hallucination scores without gold answers, from weighted reference LLMs.
+
+Modules: ``datasets`` (CHALE, TruthfulQA, HaluEval loaders), ``prompts``/``parsing`` (reference and
+IW/CO calls), ``similarity`` (+ ``cache``), ``neighbours`` (KNN questions), ``score`` (the
+formulas), ``artefacts`` (per-question preparation), ``evaluate`` (the paper's comparisons).
+"""
+
+from halluscope.fewl.score import Fewl, FewlParams, FewlScore, QuestionArtefacts, ReferenceTerm
+
+__all__ = ["Fewl", "FewlParams", "FewlScore", "QuestionArtefacts", "ReferenceTerm"]

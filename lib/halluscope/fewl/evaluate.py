@@ -1,0 +1,144 @@
+"""The paper's evaluation of FEWL as a measure (§4.1, App. C.6): does it score the labelled
+non-hallucinated answer above the hallucinated one, and more often than the naive baseline?
+
+Pairwise: the share of questions where score(positive) > score(negative), strictly (a tie is
+counted apart, not as a win). Ranked first: the count of questions where the positive answer
+outscores every other candidate (Table 3 counts 'best' answers ranked top). Each method is a
+``FewlParams`` variant scored on the same prepared artefacts; the default pair is FEWL against
+"single + no penalty" (one reference, lambda = 1, no laziness penalty).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from halluscope.errors import ConfigError, DataError
+from halluscope.fewl import datasets as ds
+from halluscope.fewl.score import Fewl, FewlParams, MissingReference, QuestionArtefacts
+
+# (positive label, negative label) compared per dataset; the first pair's positive is "ranked first"
+DEFAULT_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
+    "chale": ((ds.NON_HALLUCINATED, ds.HALF_HALLUCINATED), (ds.NON_HALLUCINATED, ds.HALLUCINATED)),
+    "truthfulqa-gen": ((ds.BEST, ds.BAD),),
+    "truthfulqa-mc": ((ds.CORRECT, ds.INCORRECT),),
+    "halueval-qa": ((ds.NON_HALLUCINATED, ds.HALLUCINATED),),
+}
+
+
+def paper_methods(params: FewlParams, single_reference: str) -> dict[str, FewlParams]:
+    """FEWL and the baselines of Tables 1, 3, 10 (and the uniform-lambda ablation of Table 2)."""
+    single = {"single_reference": single_reference, "form": "eq1"}
+    return {
+        "fewl": params,
+        "single_no_penalty": params.variant(**single, penalty=False),
+        "single_penalty": params.variant(**single, penalty=True),
+        "multi_no_penalty": params.variant(weighting="uniform", penalty=False, form="eq1"),
+        "fewl_uniform": params.variant(weighting="uniform"),
+    }
+
+
+@dataclass
+class PairTally:
+    method: str
+    positive: str
+    negative: str
+    wins: int = 0
+    ties: int = 0
+    losses: int = 0
+    skipped: Counter = field(default_factory=Counter)  # reason -> questions
+
+    @property
+    def compared(self) -> int:
+        return self.wins + self.ties + self.losses
+
+    @property
+    def share(self) -> float | None:
+        return self.wins / self.compared if self.compared else None
+
+
+@dataclass
+class FirstTally:
+    method: str
+    label: str
+    first: int = 0
+    compared: int = 0
+    skipped: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class EvaluationReport:
+    setups: dict[str, str]  # method -> setup id of its scores
+    pairwise: list[PairTally]
+    ranked_first: list[FirstTally]
+
+    def share(self, method: str, positive: str, negative: str) -> float | None:
+        return next(t.share for t in self.pairwise
+                    if (t.method, t.positive, t.negative) == (method, positive, negative))
+
+    def to_dict(self) -> dict:
+        return {"setups": self.setups,
+                "pairwise": [{"method": t.method, "positive": t.positive, "negative": t.negative, "wins": t.wins,
+                              "ties": t.ties, "losses": t.losses, "compared": t.compared, "share": t.share,
+                              "skipped": dict(t.skipped)} for t in self.pairwise],
+                "ranked_first": [{"method": t.method, "label": t.label, "first": t.first, "compared": t.compared,
+                                  "skipped": dict(t.skipped)} for t in self.ranked_first]}
+
+
+def _scores(fewl: Fewl, question: ds.Question, art: QuestionArtefacts) -> dict[str, float]:
+    return {c.key: fewl.score(c.text, art).score for c in question.candidates}
+
+
+def evaluate(fewl: Fewl, questions: Sequence[ds.Question], artefacts: Mapping[str, QuestionArtefacts],
+             single_reference: str | None = None, methods: Mapping[str, FewlParams] | None = None,
+             pairs: Sequence[tuple[str, str]] | None = None) -> EvaluationReport:
+    """Score every candidate of every prepared question under each method and tally the comparisons.
+
+    ``methods`` default to FEWL (``fewl.params``) and single + no penalty against ``single_reference``;
+    ``pairs`` default to the dataset's (``DEFAULT_PAIRS``)."""
+    if methods is None:
+        if single_reference is None:
+            raise ConfigError("evaluate: name the single_reference of the baseline, or pass methods")
+        methods = {k: v for k, v in paper_methods(fewl.params, single_reference).items()
+                   if k in ("fewl", "single_no_penalty")}
+    if not questions:
+        raise DataError("evaluate: no question to evaluate")
+    datasets = {q.dataset for q in questions}
+    if pairs is None:
+        if len(datasets) != 1 or next(iter(datasets)) not in DEFAULT_PAIRS:
+            raise ConfigError(f"evaluate: no default answer pairs for datasets {sorted(datasets)}; pass pairs")
+        pairs = DEFAULT_PAIRS[next(iter(datasets))]
+    scorers = {name: fewl.with_params(p) for name, p in methods.items()}
+    tallies = {(m, pos, neg): PairTally(m, pos, neg) for m in methods for pos, neg in pairs}
+    top_label = pairs[0][0]
+    firsts = {m: FirstTally(m, top_label) for m in methods}
+    for q in questions:
+        art = artefacts.get(q.question_id)
+        for m, scorer in scorers.items():
+            skip = None if art is not None else "not prepared"
+            scores: dict[str, float] = {}
+            if skip is None:
+                try:
+                    scores = _scores(scorer, q, art)
+                except MissingReference as err:
+                    skip = f"no answer from reference {err.ref_id}"
+            for pos, neg in pairs:
+                tally = tallies[(m, pos, neg)]
+                a, b = q.first(pos), q.first(neg)
+                if skip or a is None or b is None:
+                    tally.skipped[skip or f"no {pos if a is None else neg} answer"] += 1
+                elif scores[a.key] > scores[b.key]:
+                    tally.wins += 1
+                elif scores[a.key] == scores[b.key]:
+                    tally.ties += 1
+                else:
+                    tally.losses += 1
+            top = q.first(top_label)
+            if skip or top is None:
+                firsts[m].skipped[skip or f"no {top_label} answer"] += 1
+            else:
+                firsts[m].compared += 1
+                firsts[m].first += all(scores[top.key] > s for k, s in scores.items() if k != top.key)
+    return EvaluationReport({m: s.setup_id for m, s in scorers.items()}, list(tallies.values()),
+                            list(firsts.values()))

@@ -1,0 +1,1 @@
+"""HalluLens (Bang et al., 2025): PreciseWikiQA, LongWiki and NonExistentRefusal."""

@@ -1,0 +1,287 @@
+"""PreciseWikiQA and LongWiki test-set generation on 32 fake GoodWiki pages spread over the 10 bins,
+with deterministic fake generators that write questions and answers from the section text."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from halluscope.config import StorageSpec
+from halluscope.errors import DataError, RunError
+from halluscope.hallulens.generation import (LongWikiConfig, PreciseWikiQAConfig, build_wiki_testset,
+                                             difficulty_bin, generate_wiki_items)
+from halluscope.hallulens.sections import count_sentences, words
+from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
+from halluscope.hallulens.testset import ITEMS_FILE, MANIFEST_FILE, TestSet
+from halluscope.models.base import Completion
+from halluscope.storage.fs import Location
+
+# Small bins: h in (-2, 10] is bin 0, (10, 20] bin 1, ..., (90, 100] bin 9.
+EDGES = [-2.0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+FILLER = ("Its records were kept in a stone archive near the river. Scholars visited the archive every "
+          "spring for many years. The collection grew slowly over three centuries of careful work. "
+          "Later surveys confirmed most of the older measurements.")
+PREFIX = {3: "Hard", 6: "Brief", 8: "Bare"}  # pages the fake generator cannot use (see fake_generate)
+
+
+def page_doc(title: str, pageid: int) -> str:
+    """A lead and three sections (the last is dropped): each 7 + 37 = 44 words with a fact to ask about."""
+    parts = []
+    for k, name in enumerate(["lead", "History", "Legacy", "Notes"]):
+        code = f"K{pageid}x{k}"
+        if title.startswith("Wordy"):
+            code = "a very long answer that runs to twelve words in all"
+        body = f"The code of {title} {name} is {code}. {FILLER}"
+        parts.append(body if name == "lead" else f"## {name}\n\n{body}")
+    return "\n\n".join(parts)
+
+
+def pages_and_scores() -> tuple[list[dict], list[tuple[str, float]]]:
+    rows, scores = [], []
+    for b in range(10):
+        for j in range(3):
+            pageid = 1000 + 10 * b + j
+            title = f"{PREFIX.get(b, 'Page')} {b}-{j}"
+            if (b, j) == (7, 0):
+                title = "Wordy 7-0"
+            doc = "A stub page. It is short." if (b, j) == (5, 2) else page_doc(title, pageid)
+            rows.append({"pageid": pageid, "title": title, "revid": pageid * 7, "description": f"Page {pageid}",
+                         "categories": [f"Bin {b}"], "markdown": doc})
+            scores.append((title, 10.0 * b + 5))
+    # no WikiRank score: h = -1, bin 0; a score above the last edge: outside every bin
+    rows.append({"pageid": 999, "title": "Unranked", "revid": 1, "description": None, "categories": [],
+                 "markdown": page_doc("Unranked", 999)})
+    rows.append({"pageid": 998, "title": "Outlier", "revid": 1, "description": None, "categories": [],
+                 "markdown": page_doc("Outlier", 998)})
+    scores.append(("Outlier", 150.0))
+    return rows, scores
+
+
+@pytest.fixture()
+def sources(tmp_path):
+    rows, scores = pages_and_scores()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "goodwiki.parquet")
+    (tmp_path / "enwiki-2024.titles").write_text("".join(f"{t}\n" for t, _ in scores))
+    (tmp_path / "enwiki-2024-h.txt").write_text("".join(f"{h}\n" for _, h in scores))
+    pages = load_goodwiki(str(tmp_path / "goodwiki.parquet"))
+    h = load_harmonic_centrality(str(tmp_path / "enwiki-2024.titles"), str(tmp_path / "enwiki-2024-h.txt"))
+    return pages, h
+
+
+class FakeGenerator:
+    """Answers from the prompt, like a careful model: a question about the section's "code" fact, and
+    the code as the answer. It cannot answer about "Hard" pages, writes no essay question for "Bare"
+    pages and gives two-sentence essays for "Brief" pages. Counts its batched calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, prompts: list[str]) -> list[Completion]:
+        self.calls.append(len(prompts))
+        return [Completion(text=self.reply(p)) for p in prompts]
+
+    @staticmethod
+    def reply(prompt: str) -> str:
+        reference = re.search(r"Reference:\n(.*?)\n\n(?:Question|Reply)", prompt, re.S).group(1)
+        if "\nTitle: " in prompt:  # question writing
+            subject = re.search(r"The code of (.+?) is ", reference).group(1)
+            if "essay" in prompt:
+                return "[NO QUESTION]" if subject.startswith("Bare") else f"Question: Describe the code of {subject}."
+            return f'"What is the code of {subject}?"'
+        question = re.search(r"Question: (.*)", prompt).group(1)
+        subject = re.search(r"code of (.+?)[?.]$", question).group(1)
+        if subject.startswith("Hard"):
+            return "unanswerable"
+        code = re.search(rf"The code of {re.escape(subject)} is (.+?)\. ", reference).group(1)
+        if question.startswith("Describe"):
+            sentences = [f"The code is {code}."] + [s.rstrip(".") + "." for s in FILLER.split(". ")]
+            return " ".join(sentences[:2] if subject.startswith("Brief") else sentences)  # 2 or 5 sentences
+        return code
+
+
+def pwqa(**kw) -> PreciseWikiQAConfig:
+    return PreciseWikiQAConfig(**{"per_bin": 2, "min_words": 20, "max_words": 60, "bin_edges": EDGES, **kw})
+
+
+def test_bins_are_right_inclusive():
+    assert [difficulty_bin(h, EDGES) for h in (-2, -1, 10, 10.5, 100, 100.5)] == [None, 0, 0, 1, 9, None]
+
+
+def test_precise_wikiqa_fills_bins_and_reports(sources):
+    pages, h = sources
+    gen = FakeGenerator()
+    items, report = generate_wiki_items(pwqa(seed=1), pages.pages, h, gen)
+    # one round: every bin takes ceil(2 x 1.2) = 3 pages; then bin 3 has no page left (the others are full)
+    # 29 questions: 10 bins x 3 pages, less bin 5's stub (no usable section, no attempt); the outlier and
+    # bin 0's fourth page are not taken. All 29 questions are valid, so 29 answer checks ("Hard" ones fail).
+    assert report.rounds == 1 and gen.calls == [29, 29]
+    assert report.generator_calls == 2 and report.prompts == 58
+    assert report.notes == {"pages": 32, "pages_outside_bin_edges": 1, "pages_without_h_score": 1}
+    bins = {k: b.as_dict() for k, b in report.bins.items()}
+    assert bins["3"] == {"bin": "3", "target": 2, "made": 0, "candidates": 3, "attempts": 3,
+                         "rejected": {"unanswerable": 3}, "unusable": {}, "surplus": 0, "stopped": "exhausted"}
+    assert bins["5"]["unusable"] == {"no_usable_section": 1} and bins["5"]["attempts"] == 2
+    assert bins["5"]["made"] == 2 and bins["5"]["surplus"] == 0
+    assert bins["7"]["rejected"] == {"answer_too_long": 1} and bins["7"]["made"] == 2
+    assert bins["0"]["candidates"] == 4  # three pages and the unranked one
+    assert [b.bin for b in report.incomplete()] == ["3"]
+    assert "bin 3: 0/2 made after 3 attempts (stopped: exhausted); rejected: unanswerable=3" in report.summary()
+    assert [i.bin for i in items] == [str(b) for b in range(10) if b != 3 for _ in range(2)]
+    for item in items:
+        assert words(item.answer) <= 10 and item.answer.startswith("K")
+        assert item.prompt == f"What is the code of {item.fields['title']} " \
+                              f"{['lead', 'History', 'Legacy'][item.provenance['section_index']]}?"
+        assert item.answer in item.fields["reference"] and item.fields["pageid"] in pages_by_id(pages)
+        assert item.provenance["generator_model"] == "meta-llama/Llama-3.1-70B-Instruct"
+        assert item.fields["h_score_cat"] == int(item.bin) and item.provenance["seed"] == 1
+
+
+def pages_by_id(pages):
+    return {p.pageid: p for p in pages.pages}
+
+
+def test_bounded_attempts_stop_a_failing_bin(sources):
+    pages, h = sources
+    items, report = generate_wiki_items(pwqa(seed=1, max_attempts_per_bin=2), pages.pages, h, FakeGenerator())
+    hard = report.bins["3"]
+    assert (hard.made, hard.attempts, hard.stopped, dict(hard.rejected)) == (0, 2, "max_attempts", {"unanswerable": 2})
+    assert "bin 3: 0/2 made after 2 attempts (stopped: max_attempts); rejected: unanswerable=2" in report.summary()
+    assert all(b.attempts <= 2 for b in report.bins.values())
+    assert not any(i.bin == "3" for i in items)
+
+
+def test_rounds_batch_all_bins(sources):
+    """Without oversampling a rejected page is replaced in the next round; each round is two batched calls."""
+    pages, h = sources
+    gen = FakeGenerator()
+    items, report = generate_wiki_items(pwqa(seed=4, oversample=0.0), pages.pages, h, gen)
+    assert report.rounds >= 2 and len(gen.calls) == 2 * report.rounds
+    assert gen.calls[0] == 20  # round 1: 2 pages per bin; bin 5's stub costs no attempt, a third page is taken
+    assert [b.bin for b in report.incomplete()] == ["3"]
+    assert sum(b.surplus for b in report.bins.values()) == 0
+
+
+def test_reproducible_bit_for_bit_and_seeded(sources, tmp_path):
+    pages, h = sources
+    first = build_wiki_testset(Location.from_url(str(tmp_path / "a")), pwqa(seed=1), pages, h, FakeGenerator())
+    second = build_wiki_testset(Location.from_url(str(tmp_path / "b")), pwqa(seed=1), pages, h, FakeGenerator())
+    assert first.testset_id == second.testset_id and not second.reused
+    for name in (ITEMS_FILE, MANIFEST_FILE):
+        assert (tmp_path / "a" / "precise_wikiqa" / first.testset_id / name).read_bytes() == \
+               (tmp_path / "b" / "precise_wikiqa" / second.testset_id / name).read_bytes()
+    other = build_wiki_testset(Location.from_url(str(tmp_path / "a")), pwqa(seed=2), pages, h, FakeGenerator())
+    assert all(a != b for a, b in zip(other.testset_id.split("-"), first.testset_id.split("-")))  # spec, content
+    assert [i.prompt for i in other.items] != [i.prompt for i in first.items]
+    assert sorted(Location.from_url(str(tmp_path / "a" / "precise_wikiqa")).list_names()) == \
+           sorted([first.testset_id, other.testset_id])
+
+
+def test_same_spec_is_reused_not_regenerated(sources, tmp_path):
+    pages, h = sources
+    root = Location.from_url(str(tmp_path / "store"))
+    gen = FakeGenerator()
+    made = build_wiki_testset(root, pwqa(seed=3), pages, h, gen)
+    calls = len(gen.calls)
+    again = build_wiki_testset(root, pwqa(seed=3), pages, h, gen)
+    assert again.reused and len(gen.calls) == calls and again.testset_id == made.testset_id
+    assert [i.row() for i in again.items] == [i.row() for i in made.items]
+    assert again.report["bins"]["3"]["stopped"] == "exhausted"
+    # another attempt bound is another spec
+    assert not build_wiki_testset(root, pwqa(seed=3, max_attempts_per_bin=3), pages, h, gen).reused
+
+
+def test_read_back_checks_integrity(sources, tmp_path):
+    pages, h = sources
+    root = Location.from_url(str(tmp_path))
+    ts = build_wiki_testset(root, pwqa(seed=1), pages, h, FakeGenerator())
+    back = TestSet.read(root, "precise_wikiqa", ts.testset_id)
+    assert back.counts() == {str(b): 2 for b in range(10) if b != 3}
+    item = back.task_items()[0]
+    assert item.fields["answer"] == back.items[0].answer and item.fields["bin"] == back.items[0].bin
+    manifest = json.loads((tmp_path / "precise_wikiqa" / ts.testset_id / MANIFEST_FILE).read_text())
+    assert manifest["spec"]["sources"]["goodwiki"]["sha256"] == pages.refs[0].sha256
+    assert manifest["report"]["complete"] is False
+    # items edited after the fact no longer match the id
+    table = pq.read_table(tmp_path / "precise_wikiqa" / ts.testset_id / ITEMS_FILE)
+    pq.write_table(table.slice(1), tmp_path / "precise_wikiqa" / ts.testset_id / ITEMS_FILE)
+    with pytest.raises(DataError, match="does not match its id"):
+        TestSet.read(root, "precise_wikiqa", ts.testset_id)
+    with pytest.raises(DataError, match="no test set nope"):
+        TestSet.read(root, "precise_wikiqa", "nope")
+
+
+def test_generator_returning_wrong_count_is_an_error(sources):
+    pages, h = sources
+    with pytest.raises(RunError, match="question generation: the generator returned 0 completions for 29"):
+        generate_wiki_items(pwqa(seed=1), pages.pages, h, lambda prompts: [])
+
+
+def test_generator_errors_are_counted(sources):
+    pages, h = sources
+    _, report = generate_wiki_items(pwqa(seed=1, max_attempts_per_bin=3), pages.pages, h,
+                                    lambda prompts: [Completion(text=None, error="HTTP 503") for _ in prompts])
+    assert all(dict(b.rejected) == {"generator_error": b.attempts} for b in report.bins.values())
+    assert report.rounds == 1 and report.generator_calls == 1  # no question: no answer call
+
+
+def test_longwiki(sources):
+    pages, h = sources
+    config = LongWikiConfig(per_bin=1, min_words=20, max_words=60, bin_edges=EDGES, seed=5)
+    allowed = [p.title for p in pages.pages if p.title != "Page 9-0"]  # one page missing from the verification DB
+    items, report = generate_wiki_items(config, pages.pages, h, FakeGenerator(), allowed_titles=allowed)
+    assert report.notes["pages_not_in_allowed_titles"] == 1
+    assert list(report.bins) == ["5", "6", "7", "8", "9"] and report.bins["9"].candidates == 2
+    # each bin takes ceil(1 x 1.2) = 2 pages per round; "Brief" and "Bare" bins fail both, then hit the bound of 2
+    assert dict(report.bins["6"].rejected) == {"mock_answer_too_short": 2}
+    assert dict(report.bins["8"].rejected) == {"no_question": 2}
+    assert report.bins["6"].stopped == report.bins["8"].stopped == "max_attempts"
+    assert [i.bin for i in items] == ["5", "7", "9"]
+    for item in items:
+        assert item.task == "longwiki" and item.prompt.startswith("Describe the code of ")
+        assert count_sentences(item.answer) >= 4 and not item.prompt.startswith('"')
+
+
+def test_testset_on_s3(sources, s3_endpoint, bucket):
+    pages, h = sources
+    root = Location.from_url(f"s3://{bucket}/testsets", StorageSpec(root=f"s3://{bucket}", endpoint_url=s3_endpoint))
+    ts = build_wiki_testset(root, pwqa(seed=1), pages, h, FakeGenerator())
+    back = TestSet.read(root, "precise_wikiqa", ts.testset_id)
+    assert back.testset_id == ts.testset_id and len(back.items) == 18
+    assert TestSet.find(root, pwqa(seed=1).spec(back.spec.sources)) is not None
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"bin_edges": [0.0, 1.0, 1.0]}, "bin_edges must be at least two strictly increasing numbers"),
+    ({"bins": [3, 10]}, r"bins must be distinct levels in 0..9, got \[3, 10\]"),
+    ({"bins": [2, 2]}, "bins must be distinct levels"),
+    ({"min_words": 400}, r"min_words \(400\) exceeds max_words \(375\)"),
+    ({"per_bin": 0}, "greater than 0"),
+])
+def test_config_validation(kw, message):
+    with pytest.raises(ValueError, match=message):
+        PreciseWikiQAConfig(**kw)
+
+
+def test_backend_adapter(sources):
+    """Any ModelBackend plugs in: requests carry the task and a per-prompt id."""
+    from halluscope.hallulens.generation import BackendGenerate
+
+    class Backend:
+        model_id = "fake"
+
+        def __init__(self):
+            self.requests = []
+
+        def generate_batch(self, requests):
+            self.requests += requests
+            return [Completion(text=FakeGenerator.reply(r.prompt)) for r in requests]
+
+    pages, h = sources
+    backend = Backend()
+    items, _ = generate_wiki_items(pwqa(seed=1), pages.pages, h, BackendGenerate(backend, "precise_wikiqa"))
+    assert len(items) == 18 and {r.task for r in backend.requests} == {"precise_wikiqa"}
+    assert len({r.item_id for r in backend.requests}) == len(backend.requests) == 58

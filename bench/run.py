@@ -31,7 +31,8 @@ def loop_seconds(root: str) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
     from halluscope.config import default_config
     from halluscope.pipeline import stages
-    from halluscope.pipeline.workset import expand_unit, plan, resolver_for
+    from halluscope.pipeline.runner import knowledge_for
+    from halluscope.pipeline.workset import expand_unit, plan, resolver_for, testset_locations
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
@@ -39,10 +40,10 @@ def loop_seconds(root: str) -> tuple[float, int]:
     cfg = default_config()
     store = RunStore(Location.from_url(root), "loop")
     resolver = resolver_for(cfg)
-    evaluate = stages.Evaluate(resolver, cfg.data.pypi_index, cfg.verifiers, store)
+    evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store)
     rows = 0
     for batch in expand_unit(plan(cfg, store).units, store, resolver, cfg.limits.max_items_per_task, frozenset(),
-                             cfg.concurrency.batch_size):
+                             cfg.concurrency.batch_size, testset_locations(cfg)):
         rows += evaluate(batch).column("rows")[0].as_py()
     return time.perf_counter() - t0, rows
 

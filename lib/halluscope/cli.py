@@ -25,6 +25,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_testset(args: argparse.Namespace) -> int:
+    from halluscope.hallulens.build import load_job, run_job, uri
+
+    job = load_job(args.job)
+    for ts in run_job(job):
+        print(uri(ts, job))
+        print("  " + ts.report.summary().replace("\n", "\n  "))
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     """Serve a run config's served models (scripted, hf, vllm) until interrupted; a Ray Serve
     config file (with `applications:`, as in serve/) is handed to `serve run`."""
@@ -46,7 +56,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     served = [m for m in cfg.models if m.backend in ("scripted", "hf", "vllm")]
     if not served:
         raise HalluscopeError(f"{args.config} has no served models (backend scripted, hf or vllm)")
-    init_ray(cfg)
+    init_ray(cfg.ray)
     endpoints = deploy(served, http_port=args.http_port or cfg.serve_http_port)
     for e in endpoints.values():
         print(f"{e.model_id}: {e.base_url} (Serve app {e.app_name})")
@@ -99,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_uri")
     rep.add_argument("--json", action="store_true", help="also print metrics.json")
     rep.set_defaults(fn=_cmd_report)
+    ts = sub.add_parser("testset", help="build HalluLens test sets (one per trial seed) and print their URIs")
+    ts.add_argument("job", help="test-set job YAML (path or URL)")
+    ts.set_defaults(fn=_cmd_testset)
     add_attribute_parser(sub)
     return p
 

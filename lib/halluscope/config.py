@@ -258,6 +258,8 @@ class RunConfig(_Strict):
     data: DataSpec = Field(default_factory=DataSpec)
     models: list[ModelSpec] = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)
+    testsets: dict[str, list[str]] = Field(
+        default_factory=dict, description="task -> URIs of its generated test sets (<root>/<task>/<id>), one per trial")
     limits: Limits = Field(default_factory=Limits)
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     cache: CacheSpec = Field(default_factory=CacheSpec)
@@ -286,11 +288,11 @@ class RunConfig(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of what changes results (not run_id, storage, data location, width or Ray settings)."""
-        keep = self.model_dump(mode="json", include={"models", "tasks", "limits", "verifiers"})
+        keep = self.model_dump(mode="json", include={"models", "tasks", "testsets", "limits", "verifiers"})
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _format_validation_error(err: ValidationError, source: str) -> str:
+def validation_message(err: ValidationError, source: str) -> str:
     lines = [f"invalid run config {source}:"]
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
@@ -305,7 +307,7 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err, source)) from None
+        raise ConfigError(validation_message(err, source)) from None
     check_task_names(cfg.tasks, source)
     check_task_needs(cfg, source)
     return cfg
@@ -322,6 +324,9 @@ def check_task_needs(cfg: RunConfig, source: str) -> None:
             if role not in roles:
                 raise ConfigError(f"invalid run config {source}: task '{name}' needs a {role} model; "
                                   f"add one to models with role: {role}")
+        if name.startswith("hallulens/") and not cfg.testsets.get(name):
+            raise ConfigError(f"invalid run config {source}: task '{name}' needs testsets.{name}: the URIs of its "
+                              "test sets, one per trial (made by `halluscope testset`)")
         for knowledge, field in (("titles", "verifiers.titles"), ("wiki", "verifiers.wiki")):
             if knowledge in task.knowledge and getattr(cfg.verifiers, knowledge) is None:
                 raise ConfigError(f"invalid run config {source}: task '{name}' needs {field} to be set")
@@ -338,20 +343,24 @@ def check_task_names(names: list[str], source: str) -> None:
             raise ConfigError(f"invalid run config {source}: tasks.{i}: unknown task '{name}'{hint}")
 
 
-def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
-    """Load a YAML config from a local path or any fsspec URL."""
+def read_yaml(uri: str, what: str = "run config", storage_options: dict | None = None) -> Any:
+    """A YAML document from a local path or any fsspec URL."""
     import fsspec
 
     try:
         with fsspec.open(uri, "r", **(storage_options or {})) as f:
             text = f.read()
     except FileNotFoundError:
-        raise ConfigError(f"run config not found: {uri}") from None
+        raise ConfigError(f"{what} not found: {uri}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"run config {uri} is not valid YAML: {err}") from None
-    return parse_config(data, uri)
+        raise ConfigError(f"{what} {uri} is not valid YAML: {err}") from None
+
+
+def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
+    """Load a YAML run config from a local path or any fsspec URL."""
+    return parse_config(read_yaml(uri, "run config", storage_options), uri)
 
 
 def default_config() -> RunConfig:

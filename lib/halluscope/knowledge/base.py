@@ -12,6 +12,7 @@ from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 
 if TYPE_CHECKING:
+    from halluscope.hallulens.longwiki import EvidenceFinder
     from halluscope.knowledge.retrieval import DenseRetriever
     from halluscope.knowledge.titles import TitleIndex
 
@@ -77,6 +78,14 @@ class Knowledge:
         store = ArticleStore.load(source, max_words=spec.passage_words)
         root = self.index_root or Location.from_url(f"file://{self._cache_dir}")
         return WikiEvidence(DenseRetriever.cached(store, Encoder(spec.encoder), root), spec.top_k)
+
+    @cached_property
+    def longwiki_evidence(self) -> "EvidenceFinder":
+        from halluscope.hallulens.longwiki import EvidenceFinder, LongWikiOptions
+
+        spec = self.options.wiki
+        assert spec is not None  # checked with the config
+        return EvidenceFinder(self.wiki.retriever, LongWikiOptions(passage_words=spec.passage_words, top_k=spec.top_k))
 
     def describe(self, needed: set[str]) -> dict:
         """Provenance of the knowledge the run's tasks use, for the manifest. Loading it here,

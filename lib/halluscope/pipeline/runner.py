@@ -10,17 +10,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.compute as pc
 import ray
 
 from halluscope import __version__
-from halluscope.config import DEFAULT_PRICE_TABLE, RunConfig
+from halluscope.config import DEFAULT_PRICE_TABLE, RaySpec, RunConfig
 from halluscope.errors import RunError
 from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
+from halluscope.hallulens import report as hallulens_report
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
-from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for
+from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -42,17 +44,17 @@ def default_run_id(cfg: RunConfig) -> str:
     return f"{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
 
 
-def init_ray(cfg: RunConfig) -> None:
+def init_ray(spec: RaySpec) -> None:
     """Join the cluster named by the config or RAY_ADDRESS (set inside `ray job submit`), else
     start a local Ray sized for the pipeline's stages."""
     if ray.is_initialized():
         return
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    address = spec.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)
         return
-    ray.init(num_cpus=cfg.ray.num_cpus or max(4, os.cpu_count() or 1),
-             object_store_memory=cfg.ray.object_store_memory_mb * 1024 * 1024,
+    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
+             object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
              include_dashboard=False, log_to_driver=False)
 
 
@@ -94,7 +96,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store.write_json("manifest.json", manifest)
 
     mark = time.time()
-    init_ray(cfg)
+    init_ray(cfg.ray)
     ray.data.DataContext.get_current().enable_progress_bars = progress
     timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
@@ -106,7 +108,10 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
 
     mark = time.time()
     scores = store.read_table("scores")
-    metrics = halogen_metrics.compute(scores)
+    halogen_scores = scores.filter(pc.starts_with(scores.column("task"), "halogen/"))
+    metrics = halogen_metrics.compute(halogen_scores) + hallulens_report.compute(
+        scores, store.read_table("verdicts", ["gen_id", "task", "evidence"]),
+        {t: store.read_items(t) for t in cfg.tasks if t.startswith("hallulens/")})
     costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg),
                    store.read_table("role_calls"))
     store.write_costs(costs)
@@ -191,7 +196,7 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
     ds = ds.map_batches(expand_unit, batch_size=1, batch_format="pyarrow",
                         fn_kwargs={"store": store, "resolver": resolver_for(cfg),
                                    "limit": cfg.limits.max_items_per_task, "done": ray.put(frozenset(done)),
-                                   "chunk_rows": conc.batch_size})
+                                   "chunk_rows": conc.batch_size, "testsets": testset_locations(cfg)})
     if any(m.backend != "replay" for m in cfg.models):
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",

@@ -8,7 +8,6 @@ already committed. Parsing recorded files thus streams with the rest of the pipe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Iterator
 
 import pyarrow as pa
@@ -20,6 +19,7 @@ from halluscope.config import ModelSpec, ReplayModel, RunConfig
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
+from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
 from halluscope.tasks.base import Item, Task
 from halluscope.tasks.registry import get_task
@@ -44,10 +44,19 @@ def resolver_for(cfg: RunConfig) -> DataResolver:
     return DataResolver(cfg.data.dir, cfg.data.cache_dir, cfg.data.download)
 
 
-@lru_cache(maxsize=32)
-def _task_items(task_name: str, resolver: DataResolver) -> list[Item]:
+def testset_locations(cfg: RunConfig) -> dict[str, tuple[Location, ...]]:
+    return {task: tuple(Location.from_url(u, cfg.storage) for u in uris) for task, uris in cfg.testsets.items()}
+
+
+_ITEMS: dict[tuple, list[Item]] = {}
+
+
+def _task_items(task_name: str, resolver: DataResolver, testsets: tuple[Location, ...]) -> list[Item]:
     """Every item of a task, loaded once per worker process."""
-    return get_task(task_name).load_items(resolver).items
+    key = (task_name, resolver, tuple(t.url for t in testsets))
+    if key not in _ITEMS:
+        _ITEMS[key] = get_task(task_name).load_items(resolver, testsets).items
+    return _ITEMS[key]
 
 
 def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
@@ -69,7 +78,7 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     total = 0
     for name in cfg.tasks:
         task = get_task(name)
-        loaded = task.load_items(resolver)
+        loaded = task.load_items(resolver, testset_locations(cfg).get(name, ()))
         sources.update(loaded.sources)
         items = loaded.items[:limit] if limit else loaded.items
         _write_items(store, task, items)
@@ -88,7 +97,8 @@ _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels 
 
 
 def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
-                done: "ray.ObjectRef | frozenset[str]", chunk_rows: int) -> Iterator[pa.Table]:
+                done: "ray.ObjectRef | frozenset[str]", chunk_rows: int,
+                testsets: dict[str, tuple[Location, ...]]) -> Iterator[pa.Table]:
     """Rows still to do for a batch of units, in chunks of ``chunk_rows`` (each chunk becomes one
     batch downstream and one committed part); quarantined input rows are written per unit.
     ``done`` (ids committed by an earlier attempt) travels once through the object store."""
@@ -97,7 +107,7 @@ def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit:
     rows: list[dict] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
-        all_items = _task_items(task.name, resolver)
+        all_items = _task_items(task.name, resolver, testsets.get(task.name, ()))
         items = all_items[:limit] if limit else all_items
         todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
         texts: dict[str, str] | None = None

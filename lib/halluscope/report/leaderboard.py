@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from halluscope.hallulens.report import leaderboard_section as hallulens_section
 from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE
 from halluscope.tasks.halogen.published import SOURCE, published
 
@@ -45,11 +46,13 @@ def paper_tables(metrics: list[dict]) -> list[str]:
 
 
 def leaderboard(metrics: list[dict], run_id: str) -> str:
+    hallulens = [m for m in metrics if m.get("benchmark") == "hallulens"]
+    metrics = [m for m in metrics if m.get("benchmark") != "hallulens"]
     lines = [f"# halluscope leaderboard: run `{run_id}`", "",
              "H = hallucination score (macro; micro in brackets), R = response ratio, U = utility. "
              "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
              f"({SOURCE}).", ""]
-    lines += paper_tables(metrics)
+    lines += paper_tables(metrics) + hallulens_section(hallulens)
     tasks = sorted({m["task"] for m in metrics if not m.get("aggregate")})
     cost = next((m for m in metrics if m["task"] == "costs/total"), None)
     for task in tasks:

@@ -108,6 +108,11 @@ class RunStore:
     def items_location(self, task: str) -> Location:
         return self.loc.child("items", task.replace("/", "__") + ".parquet")
 
+    def read_items(self, task: str) -> pa.Table:
+        loc = self.items_location(task)
+        with loc.fs.open(loc.path, "rb") as f:
+            return pq.read_table(f)
+
     # --- json documents ----------------------------------------------------------------------
     def write_json(self, name: str, doc: object) -> None:
         self.loc.child(name).write_bytes_atomic(json.dumps(doc, indent=2, sort_keys=True, default=str).encode())

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from halluscope.knowledge.base import Knowledge
     from halluscope.models.base import Completion
     from halluscope.sources import DataResolver
+    from halluscope.storage.fs import Location
 
 RoleName = Literal["judge", "extractor"]
 
@@ -66,7 +67,8 @@ class Task(ABC):
     empty_is_abstention: bool = False
 
     @abstractmethod
-    def load_items(self, resolver: "DataResolver") -> LoadedItems: ...
+    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = ()) -> LoadedItems:
+        """The task's items: from released files, or from the generated test sets the run lists."""
 
     # Each phase may first ask a role model: ``*_call`` returns the prompts (or None), and the
     # phase method then gets one reply per prompt, in order. Program-only tasks ignore replies.

@@ -10,8 +10,9 @@ from halluscope.tasks.base import Task
 @lru_cache(maxsize=1)
 def _tasks() -> dict[str, Task]:
     from halluscope.tasks.halogen import TASKS as HALOGEN
+    from halluscope.tasks.hallulens import TASKS as HALLULENS
 
-    return {t.name: t for t in HALOGEN}
+    return {t.name: t for t in [*HALOGEN, *HALLULENS]}
 
 
 def task_names() -> list[str]:

@@ -1,0 +1,148 @@
+"""The test-set job: build one HalluLens test set per trial seed and print where they are.
+
+The generator models are reached like every model of a run: served by this job (scripted, hf,
+vllm) or over an OpenAI-compatible API, through the call cache, so a rebuilt test set with a
+deterministic or cached generator costs nothing. The generation rounds batch their prompts, and
+the model calls spread over the serving replicas. A test set whose spec (task, seed, sizes,
+models, templates, source hashes) was built before is reused. The printed URIs go under
+``testsets.<task>`` of a run config.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from halluscope.config import ModelSpec, RaySpec, StorageSpec, read_yaml, validation_message
+from halluscope.errors import ConfigError
+from halluscope.hallulens import generation, nonexistent, search, sources
+from halluscope.hallulens.testset import TestSet
+from halluscope.storage.fs import Location, storage_options
+
+BUILDERS = {"precise_wikiqa": "hallulens/precise_wikiqa", "longwiki": "hallulens/longwiki",
+            "mixed_entities": "hallulens/nonexistent_mixed", "generated_entities": "hallulens/nonexistent_generated"}
+
+
+class Sources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    goodwiki: list[str] = Field(default_factory=list, description="GoodWiki Parquet/JSONL files")
+    wikirank_titles: str | None = None
+    wikirank_scores: str | None = None
+    itis_hierarchy: str | None = None
+    itis_longnames: str | None = None
+    medicines: str | None = None
+
+
+class SearchSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    provider: Literal["brave", "fixture"] = "brave"
+    fixture: str | None = Field(default=None, description="JSON file of query -> results (provider: fixture)")
+    brave: search.BraveSearchConfig = Field(default_factory=search.BraveSearchConfig)
+
+
+class TestSetJob(BaseModel):
+    """What ``halluscope testset`` reads: the task, the trial seeds, sources and generators."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    root: str | None = Field(default=None, description="where test sets go; default <storage.root>/testsets")
+    task: Literal["precise_wikiqa", "longwiki", "mixed_entities", "generated_entities"]
+    seeds: list[int] = Field(default=[0], min_length=1, description="one test set (trial) per seed")
+    params: dict[str, Any] = Field(default_factory=dict, description="the task's generation config (sizes, bins...)")
+    sources: Sources = Field(default_factory=Sources)
+    generators: list[ModelSpec] = Field(default_factory=list)
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    ray: RaySpec = Field(default_factory=RaySpec)
+
+
+def _config(job: TestSetJob, seed: int):
+    model = {"precise_wikiqa": generation.PreciseWikiQAConfig, "longwiki": generation.LongWikiConfig,
+             "mixed_entities": nonexistent.MixedEntitiesConfig,
+             "generated_entities": nonexistent.GeneratedEntitiesConfig}[job.task]
+    params = {**job.params, "seed": seed}
+    if job.task == "generated_entities":
+        params.setdefault("models", [g.id for g in job.generators])
+    elif job.task in ("precise_wikiqa", "longwiki") and job.generators:
+        params.setdefault("generator_model", job.generators[0].id)
+    return model.model_validate(params)
+
+
+def _require(value: Any, field: str, job: TestSetJob) -> Any:
+    if not value:
+        raise ConfigError(f"test-set job for {job.task}: sources.{field} is required")
+    return value
+
+
+def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
+    """One test set per seed; ``backends`` maps generator model id -> ModelBackend."""
+    opts = storage_options(job.storage) if job.storage.root.startswith("s3://") else None
+    root = Location.from_url(job.root or f"{job.storage.root.rstrip('/')}/testsets", job.storage)
+    generate = {mid: generation.BackendGenerate(b, f"testset:{job.task}") for mid, b in backends.items()}
+    out = []
+    if job.task in ("precise_wikiqa", "longwiki"):
+        if len(generate) != 1:
+            raise ConfigError(f"test-set job for {job.task}: exactly one generator model, got {len(generate)}")
+        pages = sources.load_goodwiki(_require(job.sources.goodwiki, "goodwiki", job), storage_options=opts)
+        scores = sources.load_harmonic_centrality(_require(job.sources.wikirank_titles, "wikirank_titles", job),
+                                                  job.sources.wikirank_scores,
+                                                  only={p.title for p in pages.pages}, storage_options=opts)
+        for seed in job.seeds:
+            out.append(generation.build_wiki_testset(root, _config(job, seed), pages, scores,
+                                                     next(iter(generate.values()))))
+    elif job.task == "mixed_entities":
+        taxonomy = sources.load_itis(job.sources.itis_hierarchy, job.sources.itis_longnames, storage_options=opts) \
+            if job.sources.itis_hierarchy and job.sources.itis_longnames else None
+        medicines = sources.load_medicines(job.sources.medicines, storage_options=opts) \
+            if job.sources.medicines else None
+        for seed in job.seeds:
+            out.append(nonexistent.build_mixed_testset(root, _config(job, seed), taxonomy, medicines))
+    else:
+        provider: search.SearchProvider = (
+            search.FixtureSearchProvider.from_json(_require(job.search.fixture, "fixture (search)", job))
+            if job.search.provider == "fixture" else search.BraveSearch(job.search.brave))
+        for seed in job.seeds:
+            out.append(nonexistent.build_generated_testset(root, _config(job, seed), generate, provider))
+    return out
+
+
+def load_job(uri: str) -> TestSetJob:
+    data = read_yaml(uri, "test-set job")
+    try:
+        return TestSetJob.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(validation_message(err, uri).replace("invalid run config", "invalid test-set job")) from None
+
+
+def uri(ts: TestSet, job: TestSetJob) -> str:
+    root = job.root or f"{job.storage.root.rstrip('/')}/testsets"
+    return f"{root.rstrip('/')}/{ts.spec.task}/{ts.testset_id}"
+
+
+def run_job(job: TestSetJob) -> list[TestSet]:
+    """Serve or reach the generators (through the call cache), then build every seed's test set."""
+    from halluscope.models.cache import CachedBackend
+    from halluscope.models.registry import live_backend, revision_of, sampling_of
+
+    served = [g for g in job.generators if g.backend in ("scripted", "hf", "vllm")]
+    endpoints: dict = {}
+    if served:
+        from halluscope.pipeline.runner import init_ray
+        from halluscope.serving.app import deploy
+
+        init_ray(job.ray)
+        endpoints = deploy(served)
+    try:
+        cache = Location.from_url(f"{job.storage.root.rstrip('/')}/_cache/calls", job.storage)
+        backends = {g.id: CachedBackend(live_backend(g, endpoints.get(g.id)), cache, revision_of(g),
+                                        f"testset:{job.task}", sampling_of(g).as_dict())
+                    for g in job.generators}
+        return build(job, backends)
+    finally:
+        if endpoints:
+            from halluscope.serving.app import shutdown
+
+            shutdown(endpoints)

@@ -1,0 +1,87 @@
+"""HalluLens metrics of a run: its rows read back as judged records, per model, trial and task,
+then the paper's rates per trial and their mean and standard deviation over trials.
+
+NonExistentRefusal's two subtasks are two tasks of the run; their headline is the mean of the
+subtask rates, reported under ``hallulens/nonexistent``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+
+from halluscope.hallulens import judging, metrics as hm
+
+PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
+SUBTASKS = {"hallulens/nonexistent_mixed": "mixed", "hallulens/nonexistent_generated": "generated"}
+NONEXISTENT = "hallulens/nonexistent"
+
+
+def _judged(task: str, s: dict, fields: dict, label: str | None) -> Any:
+    error, responded, b = s["error"], s["responded"], fields.get("bin")
+    if task == PWQA:
+        return hm.QAJudged(s["item_id"], None if error else not responded,
+                           label if responded and label in judging.LABELS else None, b, error)
+    if task == LONGWIKI:
+        n_unverified = s["n_unverified"] if responded else 0
+        n_supported = s["n_atoms"] - s["n_unsupported"] - n_unverified if responded else 0
+        return hm.LongFormJudged(s["item_id"], None if error else not responded, s["n_atoms"] if responded else 0,
+                                 n_supported, n_unverified, b, error)
+    return hm.EntityJudged(s["item_id"], SUBTASKS[task], str(b), None if error else bool(responded), error)
+
+
+def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table]) -> list[dict]:
+    """One record per (model, HalluLens task): trial count, mean/std of the paper's metrics, and
+    each trial's full breakdown (counts, per-bin and per-domain rates)."""
+    fields = {(task, r["item_id"]): json.loads(r["fields"])
+              for task, t in items.items() for r in t.select(["item_id", "fields"]).to_pylist()}
+    # PreciseWikiQA's correctness label is the evidence of the answer's verdict
+    labels = {v["gen_id"]: v["evidence"] for v in verdicts.select(["gen_id", "task", "evidence"]).to_pylist()
+              if v["task"] == PWQA}
+    per_trial: dict[tuple[str, str, int], list] = defaultdict(list)
+    for s in scores.to_pylist():
+        task = s["task"]
+        if not task.startswith("hallulens/"):
+            continue
+        f = fields.get((task, s["item_id"]), {})
+        group = NONEXISTENT if task in SUBTASKS else task
+        per_trial[(s["model"], group, int(f.get("trial", 0)))].append(_judged(task, s, f, labels.get(s["gen_id"])))
+    aggregate: dict[str, tuple[Callable[[Iterable], dict], tuple[str, ...]]] = {
+        PWQA: (hm.precise_wikiqa, hm.PRECISE_WIKIQA_KEYS), LONGWIKI: (hm.longwiki, hm.LONGWIKI_KEYS),
+        NONEXISTENT: (hm.nonexistent, hm.NONEXISTENT_KEYS)}
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for (model, task, trial), records in sorted(per_trial.items()):
+        grouped[(model, task)].append({"trial": trial, **aggregate[task][0](records)})
+    return [{"model": model, "task": task, "benchmark": "hallulens", "n_trials": len(trials),
+             "summary": hm.over_trials(trials, aggregate[task][1]), "trials": trials}
+            for (model, task), trials in sorted(grouped.items())]
+
+
+def _cell(summary: dict, key: str) -> str:
+    m = summary.get(key, {})
+    if m.get("mean") is None:
+        return "-"
+    return f"{100 * m['mean']:.1f}" + (f" ± {100 * m['std']:.1f}" if m.get("std") is not None else "")
+
+
+def leaderboard_section(records: list[dict]) -> list[str]:
+    """HalluLens in the layout of the paper's Table 2 (percent, mean ± sample std over trials)."""
+    if not records:
+        return []
+    by_model: dict[str, dict[str, dict]] = defaultdict(dict)
+    for r in records:
+        by_model[r["model"]][r["task"]] = r["summary"]
+    lines = ["## HalluLens (percent; mean ± std over trials)", "",
+             "| model | PWQA false refusal | PWQA hallucination | PWQA correct | LongWiki false refusal | "
+             "LongWiki precision | LongWiki recall@32 | LongWiki F1@32 | NonExistent FAR mixed | "
+             "NonExistent FAR generated | NonExistent FAR |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for model, tasks in sorted(by_model.items()):
+        pw, lw, ne = tasks.get(PWQA, {}), tasks.get(LONGWIKI, {}), tasks.get(NONEXISTENT, {})
+        cells = [_cell(pw, k) for k in hm.PRECISE_WIKIQA_KEYS] + [_cell(lw, k) for k in hm.LONGWIKI_KEYS] + \
+                [_cell(ne, k) for k in hm.NONEXISTENT_KEYS[1:]] + [_cell(ne, hm.NONEXISTENT_KEYS[0])]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return lines + [""]

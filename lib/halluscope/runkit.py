@@ -1,0 +1,155 @@
+"""What the benchmark runs beside the HALOGEN pipeline (RAGTruth, FEWL) share: loading their YAML
+configs, joining Ray, serving their models for the run, cached clients, and accounting calls.
+
+The pipeline's ``runner.init_ray``/``serving_for`` take a whole ``RunConfig``; these take the parts
+(a ``RaySpec``, a list of model specs), so configs of another shape can use them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Iterable, Iterator, Sequence, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from halluscope.config import ModelSpec, RaySpec
+from halluscope.errors import ConfigError
+from halluscope.models.base import Completion, ModelBackend
+from halluscope.models.cache import CachedBackend
+from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.storage.fs import Location
+
+SERVED_BACKENDS = ("scripted", "hf", "vllm")
+C = TypeVar("C", bound=BaseModel)
+
+
+def parse_model(cls: type[C], data: object, source: str) -> C:
+    """Validate a mapping; every problem is reported with its field path and the file."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config {source}: expected a mapping at the top level")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        lines = [f"invalid config {source}:"]
+        for e in err.errors():
+            lines.append(f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_yaml_config(cls: type[C], uri: str) -> C:
+    """A config of type ``cls`` from a local path or any fsspec URL (s3://...)."""
+    import fsspec
+
+    try:
+        with fsspec.open(uri, "r") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"config not found: {uri}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config {uri} is not valid YAML: {err}") from None
+    return parse_model(cls, data, uri)
+
+
+def fingerprint(doc: object) -> str:
+    """16 hex chars of sha256 over canonical JSON: what makes two runs' results comparable."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def join_ray(spec: RaySpec) -> None:
+    """Join the configured cluster or RAY_ADDRESS (set inside `ray job submit` and by the tests),
+    else start a local Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = spec.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return
+    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
+             object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
+             include_dashboard=False, log_to_driver=False)
+
+
+def unique_specs(specs: Iterable[ModelSpec]) -> list[ModelSpec]:
+    """One spec per model id; the same id configured twice must be the same model."""
+    out: dict[str, ModelSpec] = {}
+    for s in specs:
+        seen = out.get(s.id)
+        if seen is not None and seen.model_dump(exclude={"role"}) != s.model_dump(exclude={"role"}):
+            raise ConfigError(f"model id '{s.id}' names two different models; give them distinct ids")
+        out.setdefault(s.id, s)
+    return list(out.values())
+
+
+@contextmanager
+def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator[tuple[dict, list[dict]]]:
+    """Deploy the specs Ray Serve must host (scripted, hf, vllm) and remove them afterwards.
+
+    Yields the endpoints by model id and a list that, once the block ends, holds each
+    deployment's resource seconds (for the costs summary)."""
+    todo = [s for s in unique_specs(specs) if s.backend in SERVED_BACKENDS]
+    deployments: list[dict] = []
+    if not todo:
+        yield {}, deployments
+        return
+    from halluscope.serving.app import deploy, shutdown
+
+    started = time.time()
+    endpoints = deploy(todo, http_port=http_port)
+    try:
+        yield endpoints, deployments
+    finally:
+        shutdown(endpoints)
+        held = time.time() - started
+        for s in todo:
+            opts = s.params.serve
+            gpu = opts.num_gpus > 0
+            deployments.append({"model": s.id, "resource": (getattr(s.params, "accelerator_type", None) or "GPU")
+                                if gpu else "CPU",
+                                "resource_seconds": held * opts.num_replicas * (opts.num_gpus if gpu else opts.num_cpus)})
+
+
+def client(spec: ModelSpec, endpoints: dict, cache: Location | None, template: str) -> ModelBackend:
+    """The model's backend, answering from the call cache first when there is one. ``template``
+    names the prompt template, so a change of wording never reuses old answers."""
+    backend = live_backend(spec, endpoints.get(spec.id))
+    if cache is None:
+        return backend
+    return CachedBackend(backend, cache, revision_of(spec), template, sampling_of(spec).as_dict())
+
+
+@dataclass
+class Usage:
+    """Calls of one model in one stage; answers from the call cache are counted apart and cost nothing."""
+
+    calls: int = 0
+    cached_calls: int = 0
+    failed_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def add(self, completions: Iterable[Completion]) -> "Usage":
+        for c in completions:
+            if c.extra.get("cached"):
+                self.cached_calls += 1
+                continue
+            self.calls += 1
+            self.failed_calls += c.error is not None
+            self.input_tokens += c.input_tokens or 0
+            self.output_tokens += c.output_tokens or 0
+        return self
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -26,12 +26,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_testset(args: argparse.Namespace) -> int:
-    from halluscope.hallulens.build import load_job, run_job, uri
+    from halluscope.hallulens.build import load_job, run_job, summary, uri
 
     job = load_job(args.job)
     for ts in run_job(job):
         print(uri(ts, job))
-        print("  " + ts.report.summary().replace("\n", "\n  "))
+        print("  " + summary(ts).replace("\n", "\n  "))
     return 0
 
 

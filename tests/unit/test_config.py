@@ -111,3 +111,9 @@ def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path)
                         "verifiers": {"titles": {"source": "semantic_scholar", "api_key_env": "S2_KEY_FOR_TEST"}}})
     with pytest.raises(ConfigError, match="S2_KEY_FOR_TEST"):
         knowledge_for(cfg).describe({"titles"})
+
+
+def test_hallulens_tasks_need_their_test_sets():
+    with pytest.raises(ConfigError, match="task 'hallulens/longwiki' needs testsets.hallulens/longwiki"):
+        parse_config({"tasks": ["hallulens/longwiki"], "models": [TESTED, JUDGE, EXTRACTOR],
+                      "verifiers": {"wiki": {"articles": "a.jsonl"}}})

@@ -16,61 +16,12 @@ from halluscope.hallulens.search import SearchError, SearchResult
 from halluscope.hallulens.sources import load_itis, load_medicines
 from halluscope.models.base import Completion
 from halluscope.storage.fs import Location
-
-# (TSN path, name). Animalia: family Felidae with genera Felis, Panthera, Lynx and the childless
-# Acinonyx; Canidae's only genus Canis (no sibling genus to borrow). Plantae: Rosa, Prunus.
-# Bacteria: Escherichia, Salmonella, plus a three-word strain name.
-TREE = [
-    ("202423", "Animalia"), ("202423-110", "Felidae"),
-    ("202423-110-111", "Felis"), ("202423-110-111-1111", "Felis catus"), ("202423-110-111-1112", "Felis silvestris"),
-    ("202423-110-112", "Panthera"), ("202423-110-112-1121", "Panthera leo"), ("202423-110-112-1122", "Panthera catus"),
-    ("202423-110-113", "Lynx"), ("202423-110-113-1131", "Lynx rufus"),
-    ("202423-110-114", "Acinonyx"),
-    ("202423-120", "Canidae"), ("202423-120-121", "Canis"), ("202423-120-121-1211", "Canis lupus"),
-    ("202422", "Plantae"), ("202422-200", "Rosaceae"),
-    ("202422-200-201", "Rosa"), ("202422-200-201-2011", "Rosa canina"), ("202422-200-201-2012", "Rosa rubiginosa"),
-    ("202422-200-202", "Prunus"), ("202422-200-202-2021", "Prunus avium"), ("202422-200-202-2022", "Prunus canina"),
-    ("50", "Bacteria"), ("50-300", "Enterobacteriaceae"),
-    ("50-300-301", "Escherichia"), ("50-300-301-3011", "Escherichia coli"), ("50-300-301-3012", "Escherichia coli K12"),
-    ("50-300-302", "Salmonella"), ("50-300-302-3021", "Salmonella enterica"), ("50-300-302-3022", "Salmonella coli"),
-]
-EXTRA_NAMES = [(9001, "Lynx leo")]  # in longnames but not in the hierarchy (e.g. a synonym)
-
-# Every name a genus swap can make, worked out by hand, and those of them that are new:
-#   Felis catus -> Panthera catus (exists), Lynx catus; Felis silvestris -> Panthera/Lynx silvestris;
-#   Panthera leo -> Felis leo, Lynx leo (exists); Panthera catus -> Felis catus (exists), Lynx catus;
-#   Lynx rufus -> Felis rufus, Panthera rufus.
-NEW_ANIMALS = {"Lynx catus", "Panthera silvestris", "Lynx silvestris", "Felis leo", "Felis rufus", "Panthera rufus"}
-NEW_PLANTS = {"Prunus rubiginosa", "Rosa avium"}  # Rosa canina <-> Prunus canina both exist
-NEW_BACTERIA = {"Escherichia enterica"}  # Escherichia coli <-> Salmonella coli both exist
-
-MEDICINE_CSV = """id,name,substitute0,substitute1,substitute2,substitute3,substitute4,use0
-1,Augmentin 625 Duo Tablet,Moxikind-CV 625 Tablet,,,,,Infection
-2,Azithral 500 Tablet,Azee 500 Tablet,,,,,Infection
-3,Ascoril LS Syrup,Ambrodil-LX Syrup,,,,,Cough
-4,Allegra 120mg Tablet,,,,,,Allergy
-5,Avil 25 Tablet,,,,,,Allergy
-6,"Calpol, Paracetamol",,,,,,Fever
-7,Betadine 10% Ointment,,,,,,Wound
-8,Pan D Capsule PR,,,,,,Acidity
-"""
-# Cleaned names (lower case, words with digits dropped): two-word ones give position pools
-# {moxikind-cv, azithral, azee, ambrodil-lx, allegra, avil, betadine} x {tablet, syrup, ointment}: 21 names,
-# 7 existing; three-word ones {augmentin, ascoril} x {duo, ls} x {tablet, syrup}: 8 names, 2 existing.
-EXISTING_MEDICINES = {"moxikind-cv tablet", "azithral tablet", "azee tablet", "ambrodil-lx syrup", "allegra tablet",
-                      "avil tablet", "betadine ointment", "augmentin duo tablet", "ascoril ls syrup"}
-
+from tests.support.hallulens_sources import EXISTING_MEDICINES, NEW_ANIMALS, NEW_BACTERIA, NEW_PLANTS, write_tables
 
 @pytest.fixture()
 def tables(tmp_path):
-    hierarchy = "".join(f"{path}|{path.rsplit('-', 1)[-1]}|0|0|0\n" for path, _ in TREE)
-    longnames = "".join(f"{path.rsplit('-', 1)[-1]}|{name}\n" for path, name in TREE) + \
-        "".join(f"{tsn}|{name}\n" for tsn, name in EXTRA_NAMES)
-    (tmp_path / "hierarchy").write_text(hierarchy)
-    (tmp_path / "longnames").write_bytes(longnames.encode("iso-8859-1"))
-    (tmp_path / "medicine_dataset.csv").write_text(MEDICINE_CSV)
-    return (load_itis(str(tmp_path / "hierarchy"), str(tmp_path / "longnames")),
-            load_medicines(str(tmp_path / "medicine_dataset.csv")))
+    hierarchy, longnames, medicines = write_tables(tmp_path)
+    return load_itis(str(hierarchy), str(longnames)), load_medicines(str(medicines))
 
 
 def test_medicine_pools(tables):

@@ -4,9 +4,7 @@ with deterministic fake generators that write questions and answers from the sec
 from __future__ import annotations
 
 import json
-import re
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,88 +17,12 @@ from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.hallulens.testset import ITEMS_FILE, MANIFEST_FILE, TestSet
 from halluscope.models.base import Completion
 from halluscope.storage.fs import Location
-
-# Small bins: h in (-2, 10] is bin 0, (10, 20] bin 1, ..., (90, 100] bin 9.
-EDGES = [-2.0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
-FILLER = ("Its records were kept in a stone archive near the river. Scholars visited the archive every "
-          "spring for many years. The collection grew slowly over three centuries of careful work. "
-          "Later surveys confirmed most of the older measurements.")
-PREFIX = {3: "Hard", 6: "Brief", 8: "Bare"}  # pages the fake generator cannot use (see fake_generate)
-
-
-def page_doc(title: str, pageid: int) -> str:
-    """A lead and three sections (the last is dropped): each 7 + 37 = 44 words with a fact to ask about."""
-    parts = []
-    for k, name in enumerate(["lead", "History", "Legacy", "Notes"]):
-        code = f"K{pageid}x{k}"
-        if title.startswith("Wordy"):
-            code = "a very long answer that runs to twelve words in all"
-        body = f"The code of {title} {name} is {code}. {FILLER}"
-        parts.append(body if name == "lead" else f"## {name}\n\n{body}")
-    return "\n\n".join(parts)
-
-
-def pages_and_scores() -> tuple[list[dict], list[tuple[str, float]]]:
-    rows, scores = [], []
-    for b in range(10):
-        for j in range(3):
-            pageid = 1000 + 10 * b + j
-            title = f"{PREFIX.get(b, 'Page')} {b}-{j}"
-            if (b, j) == (7, 0):
-                title = "Wordy 7-0"
-            doc = "A stub page. It is short." if (b, j) == (5, 2) else page_doc(title, pageid)
-            rows.append({"pageid": pageid, "title": title, "revid": pageid * 7, "description": f"Page {pageid}",
-                         "categories": [f"Bin {b}"], "markdown": doc})
-            scores.append((title, 10.0 * b + 5))
-    # no WikiRank score: h = -1, bin 0; a score above the last edge: outside every bin
-    rows.append({"pageid": 999, "title": "Unranked", "revid": 1, "description": None, "categories": [],
-                 "markdown": page_doc("Unranked", 999)})
-    rows.append({"pageid": 998, "title": "Outlier", "revid": 1, "description": None, "categories": [],
-                 "markdown": page_doc("Outlier", 998)})
-    scores.append(("Outlier", 150.0))
-    return rows, scores
-
+from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
 @pytest.fixture()
 def sources(tmp_path):
-    rows, scores = pages_and_scores()
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "goodwiki.parquet")
-    (tmp_path / "enwiki-2024.titles").write_text("".join(f"{t}\n" for t, _ in scores))
-    (tmp_path / "enwiki-2024-h.txt").write_text("".join(f"{h}\n" for _, h in scores))
-    pages = load_goodwiki(str(tmp_path / "goodwiki.parquet"))
-    h = load_harmonic_centrality(str(tmp_path / "enwiki-2024.titles"), str(tmp_path / "enwiki-2024-h.txt"))
-    return pages, h
-
-
-class FakeGenerator:
-    """Answers from the prompt, like a careful model: a question about the section's "code" fact, and
-    the code as the answer. It cannot answer about "Hard" pages, writes no essay question for "Bare"
-    pages and gives two-sentence essays for "Brief" pages. Counts its batched calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def __call__(self, prompts: list[str]) -> list[Completion]:
-        self.calls.append(len(prompts))
-        return [Completion(text=self.reply(p)) for p in prompts]
-
-    @staticmethod
-    def reply(prompt: str) -> str:
-        reference = re.search(r"Reference:\n(.*?)\n\n(?:Question|Reply)", prompt, re.S).group(1)
-        if "\nTitle: " in prompt:  # question writing
-            subject = re.search(r"The code of (.+?) is ", reference).group(1)
-            if "essay" in prompt:
-                return "[NO QUESTION]" if subject.startswith("Bare") else f"Question: Describe the code of {subject}."
-            return f'"What is the code of {subject}?"'
-        question = re.search(r"Question: (.*)", prompt).group(1)
-        subject = re.search(r"code of (.+?)[?.]$", question).group(1)
-        if subject.startswith("Hard"):
-            return "unanswerable"
-        code = re.search(rf"The code of {re.escape(subject)} is (.+?)\. ", reference).group(1)
-        if question.startswith("Describe"):
-            sentences = [f"The code is {code}."] + [s.rstrip(".") + "." for s in FILLER.split(". ")]
-            return " ".join(sentences[:2] if subject.startswith("Brief") else sentences)  # 2 or 5 sentences
-        return code
+    goodwiki, titles, scores = write_wiki_sources(tmp_path)
+    return load_goodwiki(str(goodwiki)), load_harmonic_centrality(str(titles), str(scores))
 
 
 def pwqa(**kw) -> PreciseWikiQAConfig:

@@ -117,6 +117,19 @@ def load_job(uri: str) -> TestSetJob:
         raise ConfigError(validation_message(err, uri).replace("invalid run config", "invalid test-set job")) from None
 
 
+def summary(ts: TestSet) -> str:
+    """The build report of a test set, short bins first named."""
+    report = ts.report
+    short = [b for b in report.get("bins", {}).values() if b["made"] < b["target"]]
+    head = ("reused; " if ts.reused else "") + (f"INCOMPLETE: {len(short)} bin(s) short" if short else "complete")
+    lines = [f"{head}; {len(ts.items)} items"]
+    for b in report.get("bins", {}).values():
+        why = ", ".join(f"{k}={v}" for k, v in b["rejected"].items()) or "none"
+        lines.append(f"bin {b['bin']}: {b['made']}/{b['target']} after {b['attempts']} attempts "
+                     f"(stopped: {b['stopped']}); rejected: {why}")
+    return "\n".join(lines)
+
+
 def uri(ts: TestSet, job: TestSetJob) -> str:
     root = job.root or f"{job.storage.root.rstrip('/')}/testsets"
     return f"{root.rstrip('/')}/{ts.spec.task}/{ts.testset_id}"

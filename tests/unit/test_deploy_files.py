@@ -543,3 +543,12 @@ def test_job_configs_load_and_reach_the_rayservice(path: Path) -> None:
             assert m.backend == "openai"
             route = "/" + m.params.base_url.split(":8000/", 1)[1].removesuffix("/v1")
             assert (route, m.params.model) in served
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "jobs" / "testsets").glob("*.yaml")), ids=lambda p: p.name)
+def test_testset_jobs_load(path: Path) -> None:
+    from halluscope.hallulens.build import generation_config, load_job
+
+    job = load_job(str(path))
+    for seed in job.seeds:
+        assert generation_config(job, seed).seed == seed

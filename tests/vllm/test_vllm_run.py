@@ -66,3 +66,36 @@ def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel,
     assert m["n_items"] + m["n_errors"] == 3
     costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
     assert ("tiny-judge", "abstain") in costs
+
+
+def test_precise_wikiqa_answered_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
+    """HalluLens PreciseWikiQA on a test set built from small sources: the tiny model answers,
+    a scripted judge judges; every stage's rows are written and the rates are computed."""
+    from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
+    from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
+    from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
+
+    goodwiki, titles, scores = write_wiki_sources(tmp_path)
+    root = Location.from_url(f"file://{tmp_path}/testsets")
+    ts = build_wiki_testset(root, PreciseWikiQAConfig(per_bin=1, min_words=20, max_words=60, bin_edges=EDGES),
+                            load_goodwiki(str(goodwiki)), load_harmonic_centrality(str(titles), str(scores)),
+                            FakeGenerator())
+    judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
+        "serve": {"num_cpus": 0.25}, "rules": [{"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
+                                               {"pattern": "Judgement:", "response": "INCORRECT"}]}}
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["hallulens/precise_wikiqa"],
+                        "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
+                        "limits": {"max_items_per_task": 4}, "costs": {"price_table": None},
+                        "models": [tiny_spec.model_dump(mode="json"), judge]})
+    from ray import serve
+
+    try:
+        result = run(cfg, run_id="lens", progress=False)
+    finally:
+        serve.shutdown()
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "lens")
+    gens = store.read_table("generations").to_pylist()
+    assert len(gens) == 4 and all(g["text"] is not None and g["output_tokens"] > 0 for g in gens)
+    assert store.read_table("verdicts").num_rows == 4
+    (pw,) = [r for r in result.metrics if r["task"] == "hallulens/precise_wikiqa"]
+    assert pw["trials"][0]["hallucination_rate"] == 1.0 and pw["trials"][0]["false_refusal_rate"] == 0.0

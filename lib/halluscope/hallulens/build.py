@@ -59,7 +59,7 @@ class TestSetJob(BaseModel):
     ray: RaySpec = Field(default_factory=RaySpec)
 
 
-def _config(job: TestSetJob, seed: int):
+def generation_config(job: TestSetJob, seed: int):
     model = {"precise_wikiqa": generation.PreciseWikiQAConfig, "longwiki": generation.LongWikiConfig,
              "mixed_entities": nonexistent.MixedEntitiesConfig,
              "generated_entities": nonexistent.GeneratedEntitiesConfig}[job.task]
@@ -91,7 +91,7 @@ def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
                                                   job.sources.wikirank_scores,
                                                   only={p.title for p in pages.pages}, storage_options=opts)
         for seed in job.seeds:
-            out.append(generation.build_wiki_testset(root, _config(job, seed), pages, scores,
+            out.append(generation.build_wiki_testset(root, generation_config(job, seed), pages, scores,
                                                      next(iter(generate.values()))))
     elif job.task == "mixed_entities":
         taxonomy = sources.load_itis(job.sources.itis_hierarchy, job.sources.itis_longnames, storage_options=opts) \
@@ -99,13 +99,13 @@ def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
         medicines = sources.load_medicines(job.sources.medicines, storage_options=opts) \
             if job.sources.medicines else None
         for seed in job.seeds:
-            out.append(nonexistent.build_mixed_testset(root, _config(job, seed), taxonomy, medicines))
+            out.append(nonexistent.build_mixed_testset(root, generation_config(job, seed), taxonomy, medicines))
     else:
         provider: search.SearchProvider = (
             search.FixtureSearchProvider.from_json(_require(job.search.fixture, "fixture (search)", job))
             if job.search.provider == "fixture" else search.BraveSearch(job.search.brave))
         for seed in job.seeds:
-            out.append(nonexistent.build_generated_testset(root, _config(job, seed), generate, provider))
+            out.append(nonexistent.build_generated_testset(root, generation_config(job, seed), generate, provider))
     return out
 
 

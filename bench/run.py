@@ -44,7 +44,7 @@ def loop_seconds(root: str) -> tuple[float, int]:
     rows = 0
     for batch in expand_unit(plan(cfg, store).units, store, resolver, cfg.limits.max_items_per_task, frozenset(),
                              cfg.concurrency.batch_size, testset_locations(cfg)):
-        rows += evaluate(batch).column("rows")[0].as_py()
+        rows += sum(evaluate(batch).column("rows").to_pylist())
     return time.perf_counter() - t0, rows
 
 

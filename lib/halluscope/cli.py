@@ -9,6 +9,7 @@ import sys
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import HalluscopeError
+from halluscope.storage.fs import Location
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -78,16 +79,36 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from halluscope.storage.fs import Location
 
     loc = Location.from_url(args.run_uri.rstrip("/"))
     board = loc.child("leaderboard.md")
     if not board.exists():
-        raise HalluscopeError(f"no leaderboard.md in {args.run_uri}: is it a halluscope run folder, and did it finish?")
+        if not loc.child("manifest.json").exists():
+            raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
+        print(_partial_report(loc))
+        return 0
     print(board.read_bytes().decode())
     if args.json:
         print(json.dumps(json.loads(loc.child("metrics.json").read_bytes()), indent=2))
     return 0
+
+
+def _partial_report(loc) -> str:
+    """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
+    from halluscope.config import parse_config
+    from halluscope.pipeline.runner import compute_metrics
+    from halluscope.report.leaderboard import leaderboard
+    from halluscope.storage.run import RunStore
+
+    manifest = json.loads(loc.child("manifest.json").read_bytes())
+    store = RunStore(Location(loc.fs, loc.path.rsplit("/", 1)[0]), manifest["run_id"])
+    lines = [f"run {manifest['run_id']} is {manifest.get('status', 'running')}: partial results", ""]
+    progress = store.read_json("progress.json") or {"models": {}}
+    for model, m in progress["models"].items():
+        lines.append(f"{model}: {m['done']}/{m['total']} generations committed")
+    cfg = parse_config(manifest["config"], f"{loc.url}/manifest.json")
+    lines += ["", leaderboard(compute_metrics(cfg, store, store.read_table("scores")), manifest["run_id"])]
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:

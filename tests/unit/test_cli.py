@@ -35,4 +35,4 @@ def test_unknown_replay_model_fails_before_ray(tmp_path, capsys):
 
 def test_report_of_a_folder_that_is_no_run(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
-    assert "no leaderboard.md" in capsys.readouterr().err
+    assert "no manifest.json" in capsys.readouterr().err

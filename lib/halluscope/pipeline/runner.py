@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
@@ -22,6 +23,7 @@ from halluscope.knowledge.base import Knowledge
 from halluscope.hallulens import report as hallulens_report
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
+from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
@@ -97,21 +99,21 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
 
     mark = time.time()
     init_ray(cfg.ray)
-    ray.data.DataContext.get_current().enable_progress_bars = progress
+    # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
+    ray.data.DataContext.get_current().enable_progress_bars = False
     timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
     processed, deployments = 0, []
+    tracker = Progress(store, work.totals, _done_counts(store), show=progress, every_s=cfg.progress_every_s)
     if len(done) < work.total:
         with serving_for(cfg) as (endpoints, deployments):
-            processed = _execute(cfg, store, work.units, done, endpoints)
+            processed = _execute(cfg, store, work.units, done, endpoints, tracker)
+    tracker.flush(final=True)
     timings["pipeline_s"] = round(time.time() - mark, 2)
 
     mark = time.time()
     scores = store.read_table("scores")
-    halogen_scores = scores.filter(pc.starts_with(scores.column("task"), "halogen/"))
-    metrics = halogen_metrics.compute(halogen_scores) + hallulens_report.compute(
-        scores, store.read_table("verdicts", ["gen_id", "task", "evidence"]),
-        {t: store.read_items(t) for t in cfg.tasks if t.startswith("hallulens/")})
+    metrics = compute_metrics(cfg, store, scores)
     costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg),
                    store.read_table("role_calls"))
     store.write_costs(costs)
@@ -126,6 +128,19 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
                             "missing": _missing(scores), "uncommitted_parts_removed": removed})
     store.write_json("manifest.json", manifest)
     return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started)
+
+
+def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:
+    """Every benchmark's metrics from the committed rows (partial while a run goes on)."""
+    halogen_scores = scores.filter(pc.starts_with(scores.column("task"), "halogen/"))
+    return halogen_metrics.compute(halogen_scores) + hallulens_report.compute(
+        scores, store.read_table("verdicts", ["gen_id", "task", "evidence"]),
+        {t: store.read_items(t) for t in cfg.tasks if t.startswith("hallulens/")})
+
+
+def _done_counts(store: RunStore) -> dict[tuple[str, str], int]:
+    counts = store.read_table("scores", ["model", "task"]).group_by(["model", "task"]).aggregate([("model", "count")])
+    return {(r["model"], r["task"]): r["model_count"] for r in counts.to_pylist()}
 
 
 def _missing(scores) -> dict[str, int]:
@@ -184,7 +199,7 @@ def serving_for(cfg: RunConfig):
                                 "resource_seconds": held * s.num_replicas * (s.num_gpus if gpu else s.num_cpus)})
 
 
-def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict) -> int:
+def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict, tracker: Progress) -> int:
     """Stream the work through the stages; returns the number of generations committed.
 
     Execution shape: one input block per (model, task) unit; expansion fuses into the
@@ -208,4 +223,9 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
                         # a row count here would make Ray Data bundle whole units per task
                         batch_format="pyarrow", batch_size=None,
                         compute=ray.data.ActorPoolStrategy(size=conc.verify_actors))
-    return int(sum(r["rows"] for r in ds.take_all()))
+    processed = 0
+    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for r in batch.to_pylist():
+            tracker.add(r["model"], r["task"], r["rows"])
+            processed += r["rows"]
+    return processed

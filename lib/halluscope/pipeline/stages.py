@@ -220,12 +220,17 @@ def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> di
 
 def score_and_write(batch: pa.Table, store: RunStore, usage: Usage | None = None) -> pa.Table:
     """Scores a batch and commits its parts under a key derived from its generation ids, so a
-    retried task rewrites the same objects; returns one summary row per batch."""
+    retried task rewrites the same objects; returns what it committed per (model, task)."""
     if batch.num_rows == 0:
-        return pa.table({"key": pa.array([], pa.string()), "rows": pa.array([], pa.int64())})
+        return COMMITTED.empty_table()
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
     store.write_batch(key, split_tables(batch, store.run_id, usage))
-    return pa.table({"key": [key], "rows": [batch.num_rows]})
+    counts = batch.group_by(["model", "task"]).aggregate([("gen_id", "count")])
+    return pa.table({"key": [key] * counts.num_rows, "model": counts.column("model"), "task": counts.column("task"),
+                     "rows": counts.column("gen_id_count").cast(pa.int64())}, schema=COMMITTED)
+
+
+COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa.string()), ("rows", pa.int64())])
 
 
 class Evaluate:

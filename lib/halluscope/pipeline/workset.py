@@ -32,6 +32,7 @@ UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.st
 class Plan:
     units: pa.Table  # one row per (model, task)
     total: int  # generations in the run, done or not
+    totals: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, task) -> generations
     sources: dict[str, str] = field(default_factory=dict)  # data file -> sha256
 
 
@@ -75,22 +76,22 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     resolver = resolver_for(cfg)
     limit = cfg.limits.max_items_per_task
     sources: dict[str, str] = {}
-    total = 0
+    totals: dict[tuple[str, str], int] = {}
     for name in cfg.tasks:
         task = get_task(name)
         loaded = task.load_items(resolver, testset_locations(cfg).get(name, ()))
         sources.update(loaded.sources)
         items = loaded.items[:limit] if limit else loaded.items
         _write_items(store, task, items)
-        total += len(items) * len(models_under_test(cfg))
         for m in models_under_test(cfg):
+            totals[(m.id, task.name)] = len(items)
             if isinstance(m, ReplayModel):
                 found = replay_source(m, task, resolver)
                 if found is not None:
                     sources[found[0]] = sha256_file(found[1])
     units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
                                   for t in cfg.tasks for m in models_under_test(cfg)], schema=UNITS)
-    return Plan(units, total, sources)
+    return Plan(units, sum(totals.values()), totals, sources)
 
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON

@@ -1,4 +1,4 @@
-"""`halluscope run | serve | tasks | report`."""
+"""`halluscope run | serve | tasks | report | testset | attribute | submit`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import HalluscopeError
+from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.storage.fs import Location
 
 
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("job", help="test-set job YAML (path or URL)")
     ts.set_defaults(fn=_cmd_testset)
     add_attribute_parser(sub)
+    add_submit_parser(sub)
     return p
 
 

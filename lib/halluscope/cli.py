@@ -1,4 +1,4 @@
-"""`halluscope run | serve | tasks | report | testset | attribute | submit`."""
+"""`halluscope run | plan | serve | tasks | report | testset | attribute | submit`."""
 
 from __future__ import annotations
 
@@ -24,6 +24,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(result.leaderboard)
     print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
           f"{result.seconds:.1f} s; results in {result.uri}")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from halluscope.config import load_config
+    from halluscope.cost.plan import TokenStats, check_budget, plan
+    from halluscope.pipeline.runner import cache_location, price_table
+
+    cfg = load_config(args.config)
+    stats = TokenStats.from_runs(args.stats, cfg.storage) if args.stats else None
+    estimate = plan(cfg, price_table(cfg), stats, cache=cache_location(cfg))
+    print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.table())
+    if cfg.costs.budget_usd is not None:
+        check_budget(estimate, cfg.costs.budget_usd)
+        print(f"within costs.budget_usd ${cfg.costs.budget_usd:,.2f}")
     return 0
 
 
@@ -131,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_uri")
     rep.add_argument("--json", action="store_true", help="also print metrics.json")
     rep.set_defaults(fn=_cmd_report)
+    pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
+    pl.add_argument("config", help="YAML path or URL")
+    pl.add_argument("--stats", action="append", metavar="RUN_URI",
+                    help="measure call sizes from an earlier run folder (repeatable)")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.set_defaults(fn=_cmd_plan)
     ts = sub.add_parser("testset", help="build HalluLens test sets (one per trial seed) and print their URIs")
     ts.add_argument("job", help="test-set job YAML (path or URL)")
     ts.set_defaults(fn=_cmd_testset)

@@ -244,6 +244,10 @@ class CostSpec(_Strict):
     price_table: str | None = Field(
         default=DEFAULT_PRICE_TABLE,
         description="path or URL of the price table; None: tokens only. The default is used when it exists.")
+    budget_usd: float | None = Field(
+        default=None, ge=0,
+        description="stop the run before any model starts when `halluscope plan` estimates more; "
+                    "every planned line item must then be priced")
 
 
 class RaySpec(_Strict):

@@ -54,3 +54,16 @@ def test_bad_price_tables(tmp_path):
     bad.write_text("as_of: x\nsource: y\ngpu_hour_usd: {H100: -1}\n")
     with pytest.raises(ConfigError, match="gpu_hour_usd"):
         load_prices(str(bad))
+
+
+def test_a_run_over_its_budget_stops_before_anything_is_written(tmp_path):
+    from halluscope.errors import RunError
+    from halluscope.pipeline.runner import run
+
+    cfg = parse_config({"tasks": ["halogen/code"], "storage": {"root": f"file://{tmp_path}"},
+                        "costs": {"price_table": str(REPO / "cluster" / "prices.yaml"), "budget_usd": 0.0001},
+                        "models": [{"id": "api", "backend": "openai",
+                                    "params": {"base_url": "http://127.0.0.1:1/v1", "model": "gpt-4o"}}]})
+    with pytest.raises(RunError, match="exceeds costs.budget_usd"):
+        run(cfg, run_id="over", progress=False)
+    assert not (tmp_path / "over").exists()

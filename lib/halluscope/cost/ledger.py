@@ -18,7 +18,7 @@ from halluscope.records import COSTS
 
 
 
-def _api_name(spec: ModelSpec) -> str:
+def api_name(spec: ModelSpec) -> str:
     return getattr(spec.params, "model", None) or spec.id
 
 
@@ -46,7 +46,7 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
     rows = []
     for (model, task, stage), a in sorted(acc.items()):
         spec = specs[model]
-        usd = prices.tokens_usd(_api_name(spec), a["input_tokens"], a["output_tokens"]) \
+        usd = prices.tokens_usd(api_name(spec), a["input_tokens"], a["output_tokens"]) \
             if prices and spec.backend == "openai" else None
         rows.append({"model": model, "role": spec.role, "task": task, "stage": stage, "calls": a["calls"],
                      "cached_calls": a["cached_calls"], "failed_calls": a["failed_calls"],

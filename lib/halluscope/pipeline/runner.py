@@ -18,6 +18,7 @@ from halluscope import __version__
 from halluscope.config import DEFAULT_PRICE_TABLE, RaySpec, RunConfig
 from halluscope.errors import RunError
 from halluscope.cost.ledger import cost_record, ledger
+from halluscope.cost.plan import TokenStats, check_budget, placement, plan as estimate_cost
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
 from halluscope.hallulens import report as hallulens_report
@@ -25,6 +26,7 @@ from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
+from halluscope.report.html import write_report
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -79,6 +81,11 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
         raise RunError(f"run {store.loc.url} was started with a different configuration "
                        f"(fingerprint {previous.get('config_fingerprint')} != {cfg.fingerprint()}); "
                        "use a new run id")
+    if cfg.costs.budget_usd is not None:  # before anything is written or started
+        committed = frozenset(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
+        estimate = estimate_cost(cfg, price_table(cfg), TokenStats.measure([store]) if committed else None,
+                                 cache=cache_location(cfg), done=committed)
+        check_budget(estimate, cfg.costs.budget_usd)
     timings: dict[str, float] = {}
     # everything that can fail on bad input (data files, model names) fails here, in the
     # driver, before any Ray worker or model starts
@@ -114,7 +121,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     mark = time.time()
     scores = store.read_table("scores")
     metrics = compute_metrics(cfg, store, scores)
-    costs = ledger(store.read_table("generations"), cfg.models, deployments, _prices(cfg),
+    costs = ledger(store.read_table("generations"), cfg.models, deployments, price_table(cfg),
                    store.read_table("role_calls"))
     store.write_costs(costs)
     metrics.append(cost_record(costs))
@@ -127,6 +134,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
                             "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
                             "missing": _missing(scores), "uncommitted_parts_removed": removed})
     store.write_json("manifest.json", manifest)
+    write_report(store)
     return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started)
 
 
@@ -152,7 +160,7 @@ def _missing(scores) -> dict[str, int]:
     return out
 
 
-def _prices(cfg: RunConfig) -> PriceTable | None:
+def price_table(cfg: RunConfig) -> PriceTable | None:
     table = cfg.costs.price_table
     if table is None or (table == DEFAULT_PRICE_TABLE and not Path(table).exists()):
         return None
@@ -192,11 +200,10 @@ def serving_for(cfg: RunConfig):
         shutdown(endpoints)
         held = time.time() - started
         for m in served:
-            s = m.params.serve
-            gpu = s.num_gpus > 0
-            resource = (getattr(m.params, "accelerator_type", None) or "GPU") if gpu else "CPU"
+            # the resource and units one replica holds: for vLLM every tensor/pipeline-parallel worker
+            resource, units = placement(m)
             deployments.append({"model": m.id, "resource": resource,
-                                "resource_seconds": held * s.num_replicas * (s.num_gpus if gpu else s.num_cpus)})
+                                "resource_seconds": held * m.params.serve.num_replicas * units})
 
 
 def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict, tracker: Progress) -> int:

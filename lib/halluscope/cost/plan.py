@@ -1,0 +1,657 @@
+"""`halluscope plan`: what a run will cost before it starts, per (model, role, task, stage).
+
+Rows mirror the cost ledger (cost/ledger.py), so a plan can be compared with what the run then
+records: generation by each model under test, and the abstain/decompose/verify calls to the
+judge and extractor (one row per role model, task and stage, summed over the models under test).
+
+Sizes come from earlier runs when their tables are given (``TokenStats.measure``): calls per
+generation and tokens per call, per model and task, else pooled over the models measured on the
+task. What was not measured is estimated:
+
+- prompt tokens: the actual items (limits applied), whitespace words x ``tokens_per_word``
+  (1.3: English averages ~0.75 words per BPE token with the Llama-3 and OpenAI tokenizers);
+- generation tokens: the model's ``max_tokens`` x ``fill_factor`` (0.5: HALOGEN's released
+  responses of 14 models average 23-159 words per task, i.e. 30-210 tokens, and the longest
+  model mean, 242 words, is 0.6 of the default 512 tokens); replayed generations: their texts;
+- role calls per generation: ``StageRule`` per task below, from the task's code (which phase
+  calls which role, once or per atom) with atoms = facts of ``words_per_fact`` words. They
+  assume every generation responds and every fact finds evidence: an upper bound, which a
+  budget wants; a pilot run's measured stats replace them.
+
+Dollars: API models by their tokens (price table). Served models by resource-hours: busy time
+from a throughput assumption per accelerator (``Throughput``), and, as the ledger charges every
+deployment for as long as it is held, an ``idle`` row per served model for the rest of the
+run's wall time (startup + the busiest model's time; stages stream concurrently).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from halluscope.config import ModelSpec, RunConfig, StorageSpec, WikiSpec
+from halluscope.cost.ledger import api_name
+from halluscope.cost.prices import PriceTable
+from halluscope.errors import DataError, RunError
+from halluscope.models.registry import sampling_of
+from halluscope.records import generation_id
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from halluscope.tasks.base import Item, RoleName, Task
+
+POOLED = "*"  # TokenStats model key: every model measured on the task
+REFERENCE_PARAMS_B = 8.0  # Throughput figures are for a dense model of this many billion parameters
+
+
+class Throughput(BaseModel):
+    """Saturated vLLM engine, per GPU (per core for CPU), for an 8B-parameter dense model in 16 bits;
+    a model of P billion parameters gets 8 / P of it (time scales with the weights read and the
+    FLOPs per token; tensor parallelism is taken as scaling linearly)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prefill_tokens_per_s: float = Field(gt=0)
+    decode_tokens_per_s: float = Field(gt=0)
+
+
+# Anchored at H100: prefill is compute-bound, 989 dense BF16 TFLOP/s x 40% utilisation / (2 FLOP
+# x 8e9 parameters) ~ 25,000 tokens/s; decode 5,000 tokens/s sits between published vLLM figures
+# (~12,500 for Llama-3.1-8B on one H100 at high concurrency; 460 for 70B-FP8 on one H100, i.e.
+# ~4,000 scaled to 8B) on the low side, so a budget errs high. Other GPUs scale prefill by dense
+# BF16 TFLOP/s and decode by memory bandwidth (datasheets: A100-80G 312 / 2.04 TB/s, L40S 362 /
+# 0.864, A10 125 / 0.6 against H100 SXM 989 / 3.35). CPU (per core) is a rough figure for the
+# small models CPU serving is meant for. Every figure is an assumption: override per run.
+DEFAULT_THROUGHPUT: dict[str, Throughput] = {
+    "H100": Throughput(prefill_tokens_per_s=25_000, decode_tokens_per_s=5_000),
+    "A100-80G": Throughput(prefill_tokens_per_s=7_900, decode_tokens_per_s=3_000),
+    "L40S": Throughput(prefill_tokens_per_s=9_200, decode_tokens_per_s=1_300),
+    "A10G": Throughput(prefill_tokens_per_s=3_200, decode_tokens_per_s=900),
+    "CPU": Throughput(prefill_tokens_per_s=10, decode_tokens_per_s=2),
+}
+
+
+class PlanOptions(BaseModel):
+    """The estimate's assumptions; each is printed with the plan."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tokens_per_word: float = Field(1.3, gt=0)
+    fill_factor: float = Field(0.5, gt=0, le=1, description="share of max_tokens a generation uses")
+    words_per_fact: float = Field(8.0, gt=0, description="an atomic fact restates about one clause")
+    words_per_sentence: float = Field(20.0, gt=0, description="LongWiki extracts claims per sentence")
+    verdict_tokens: int = Field(5, ge=1, description="a Yes/No or label answer")
+    json_verdict_tokens: int = Field(12, ge=1, description='a {"is_...": true} answer')
+    answer_tokens: int = Field(10, ge=0, description="a PreciseWikiQA gold answer in the judge prompt")
+    throughput: dict[str, Throughput] = Field(default_factory=lambda: dict(DEFAULT_THROUGHPUT))
+    params_b: dict[str, float] = Field(default_factory=dict,
+                                       description="model id -> billions of parameters, where the name "
+                                                   "does not say (e.g. 'Llama-3.1-70B' does)")
+    api_tokens_per_s: float = Field(50.0, gt=0, description="output tokens/s of one API request")
+    startup_s: float = Field(300.0, ge=0, description="deployment start: weights load, CUDA graphs")
+
+
+# --- measured stats ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """One stage's sizes per generation; token sizes are None when every call was cached."""
+
+    calls_per_generation: float
+    input_tokens_per_call: float | None
+    output_tokens_per_call: float | None
+    generations: int  # the sample they were measured on
+
+
+@dataclass
+class TokenStats:
+    """Measured sizes by (task, stage, role, model under test); model ``*`` pools every model."""
+
+    entries: dict[tuple[str, str, str, str], StageStats] = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)
+
+    def get(self, task: str, stage: str, role: str, model: str) -> tuple[StageStats, str] | None:
+        """The model's own measurement, else the pooled one, with its basis label."""
+        for key, basis in ((model, "measured"), (POOLED, "measured:*")):
+            hit = self.entries.get((task, stage, role, key))
+            if hit is not None:
+                return hit, basis
+        return None
+
+    def stages(self, task: str) -> set[tuple[str, str]]:
+        return {(s, r) for t, s, r, m in self.entries if t == task and s != "generate"}
+
+    @classmethod
+    def from_runs(cls, uris: Iterable[str], storage: StorageSpec | None = None) -> "TokenStats":
+        """``measure`` over run folders named by URL (``<root>/<run_id>``)."""
+        stores = []
+        for uri in uris:
+            root, run_id = uri.rstrip("/").rsplit("/", 1)
+            store = RunStore(Location.from_url(root, storage), run_id)
+            if not store.loc.child("manifest.json").exists():
+                raise DataError(f"{uri} is not a halluscope run folder (no manifest.json)")
+            stores.append(store)
+        return cls.measure(stores)
+
+    @classmethod
+    def measure(cls, stores: Iterable[RunStore]) -> "TokenStats":
+        """Sums over the committed rows of every store: generation tokens from ``generations``
+        (rows with token counts), role calls per generation with text from ``role_calls``."""
+        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 5)  # gens, calls, token calls, in, out
+        texts: dict[tuple[str, str], int] = defaultdict(int)
+        runs = []
+        for store in stores:
+            runs.append(store.loc.url)
+            gens = store.read_table("generations", ["model", "task", "text", "error", "input_tokens", "output_tokens"])
+            for r in gens.to_pylist():
+                if r["text"] is None or r["error"] is not None:
+                    continue
+                for m in (r["model"], POOLED):
+                    texts[(r["task"], m)] += 1
+                    if r["input_tokens"] is not None and r["output_tokens"] is not None:
+                        _add(sums[(r["task"], "generate", "test", m)], 1, 1, 1, r["input_tokens"], r["output_tokens"])
+            for r in store.read_table("role_calls").to_pylist():
+                for m in (r["model"], POOLED):
+                    _add(sums[(r["task"], r["stage"], r["role"], m)], 0, r["calls"] + r["cached_calls"], r["calls"],
+                         r["input_tokens"], r["output_tokens"])
+        # a model with generations on a task but no call in a stage measured 0 calls there
+        for task, stage, role in {k[:3] for k in sums if k[1] != "generate"}:
+            for t, m in texts:
+                if t == task:
+                    sums.setdefault((task, stage, role, m), [0.0] * 5)
+        entries = {}
+        for key, (n, calls, token_calls, tin, tout) in sums.items():
+            gens = n if key[1] == "generate" else texts[(key[0], key[3])]
+            if gens:
+                entries[key] = StageStats(calls / gens, tin / token_calls if token_calls else None,
+                                          tout / token_calls if token_calls else None, int(gens))
+        return cls(entries, runs)
+
+
+def _add(acc: list[float], *values: float) -> None:
+    for i, v in enumerate(values):
+        acc[i] += v
+
+
+# --- estimate rules ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a stage's calls are sized from: per generation, the item prompt's tokens P and the
+    generation's tokens G; ``evidence`` is the retrieved passages' tokens per judged fact."""
+
+    P: float
+    G: float
+    evidence: float
+    o: PlanOptions
+
+    def tokens(self, text: str) -> float:
+        return len(text.split()) * self.o.tokens_per_word
+
+    @property
+    def facts(self) -> float:
+        return self.G / self.o.tokens_per_word / self.o.words_per_fact
+
+    @property
+    def fact_tokens(self) -> float:
+        return self.o.words_per_fact * self.o.tokens_per_word
+
+    @property
+    def sentences(self) -> float:
+        return max(1.0, self.G / self.o.tokens_per_word / self.o.words_per_sentence)
+
+
+@dataclass(frozen=True)
+class StageRule:
+    """Calls one generation makes in a stage and their sizes (before the role model's max_tokens)."""
+
+    stage: str
+    role: RoleName
+    calls: Callable[[Shape], float]
+    input_tokens: Callable[[Shape], float]
+    output_tokens: Callable[[Shape], float]
+
+
+def stage_rules() -> dict[str, tuple[StageRule, ...]]:
+    """Per task, the phases that call a role model (tasks/halogen/*, tasks/hallulens.py). Template
+    overheads are the templates rendered with empty inputs, so they follow the wording."""
+    from halluscope.hallulens import judging as hj
+    from halluscope.tasks.halogen import prompts as hp
+
+    def one(_: Shape) -> float:
+        return 1.0
+
+    def facts(s: Shape) -> float:
+        return s.facts
+
+    def verdict(s: Shape) -> float:
+        return s.o.verdict_tokens
+
+    def json_verdict(s: Shape) -> float:
+        return s.o.json_verdict_tokens
+
+    # FactsByExtractor: one call per response; the facts restate it, so output ~ G
+    extract_facts = StageRule("decompose", "extractor", one, lambda s: s.tokens(hp.facts_prompt("")) + s.G,
+                              lambda s: s.G)
+    # GroundedFacts: one entailment call per fact, the source (~ the item prompt) as premise
+    entailment = StageRule("verify", "judge", facts,
+                           lambda s: s.tokens(hp.entailment_prompt("", "")) + s.P + s.fact_tokens, verdict)
+    grounded = (extract_facts, entailment)
+    # NonExistentEntities: one belief call per response
+    belief = (StageRule("abstain", "judge", one,
+                        lambda s: s.tokens(hj.belief_prompt("entity", "", "", "")) + s.P + s.G, json_verdict),)
+    return {
+        "halogen/summarization": grounded,
+        "halogen/simplification": grounded,
+        # Biographies: one call per fact against top_k retrieved passages; the prompt holds the name
+        "halogen/biographies": (extract_facts, StageRule(
+            "verify", "judge", facts,
+            lambda s: s.tokens(hp.bio_fact_prompt("", [], "")) + s.evidence + s.fact_tokens + s.P, verdict)),
+        # References: one call per response; the cited titles are part of it (half assumed)
+        "halogen/references": (StageRule("decompose", "extractor", one,
+                                          lambda s: s.tokens(hp.titles_prompt("")) + s.G, lambda s: 0.5 * s.G),),
+        # HistoricalEvents: one meeting call per response not abstained by phrase (upper bound: all)
+        "halogen/historical_events": (StageRule("abstain", "judge", one,
+                                                lambda s: s.tokens(hp.meeting_prompt("", "", "")) + s.G + s.P,
+                                                verdict),),
+        "hallulens/precise_wikiqa": (
+            StageRule("abstain", "judge", one, lambda s: s.tokens(hj.abstention_prompt("", "")) + s.P + s.G,
+                      json_verdict),
+            StageRule("verify", "judge", one,
+                      lambda s: s.tokens(hj.correctness_prompt("", "", "")) + s.P + s.G + s.o.answer_tokens,
+                      verdict)),
+        # LongWiki: knowledgeable judge; one extraction per sentence (snippet of up to 5 sentences:
+        # 3 before, the sentence, 1 after; its claims restate it); one verification per claim
+        "hallulens/longwiki": (
+            StageRule("abstain", "judge", one, lambda s: s.tokens(hj.knowledgeable_prompt("", "")) + s.P + s.G,
+                      json_verdict),
+            StageRule("decompose", "extractor", lambda s: s.sentences,
+                      lambda s: s.tokens(hj.claims_prompt("")) + min(5.0, s.sentences) * s.G / s.sentences,
+                      lambda s: s.G / s.sentences),
+            StageRule("verify", "judge", facts,
+                      lambda s: s.tokens(hj.verification_prompt("", [])) + s.evidence + s.fact_tokens,
+                      json_verdict)),
+        "hallulens/nonexistent_mixed": belief,
+        "hallulens/nonexistent_generated": belief,
+    }
+
+
+# --- served models ----------------------------------------------------------------------------
+
+SERVED = ("scripted", "hf", "vllm")
+_SIZE = re.compile(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bBmM])(?![a-zA-Z])")
+
+
+def placement(spec: ModelSpec) -> tuple[str, float]:
+    """(resource, units per replica) a served model holds: GPUs of its accelerator type ("GPU"
+    when unnamed) or CPU cores. vLLM runs tensor x pipeline parallel workers per replica, each
+    with the worker bundle serving/vllm.py places."""
+    from halluscope.serving.vllm import worker_bundle
+
+    if spec.backend == "vllm":
+        p = spec.params
+        workers = p.tensor_parallel_size * p.pipeline_parallel_size
+        bundle = worker_bundle(spec)
+        if "GPU" in bundle:
+            return p.accelerator_type or "GPU", workers * bundle["GPU"]
+        return "CPU", workers * bundle["CPU"]
+    s = spec.params.serve
+    return ("GPU", s.num_gpus) if s.num_gpus > 0 else ("CPU", s.num_cpus)
+
+
+def params_billions(spec: ModelSpec, options: PlanOptions) -> float | None:
+    """From the options, else the last size in the model source or id ("70B", "8x7B" counts all
+    experts, "135M"); None when neither says."""
+    if spec.id in options.params_b:
+        return options.params_b[spec.id]
+    for name in (getattr(spec.params, "model_source", ""), spec.id):
+        found = _SIZE.findall(name or "")
+        if found:
+            experts, size, unit = found[-1]
+            return float(experts or 1) * float(size) / (1000.0 if unit in "mM" else 1.0)
+    return None
+
+
+def _busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
+                  options: PlanOptions) -> tuple[float | None, str | None]:
+    """Resource-seconds (GPU- or core-seconds) a served model's calls keep it busy, or why unknown.
+    Scripted models take ``latency_s`` per prompt, ``capacity`` prompts at once per replica."""
+    resource, units = placement(spec)
+    if spec.backend == "scripted":
+        p = spec.params
+        at_once = p.capacity or p.serve.max_ongoing_requests * p.serve.max_batch_prompts
+        return calls * p.latency_s / at_once * units, None
+    rate = options.throughput.get(resource)
+    if rate is None:
+        return None, f"no throughput assumption for resource '{resource}' (plan options: throughput)"
+    size = params_billions(spec, options)
+    if size is None:
+        return None, f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']"
+    scale = REFERENCE_PARAMS_B / size
+    return tin / (rate.prefill_tokens_per_s * scale) + tout / (rate.decode_tokens_per_s * scale), None
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PlanRow:
+    model: str
+    role: str
+    task: str  # "*" for a deployment's idle row
+    stage: str  # generate | abstain | decompose | verify | idle
+    generations: int  # generations whose calls the row counts
+    calls: int
+    cached_calls: int
+    input_tokens: int
+    output_tokens: int
+    resource: str | None  # served models: accelerator type or CPU
+    resource_hours: float | None  # GPU-hours (core-hours for CPU); None when unknown
+    usd: float | None  # None: could not be priced (see note)
+    basis: str  # estimated | measured | measured:* | replay | cache | mixed
+    note: str | None = None
+
+
+@dataclass
+class Plan:
+    rows: list[PlanRow]
+    wall_hours: float | None  # how long the served models are held; None when unknown
+    notes: list[str]
+    options: PlanOptions
+
+    @property
+    def total_usd(self) -> float:
+        """Sum of the priced rows; see ``unpriced`` for the rest."""
+        return math.fsum(r.usd for r in self.rows if r.usd is not None)
+
+    @property
+    def unpriced(self) -> list[PlanRow]:
+        return [r for r in self.rows if r.usd is None]
+
+    def totals(self) -> dict:
+        by_role: dict[str, dict] = {}
+        for r in self.rows:
+            t = by_role.setdefault(r.role, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "usd": []})
+            t["calls"] += r.calls
+            t["input_tokens"] += r.input_tokens
+            t["output_tokens"] += r.output_tokens
+            t["usd"].append(r.usd or 0.0)
+        for t in by_role.values():
+            t["usd"] = math.fsum(t["usd"])
+        hours: dict[str, list[float]] = defaultdict(list)
+        for r in self.rows:
+            if r.resource and r.resource_hours is not None:
+                hours[r.resource].append(r.resource_hours)
+        return {"usd": self.total_usd, "unpriced_rows": len(self.unpriced),
+                "calls": sum(r.calls for r in self.rows), "cached_calls": sum(r.cached_calls for r in self.rows),
+                "input_tokens": sum(r.input_tokens for r in self.rows),
+                "output_tokens": sum(r.output_tokens for r in self.rows),
+                "resource_hours": {k: math.fsum(v) for k, v in sorted(hours.items())}, "by_role": by_role}
+
+    def as_dict(self) -> dict:
+        return {"rows": [asdict(r) for r in self.rows], "totals": self.totals(), "wall_hours": self.wall_hours,
+                "notes": list(self.notes), "options": self.options.model_dump(mode="json")}
+
+    def table(self) -> str:
+        head = ["model", "role", "task", "stage", "gens", "calls", "cached", "in tok", "out tok", "resource",
+                "res-h", "USD", "basis"]
+        body = [[r.model, r.role, r.task, r.stage, f"{r.generations:,}", f"{r.calls:,}", f"{r.cached_calls:,}",
+                 f"{r.input_tokens:,}", f"{r.output_tokens:,}", r.resource or "-", _num(r.resource_hours, 3),
+                 _num(r.usd, 4), r.basis] for r in self.rows]
+        widths = [max(len(x) for x in col) for col in zip(head, *body)]
+        lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
+        t = self.totals()
+        roles = ", ".join(f"{role} ${v['usd']:,.4f}" for role, v in sorted(t["by_role"].items()))
+        hours = ", ".join(f"{k} {v:,.3f} h" for k, v in t["resource_hours"].items()) or "none"
+        lines += ["", f"total: ${t['usd']:,.4f} ({roles}); {t['calls']:,} calls ({t['cached_calls']:,} cached), "
+                      f"{t['input_tokens']:,} input / {t['output_tokens']:,} output tokens; resource-hours: {hours}; "
+                      f"served models held {_num(self.wall_hours, 3)} h"]
+        if self.unpriced:
+            lines.append(f"{len(self.unpriced)} line item(s) could not be priced (USD '-'), see notes")
+        lines += ["notes:", *(f"- {n}" for n in self.notes)]
+        return "\n".join(lines)
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _count(x: float) -> int:
+    """Expected counts rounded half up (Python's round() goes to even)."""
+    return int(math.floor(x + 0.5))
+
+
+@dataclass
+class _Acc:
+    generations: float = 0.0
+    calls: float = 0.0
+    cached: int = 0
+    tin: float = 0.0
+    tout: float = 0.0
+    bases: set[str] = field(default_factory=set)
+
+
+def _load_items(cfg: RunConfig) -> dict[str, list[Item]]:
+    from halluscope.pipeline.workset import resolver_for, testset_locations
+    from halluscope.tasks.registry import get_task
+
+    limit, testsets = cfg.limits.max_items_per_task, testset_locations(cfg)
+    out = {}
+    for name in cfg.tasks:
+        items = get_task(name).load_items(resolver_for(cfg), testsets.get(name, ())).items
+        out[name] = items[:limit] if limit else items
+    return out
+
+
+def _cached_items(spec: ModelSpec, items: list[Item], cache: Location) -> set[str]:
+    """Items whose generation call is in the call cache (same key as the Generate stage)."""
+    from halluscope.models.cache import call_key
+    from halluscope.models.registry import revision_of
+    from halluscope.pipeline.stages import GENERATION_TEMPLATE
+
+    loc = cache.child(spec.id.replace("/", "__"))
+    keys: set[str] = set()
+    for name in loc.list_names():
+        part = loc.child(name)
+        with part.fs.open(part.path, "rb") as f:
+            keys.update(pq.read_table(f, columns=["key"]).column("key").to_pylist())
+    sampling = sampling_of(spec).as_dict()
+    return {i.item_id for i in items
+            if call_key(spec.id, revision_of(spec), GENERATION_TEMPLATE, i.prompt, sampling) in keys}
+
+
+def _prompt_tokens(items: list[Item], o: PlanOptions) -> float:
+    return math.fsum(len(i.prompt.split()) for i in items) * o.tokens_per_word
+
+
+def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = None, *,
+         options: PlanOptions | None = None, cache: Location | None = None,
+         done: frozenset[str] = frozenset()) -> Plan:
+    """The estimate of a run: rows per (model, role, task, stage), idle rows of served models.
+
+    ``stats``: measured sizes (``TokenStats.measure``) used before any estimate. ``cache``: the
+    call cache; generation calls found there are counted as cached and cost nothing (role calls
+    cannot be looked up: their prompts depend on the generations). ``done``: generation ids a
+    resumed run already committed; they make no more calls."""
+    from halluscope.pipeline.workset import models_under_test
+    from halluscope.tasks.registry import get_task
+
+    o = options or PlanOptions()
+    stats = stats or TokenStats()
+    rules = stage_rules()
+    roles = {m.role: m for m in cfg.models if m.role != "test"}
+    wiki = cfg.verifiers.wiki
+    top_k = wiki.top_k if wiki else WikiSpec.model_fields["top_k"].default
+    passage_words = wiki.passage_words if wiki else WikiSpec.model_fields["passage_words"].default
+    evidence = top_k * passage_words * o.tokens_per_word
+    items = _load_items(cfg)
+    acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
+    for task_name in cfg.tasks:
+        task, task_items = get_task(task_name), items[task_name]
+        rule_of = {(r.stage, r.role): r for r in rules.get(task_name, ())}
+        stages = [*rule_of, *sorted(stats.stages(task_name) - set(rule_of))]
+        if task.roles and not stages:
+            raise RunError(f"plan: no estimate for the role calls of task '{task_name}'; measure them with a "
+                           "pilot run and plan with its stats")
+        for m in models_under_test(cfg):
+            todo = [i for i in task_items if generation_id(task_name, i.item_id, m.id) not in done]
+            with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
+                                        stats, o, cache, cfg)
+            shape = Shape(P, G, evidence, o)
+            for stage, role in stages:
+                _add_role_stage(acc, roles[role], task_name, stage, role, m.id, with_text, shape, stats,
+                                rule_of.get((stage, role)))
+    return _price(cfg, acc, prices, o, stats)
+
+
+def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool, stats: TokenStats,
+              o: PlanOptions, cache: Location | None, cfg: RunConfig) -> tuple[int, float, float]:
+    """Adds a model's generation of a task's items to ``a``; returns the generations role models
+    will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
+    when a role model will judge them (``judged``)."""
+    from halluscope.models.replay import load_replay
+    from halluscope.pipeline.workset import resolver_for
+
+    a.generations += len(items)
+    P = _prompt_tokens(items, o) / max(len(items), 1)
+    if m.backend == "replay":
+        a.bases.add("replay")
+        texts = list(load_replay(m, task, items, resolver_for(cfg)).texts.values()) if judged else []
+        G = math.fsum(len(t.split()) for t in texts) * o.tokens_per_word / max(len(texts), 1)
+        return len(texts), P, G
+    cached = _cached_items(m, items, cache) if cache is not None else set()
+    todo = [i for i in items if i.item_id not in cached]
+    measured = stats.get(task.name, "generate", "test", m.id)
+    if measured:
+        P, G = measured[0].input_tokens_per_call, measured[0].output_tokens_per_call
+        a.tin += len(todo) * P
+        a.bases.add(measured[1])
+    else:
+        G = sampling_of(m).max_tokens * o.fill_factor
+        a.tin += _prompt_tokens(todo, o)
+        a.bases.add("estimated")
+    a.calls += len(todo)
+    a.cached += len(cached)
+    a.tout += len(todo) * G
+    if cached:
+        a.bases.add("cache")
+    return len(items), P, G
+
+
+def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str, model: str, gens: int,
+                    shape: Shape, stats: TokenStats, rule: StageRule | None) -> None:
+    """Adds one stage's calls on one model's generations; measured sizes first, token sizes of
+    an all-cached measurement from the rule."""
+    cap = sampling_of(spec).max_tokens
+    est_in = rule.input_tokens(shape) if rule else 0.0
+    est_out = min(rule.output_tokens(shape), cap) if rule else 0.0
+    measured = stats.get(task, stage, role, model)
+    if measured is not None:
+        s, basis = measured
+        calls = s.calls_per_generation
+        tin = est_in if s.input_tokens_per_call is None else s.input_tokens_per_call
+        tout = est_out if s.output_tokens_per_call is None else s.output_tokens_per_call
+    else:
+        calls, tin, tout, basis = rule.calls(shape), est_in, est_out, "estimated"
+    a = acc[(spec.id, task, stage)]
+    a.generations += gens
+    a.calls += gens * calls
+    a.tin += gens * calls * tin
+    a.tout += gens * calls * tout
+    a.bases.add(basis)
+
+
+def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions, stats: TokenStats) -> Plan:
+    specs = {m.id: m for m in cfg.models}
+    rows: list[PlanRow] = []
+    notes: list[str] = []
+    busy_wall: dict[str, float | None] = defaultdict(float)  # model -> seconds of work per held unit
+    for (model, task, stage), a in acc.items():
+        spec = specs[model]
+        calls, tin, tout = _count(a.calls), _count(a.tin), _count(a.tout)
+        basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
+        row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
+                      None, basis)
+        if spec.backend == "replay":
+            row.usd = 0.0
+        elif spec.backend == "openai":
+            if prices is None:
+                row.note = "no price table (costs.price_table)"
+            else:
+                row.usd = prices.tokens_usd(api_name(spec), tin, tout)
+                if row.usd is None:
+                    row.note = f"no price for API model '{api_name(spec)}' in the price table"
+            out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
+            busy_wall[model] = (busy_wall[model] or 0.0) + out_s
+        else:
+            row.resource, units = placement(spec)
+            seconds, why = _busy_seconds(spec, calls, tin, tout, o)
+            row.note = why
+            if seconds is None:
+                busy_wall[model] = None
+            else:
+                row.resource_hours = seconds / 3600
+                if busy_wall[model] is not None:
+                    busy_wall[model] += seconds / (units * spec.params.serve.num_replicas) if units else 0.0
+                row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
+        rows.append(row)
+    served = [m for m in cfg.models if m.backend in SERVED]
+    wall_s = None if None in busy_wall.values() else o.startup_s + max(busy_wall.values(), default=0.0)
+    for m in served:
+        resource, units = placement(m)
+        idle = PlanRow(m.id, m.role, "*", "idle", 0, 0, 0, 0, 0, resource, None, None, "estimated")
+        if wall_s is None:
+            idle.note = "the run's wall time is unknown: a model's busy time could not be estimated"
+        else:
+            held_s = wall_s * units * m.params.serve.num_replicas
+            busy_s = math.fsum(r.resource_hours * 3600 for r in rows if r.model == m.id and r.resource_hours)
+            idle_s = max(0.0, held_s - busy_s)
+            idle.resource_hours = idle_s / 3600
+            idle.usd, idle.note = _hours_usd(prices, resource, idle_s, None)
+        rows.append(idle)
+    rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))
+    notes += list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
+    notes.append(_assumptions(o, stats))
+    return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o)
+
+
+_STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4}
+
+
+def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,
+               why: str | None) -> tuple[float | None, str | None]:
+    if prices is None:
+        return None, why or "no price table (costs.price_table)"
+    usd = prices.hours_usd(resource, seconds)
+    return usd, why if usd is not None else f"no price for resource '{resource}' in the price table"
+
+
+def _assumptions(o: PlanOptions, stats: TokenStats) -> str:
+    measured = f"measured sizes from {len(stats.runs)} run(s): {', '.join(stats.runs)}; " if stats.runs else ""
+    return (f"{measured}estimates: {o.tokens_per_word} tokens/word, generations fill {o.fill_factor:.0%} of "
+            f"max_tokens, {o.words_per_fact:g} words per fact, every generation responds (upper bound); "
+            f"served models: throughput per GPU at {REFERENCE_PARAMS_B:g}B scaled by size, held for startup "
+            f"{o.startup_s:g} s + the busiest model's time; API requests {o.api_tokens_per_s:g} output tokens/s")
+
+
+def check_budget(plan: Plan, budget_usd: float) -> None:
+    """Stop a run whose estimate exceeds the budget, or that cannot be checked against it because
+    some line items have no price (price them, at 0 for a free endpoint, or drop the budget)."""
+    def item(r: PlanRow) -> str:
+        return f"{r.model} ({r.role}) {r.task} {r.stage} ${r.usd:,.2f}"
+
+    if plan.unpriced:
+        what = "; ".join(sorted({f"{r.model}: {r.note}" for r in plan.unpriced}))
+        raise RunError(f"costs.budget_usd ${budget_usd:,.2f} cannot be checked: {len(plan.unpriced)} planned line "
+                       f"item(s) have no price ({what}); priced items alone come to ${plan.total_usd:,.2f}. Price "
+                       "them (cluster/prices.yaml, 0 for a free endpoint) or remove the budget")
+    if plan.total_usd > budget_usd:
+        top = sorted(plan.rows, key=lambda r: -(r.usd or 0.0))[:3]
+        raise RunError(f"estimated cost ${plan.total_usd:,.2f} exceeds costs.budget_usd ${budget_usd:,.2f}; "
+                       f"largest items: {'; '.join(map(item, top))}. `halluscope plan CONFIG` shows the whole "
+                       "estimate")

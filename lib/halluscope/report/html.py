@@ -1,0 +1,469 @@
+"""`report.html`: one self-contained page per run, from what the run wrote.
+
+Everything is inline (CSS, SVG charts drawn in Python) and links are relative, so the file can be
+copied, mailed or opened from any storage without fetching anything. Sections whose data the run
+did not write are replaced by a one-line note; records the report cannot place are counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from halluscope.errors import DataError
+from halluscope.hallulens import metrics as hm
+from halluscope.hallulens.report import LONGWIKI, NONEXISTENT, PWQA
+from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE
+from halluscope.report import svg
+from halluscope.report.svg import Point, Series, esc
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from halluscope.tasks.halogen.published import SOURCE, published
+
+REPORT = "report.html"
+TABLE_DIRS = ("generations", "atoms", "verdicts", "scores", "role_calls", "quarantine", "items")
+RUN_FILES = ("metrics.json", "costs.parquet", "manifest.json", "leaderboard.md")
+KINDS = (("response", AVG_RESPONSE, "Response-based tasks (paper Table 2 layout)"),
+         ("refusal", AVG_REFUSAL, "Refusal-based tasks (paper Table 3 layout)"))
+COST_COLUMNS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens")
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;background:#fff;
+color:#1d1d1f}
+main{max-width:1240px;margin:0 auto;padding:16px 16px 40px}
+h1{font-size:24px;margin:0 0 10px}h2{font-size:19px;margin:30px 0 8px;border-bottom:2px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:3px 14px;margin:0;font-size:14px}
+dl.meta dt{color:#555}dl.meta dd{margin:0;font-family:ui-monospace,Menlo,Consolas,monospace}
+.status{padding:1px 8px;border-radius:9px;font-weight:600}
+.status-complete{background:#d9f2df;color:#14532d}.status-other{background:#fde9c8;color:#7a4a00}
+.wide{overflow-x:auto}table{border-collapse:collapse;font-size:12px;margin:6px 0 10px}
+th,td{border:1px solid #d4d4d4;padding:2px 5px;text-align:right;vertical-align:top}
+td{white-space:nowrap}th{background:#f3f3f3;text-align:center}td:first-child{text-align:left}
+tr.total td{font-weight:600;background:#fafafa}
+.pub{display:block;color:#7a7a7a;font-size:10px}
+.note,.omitted{color:#666;font-size:13px;margin:4px 0}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{background:#fff;border:1px solid #e6e6e6}
+svg .title{font-size:13px;font-weight:600;fill:#222}svg .tick{font-size:10px;fill:#555}
+svg .axis{font-size:11px;fill:#333}svg .label{font-size:11px;fill:#222}
+ul.legend{list-style:none;padding:0;margin:6px 0;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px}
+.swatch{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px}
+ul.links{font-size:14px;line-height:1.6}code{font-size:13px}
+"""
+
+
+@dataclass
+class RunData:
+    """What the report reads from one run folder, split by benchmark."""
+
+    run_id: str
+    manifest: dict | None
+    halogen: list[dict] = field(default_factory=list)  # per (model, task)
+    halogen_avg: list[dict] = field(default_factory=list)  # aggregate records
+    hallulens: list[dict] = field(default_factory=list)
+    unplaced: int = 0  # metrics records of a shape this report does not chart
+    metrics_note: str | None = None
+    costs: pa.Table | None = None
+    colours: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, store: RunStore) -> "RunData":
+        manifest = store.read_json("manifest.json")
+        if manifest is not None and not isinstance(manifest, dict):
+            raise DataError(f"{store.loc.child('manifest.json').url}: expected a JSON object")
+        metrics = store.read_json("metrics.json")
+        if manifest is None and metrics is None:
+            raise DataError(f"{store.loc.url}: neither manifest.json nor metrics.json exists; not a run folder")
+        data = cls(store.run_id, manifest)
+        if metrics is None:
+            data.metrics_note = "metrics.json is absent (the run has not finished aggregating)"
+        elif not isinstance(metrics, list):
+            data.metrics_note = (f"metrics.json holds a {type(metrics).__name__}, not the list of records of a "
+                                 "`halluscope run`; it is linked below but not charted")
+        else:
+            data._split(metrics, store.loc.child("metrics.json").url)
+        if store.loc.child("costs.parquet").exists():
+            data.costs = store.read_table_file("costs.parquet")
+        models = sorted({r["model"] for r in data.halogen + data.halogen_avg + data.hallulens})
+        data.colours = {m: svg.colour(i) for i, m in enumerate(models)}
+        return data
+
+    def _split(self, metrics: list, url: str) -> None:
+        for i, r in enumerate(metrics):
+            if not isinstance(r, dict) or not isinstance(r.get("task"), str) or not isinstance(r.get("model"), str):
+                raise DataError(f"{url}: record {i} is not an object with string fields model and task")
+            if r.get("benchmark") == "hallulens":
+                self.hallulens.append(r)
+            elif r["task"].startswith("halogen/"):
+                (self.halogen_avg if r.get("aggregate") else self.halogen).append(r)
+            elif r["task"] != "costs/total":  # the cost section reads costs.parquet itself
+                self.unplaced += 1
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def _value(x: object) -> float | None:
+    """A number to draw or print; None for a missing, NaN or non-numeric value."""
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
+
+
+def _f3(x: object) -> str:
+    v = _value(x)
+    return "–" if v is None else f"{v:.3f}"
+
+
+def _int(x: int | None) -> str:
+    return "–" if x is None else f"{x:,}"
+
+
+def _short(task: str) -> str:
+    return task.split("/", 1)[-1]
+
+
+def _breakable(task: str) -> str:
+    """A task name for a narrow header: escaped, and allowed to wrap after its underscores."""
+    return esc(_short(task)).replace("_", "_<wbr>")
+
+
+def _head(*rows: list[tuple[str, int, int]]) -> str:
+    """Header rows of (HTML, colspan, rowspan) cells."""
+    return "".join("<tr>" + "".join(f'<th colspan="{c}" rowspan="{r}">{h}</th>' for h, c, r in row) + "</tr>"
+                   for row in rows)
+
+
+def _table(header: list[str] | str, rows: list[list[str]], total: list[str] | None = None) -> str:
+    """Cells are HTML already (escaped by the caller); a string header is prebuilt header rows."""
+    head = header if isinstance(header, str) else _head([(h, 1, 1) for h in header])
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    if total:
+        body += '<tr class="total">' + "".join(f"<td>{c}</td>" for c in total) + "</tr>"
+    return f'<div class="wide"><table><thead>{head}</thead><tbody>{body}</tbody></table></div>'
+
+
+class Omitted(str):
+    """A section's one-line note in place of the section, when the run wrote none of its data."""
+
+
+def _omitted(what: str, why: str) -> Omitted:
+    return Omitted(f'<p class="omitted">{esc(what)}: omitted, {esc(why)}.</p>')
+
+
+def _section(title: str, content: str) -> str:
+    return content if isinstance(content, Omitted) else f"<section><h2>{esc(title)}</h2>{content}</section>"
+
+
+def _by_utility(models: set[str], cells: dict[tuple[str, str], dict], avg_task: str) -> list[str]:
+    """Best average utility first, models without one last, ties by name."""
+    def key(m: str) -> tuple[bool, float, str]:
+        u = cells.get((m, avg_task), {}).get("utility_score")
+        return u is None, -(u or 0.0), m
+    return sorted(models, key=key)
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+
+def header(d: RunData) -> str:
+    m = d.manifest or {}
+    status = str(m.get("status", "unknown"))
+    pill = f'<span class="status status-{"complete" if status == "complete" else "other"}">{esc(status)}</span>'
+    rows = [("run", esc(m.get("run_id", d.run_id))), ("status", pill),
+            ("created", esc(m.get("created_at", "–"))), ("finished", esc(m.get("finished_at", "–"))),
+            ("code version", esc(m.get("code_version", "–"))),
+            ("config fingerprint", esc(m.get("config_fingerprint", "–")))]
+    cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
+    models = [x.get("id") for x in cfg.get("models", []) if isinstance(x, dict)]
+    if models:
+        rows.append(("models", esc(", ".join(map(str, models)))))
+    if cfg.get("tasks"):
+        rows.append(("tasks", esc(", ".join(map(str, cfg["tasks"])))))
+    counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+    if counts:
+        missing = sum(counts.get("missing", {}).values()) if isinstance(counts.get("missing"), dict) else 0
+        rows.append(("generations", esc(f"{_int(counts.get('generations'))} planned, "
+                                        f"{_int(counts.get('processed'))} processed this session, "
+                                        f"{_int(counts.get('done_before'))} done before; "
+                                        f"{_int(counts.get('quarantined_rows'))} quarantined input rows, "
+                                        f"{missing:,} without a recorded response")))
+    meta = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    note = "" if d.manifest is not None else '<p class="note">manifest.json is absent.</p>'
+    if d.metrics_note:
+        note += f'<p class="note">{esc(d.metrics_note)}.</p>'
+    if d.unplaced:
+        note += (f'<p class="note">{d.unplaced} metrics record(s) of other benchmarks are not charted here '
+                 "(see metrics.json).</p>")
+    return f'<header><h1>halluscope run report</h1><dl class="meta">{meta}</dl>{note}</header>'
+
+
+def _pub_cell(ours: str, pub: str) -> str:
+    return f'{ours}<span class="pub">{pub}</span>'
+
+
+def _pub_mean(model: str, tasks: list[str], key: str) -> float | None:
+    """The released numbers averaged over the same tasks, only when all of them were released."""
+    values = [(published(model, t) or {}).get(key) for t in tasks]
+    return None if not values or any(v is None for v in values) else math.fsum(values) / len(values)
+
+
+def halogen_leaderboard(d: RunData) -> str:
+    if not d.halogen:
+        return _omitted("HALOGEN leaderboard", "no HALOGEN records in metrics.json")
+    parts = [f'<p class="note">H = hallucination score, R = response ratio, U = utility. Under each of our '
+             f'numbers, in grey: the one HALOGEN\'s authors released for the same responses ({esc(SOURCE)}); their '
+             "averages are the mean of the released per-task numbers.</p>"]
+    cells = {(r["model"], r["task"]): r for r in d.halogen + d.halogen_avg}
+    for kind, avg_task, title in KINDS:
+        tasks = sorted({r["task"] for r in d.halogen if r.get("task_kind") == kind})
+        if not tasks:
+            continue
+        models = _by_utility({r["model"] for r in d.halogen if r["task"] in tasks}, cells, avg_task)
+        head = _head([("model", 1, 2), ("average", 3, 1)] + [(_breakable(t), 2, 1) for t in tasks],
+                     [("U", 1, 1), ("H", 1, 1), ("R", 1, 1)] + [("U", 1, 1), ("H/R", 1, 1)] * len(tasks))
+        rows = []
+        for model in models:
+            avg = cells.get((model, avg_task), {})
+            row = [esc(model)] + [_pub_cell(_f3(avg.get(k)), _f3(_pub_mean(model, tasks, k)))
+                                  for k in ("utility_score", "hallucination_score", "response_ratio")]
+            for t in tasks:
+                c, pub = cells.get((model, t), {}), published(model, t) or {}
+                row.append(_pub_cell(_f3(c.get("utility_score")), _f3(pub.get("utility_score"))))
+                row.append(_pub_cell(f"{_f3(c.get('hallucination_score'))}/{_f3(c.get('response_ratio'))}",
+                                     f"{_f3(pub.get('hallucination_score'))}/{_f3(pub.get('response_ratio'))}"))
+            rows.append(row)
+        parts += [f"<h3>{esc(title)}</h3>", _table(head, rows)]
+    detail = [[esc(r["model"]), esc(_short(r["task"])), _int(r.get("n_items")), _int(r.get("n_errors")),
+               _f3(r.get("hallucination_score")), _f3(r.get("hallucination_score_micro")),
+               _f3(r.get("response_ratio")), _f3(r.get("utility_score"))]
+              for r in sorted(d.halogen, key=lambda r: (r["task"], r["model"]))]
+    parts.append("<details><summary>Per task: items, errors, H macro and micro</summary>" + _table(
+        ["model", "task", "n", "errors", "H", "H micro", "R", "U"], detail) + "</details>")
+    return "".join(parts)
+
+
+def _pct(summary: dict, key: str) -> str:
+    m = summary.get(key) or {}
+    mean, std = _value(m.get("mean")), _value(m.get("std"))
+    if mean is None:
+        return "–"
+    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
+
+
+def _longwiki_k(d: RunData) -> str:
+    ks = {t.get("k") for r in d.hallulens if r["task"] == LONGWIKI for t in r.get("trials", [])} - {None}
+    return "/".join(str(k) for k in sorted(ks)) or "K"
+
+
+def hallulens_leaderboard(d: RunData) -> str:
+    if not d.hallulens:
+        return _omitted("HalluLens leaderboard", "no HalluLens records in metrics.json")
+    k = _longwiki_k(d)
+    by_model: dict[str, dict[str, dict]] = defaultdict(dict)
+    trials: dict[str, set[int]] = defaultdict(set)
+    for r in d.hallulens:
+        by_model[r["model"]][r["task"]] = r.get("summary") or {}
+        trials[r["model"]].add(int(r.get("n_trials") or 0))
+    head = ["model", "trials", "PWQA false refusal", "PWQA hallucination", "PWQA correct", "LongWiki false refusal",
+            "LongWiki precision", f"LongWiki recall@{k}", f"LongWiki F1@{k}", "NonExistent FAR mixed",
+            "NonExistent FAR generated", "NonExistent FAR"]
+    rows = []
+    for model, tasks in sorted(by_model.items()):
+        pw, lw, ne = tasks.get(PWQA, {}), tasks.get(LONGWIKI, {}), tasks.get(NONEXISTENT, {})
+        rows.append([esc(model), "/".join(map(str, sorted(trials[model])))]
+                    + [_pct(pw, key) for key in hm.PRECISE_WIKIQA_KEYS] + [_pct(lw, key) for key in hm.LONGWIKI_KEYS]
+                    + [_pct(ne, key) for key in hm.NONEXISTENT_KEYS[1:]] + [_pct(ne, hm.NONEXISTENT_KEYS[0])])
+    return ('<p class="note">Percent; mean ± sample standard deviation over trials (no ± with one trial).</p>'
+            + _table(head, rows))
+
+
+def _mean(summary: dict, key: str) -> float | None:
+    return _value((summary.get(key) or {}).get("mean"))
+
+
+def _one_minus(v: object) -> float | None:
+    v = _value(v)
+    return None if v is None else 1.0 - v
+
+
+def scatter_panels(d: RunData) -> list[tuple[str, str, list[tuple[str, float | None, float | None]]]]:
+    """(title, y label, [(model, refusal rate, hallucination)]) per benchmark/task group."""
+    panels = []
+    for _, avg_task, _ in KINDS:
+        rows = [(r["model"], _one_minus(r.get("response_ratio")), _value(r.get("hallucination_score")))
+                for r in d.halogen_avg if r["task"] == avg_task]
+        if rows:
+            panels.append((f"HALOGEN {_short(avg_task)} (mean over tasks)", "hallucination score H", rows))
+    lens = [(PWQA, "HalluLens PreciseWikiQA", "hallucination rate when answered",
+             lambda s: _mean(s, "hallucination_rate")),
+            (LONGWIKI, "HalluLens LongWiki", "1 − precision (unsupported claims)",
+             lambda s: _one_minus(_mean(s, "precision")))]
+    for task, title, y_label, y_of in lens:
+        rows = [(r["model"], _mean(r.get("summary") or {}, "false_refusal_rate"), y_of(r.get("summary") or {}))
+                for r in d.hallulens if r["task"] == task]
+        if rows:
+            panels.append((title, y_label, rows))
+    return panels
+
+
+def refusal_scatter(d: RunData) -> str:
+    panels = scatter_panels(d)
+    if not panels:
+        return _omitted("Refusal versus hallucination", "no HALOGEN averages or HalluLens QA records")
+    charts, notes = [], []
+    for title, y_label, rows in panels:
+        points = [Point(m, x, y, d.colours[m]) for m, x, y in sorted(rows)]
+        charts.append(svg.scatter(points, title, "refusal rate (1 − response ratio)", y_label))
+        missing = sorted(m for m, x, y in rows if x is None or y is None)
+        if missing:
+            notes.append(f"{title}: no point for {', '.join(missing)} (a rate is undefined)")
+    return ('<p class="note">One point per model; axes zoom to the data. Lower hallucinates less; refusing is the '
+            "right answer on HALOGEN's refusal-based tasks and a false refusal elsewhere. HalluLens NonExistentRefusal "
+            "is not drawn: there the refusal rate is 1 − the false acceptance rate.</p>"
+            + f'<div class="charts">{"".join(charts)}</div>'
+            + "".join(f'<p class="note">{esc(n)}.</p>' for n in notes))
+
+
+def _bin_key(b: str) -> tuple[int, str]:
+    return len(b), b  # "2" before "10", as hallulens.metrics orders bins
+
+
+def difficulty_series(records: list[dict], metric: str, colours: dict[str, str]) -> tuple[list[str], list[Series]]:
+    """Per model the mean over trials of the metric in each bin; None where no trial defines it."""
+    # bins are ints in memory and strings once read back from metrics.json
+    by_bin = {id(t): {str(b): v or {} for b, v in (t.get("by_bin") or {}).items()}
+              for r in records for t in r.get("trials", [])}
+    bins = sorted({b for per_bin in by_bin.values() for b in per_bin}, key=_bin_key)
+    series = []
+    for r in sorted(records, key=lambda r: r["model"]):
+        values = []
+        for b in bins:
+            vals = [v for t in r.get("trials", []) if (v := _value(by_bin[id(t)].get(b, {}).get(metric))) is not None]
+            values.append(math.fsum(vals) / len(vals) if vals else None)
+        series.append(Series(r["model"], colours[r["model"]], values))
+    return bins, series
+
+
+CURVES = ((PWQA, "hallucination_rate", "PreciseWikiQA: hallucination rate when answered"),
+          (PWQA, "false_refusal_rate", "PreciseWikiQA: false refusal rate"),
+          (LONGWIKI, "precision", "LongWiki: precision"),
+          (LONGWIKI, "false_refusal_rate", "LongWiki: false refusal rate"))
+
+
+def difficulty_curves(d: RunData) -> str:
+    charts, models = [], set()
+    for task, metric, title in CURVES:
+        records = [r for r in d.hallulens if r["task"] == task]
+        bins, series = difficulty_series(records, metric, d.colours)
+        if bins:
+            charts.append(svg.line_chart(bins, series, title, "difficulty bin (by harmonic centrality; 0 = hardest)",
+                                         metric.replace("_", " ")))
+            models |= {s.name for s in series}
+    if not charts:
+        return _omitted("Per-difficulty curves (HalluLens)", "no HalluLens record has per-bin rates")
+    return (svg.legend([(m, d.colours[m]) for m in sorted(models)]) + '<p class="note">Mean over trials of each '
+            "bin's rate; a gap is a bin where no trial scored an item.</p>"
+            + f'<div class="charts">{"".join(charts)}</div>')
+
+
+def domain_bars(d: RunData) -> str:
+    if not d.halogen:
+        return _omitted("Hallucination by domain (HALOGEN)", "no HALOGEN records in metrics.json")
+    order = {kind: i for i, (kind, _, _) in enumerate(KINDS)}
+    tasks = sorted({r["task"] for r in d.halogen}, key=lambda t: (
+        min(order.get(r.get("task_kind"), 9) for r in d.halogen if r["task"] == t), t))
+    models = sorted({r["model"] for r in d.halogen})
+    cells = {(r["model"], r["task"]): _value(r.get("hallucination_score")) for r in d.halogen}
+    series = [Series(m, d.colours[m], [cells.get((m, t)) for t in tasks]) for m in models]
+    chart = svg.grouped_bars([_short(t) for t in tasks], series, "Hallucination score H per task and model", "H")
+    return (svg.legend([(m, d.colours[m]) for m in models])
+            + '<p class="note">Response-based tasks first, then refusal-based; a grey dash: H undefined '
+              "(the model answered none of the task's items).</p>" + chart)
+
+
+def _usd(values: list[float | None]) -> str:
+    """A sum of priced rows; a lower bound (≥) when some rows had no price."""
+    priced = [v for v in values if v is not None]
+    if not priced:
+        return "not priced"
+    return ("≥ " if len(priced) < len(values) else "") + f"${math.fsum(priced):,.4f}"
+
+
+def _seconds(values: list[float | None]) -> str:
+    present = [v for v in values if v is not None]
+    return f"{math.fsum(present):,.1f}" if present else "–"
+
+
+def cost_table(rows: list[dict], by: str) -> str:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[str(r[by])].append(r)
+
+    def line(name: str, rs: list[dict]) -> list[str]:
+        return ([esc(name)] + [_int(sum(r[c] or 0 for r in rs)) for c in COST_COLUMNS]
+                + [_seconds([r["resource_seconds"] for r in rs]), _usd([r["usd"] for r in rs])])
+    head = [by, "calls", "cached", "failed", "input tokens", "output tokens", "resource seconds", "USD"]
+    return _table(head, [line(k, groups[k]) for k in sorted(groups)], line("total", rows))
+
+
+def costs(d: RunData) -> str:
+    if d.costs is None:
+        return _omitted("Cost breakdown", "costs.parquet is absent")
+    if d.costs.num_rows == 0:
+        return _omitted("Cost breakdown", "costs.parquet has no rows (no live model calls: replayed responses "
+                                          "cost this run nothing)")
+    missing = {"model", "role", "task", "resource_seconds", "usd", *COST_COLUMNS} - set(d.costs.column_names)
+    if missing:
+        raise DataError(f"costs.parquet of run {d.run_id}: missing columns {sorted(missing)}")
+    rows = d.costs.to_pylist()
+    return ('<p class="note">Calls answered from the cache cost nothing and are counted apart; resource seconds are '
+            "deployment time of served models (task *); ≥ marks a sum with unpriced rows.</p>"
+            + "".join(f"<h3>By {by}</h3>" + cost_table(rows, by) for by in ("model", "role", "task")))
+
+
+def links(store: RunStore) -> str:
+    present, absent = [], []
+    for name in TABLE_DIRS:
+        n = sum(1 for x in store.loc.child(name).list_names() if x.endswith(".parquet"))
+        if n:
+            present.append(f'<li><a href="{name}/">{name}/</a> ({n} Parquet file{"s" * (n != 1)})</li>')
+        else:
+            absent.append(f"{name}/")
+    for name in RUN_FILES:
+        if store.loc.child(name).exists():
+            present.append(f'<li><a href="{name}">{name}</a></li>')
+        else:
+            absent.append(name)
+    note = f'<p class="note">Not written by this run: {esc(", ".join(absent))}.</p>' if absent else ""
+    return f'<ul class="links">{"".join(present)}</ul>{note}'
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+def render_report(store: RunStore) -> str:
+    """The HTML of the run's report, read from any storage the run was written to."""
+    d = RunData.load(store)
+    body = [header(d),
+            _section("Leaderboard: HALOGEN", halogen_leaderboard(d)),
+            _section("Leaderboard: HalluLens", hallulens_leaderboard(d)),
+            _section("Refusal versus hallucination", refusal_scatter(d)),
+            _section("Per-difficulty curves (HalluLens)", difficulty_curves(d)),
+            _section("Hallucination by domain (HALOGEN)", domain_bars(d)),
+            _section("Cost breakdown", costs(d)),
+            _section("Run files", links(store))]
+    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>halluscope report: {esc(d.run_id)}</title><style>{CSS}</style></head>"
+            f'<body><main>{"".join(body)}</main></body></html>')
+
+
+def write_report(store: RunStore) -> Location:
+    """Writes ``<run>/report.html`` atomically and returns where it is."""
+    loc = store.loc.child(REPORT)
+    loc.write_bytes_atomic(render_report(store).encode())
+    return loc

@@ -1,0 +1,248 @@
+"""Inline SVG charts drawn in Python, so a report is one file that needs no script or network.
+
+Every chart takes values that may be None (a metric undefined for a model): a scatter skips the
+point, a line breaks, a bar becomes a grey mark; the caller reports what was left out. Text is
+escaped here, so callers pass raw model and task names.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import html
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+# Distinct colours for the first 20 models (none used by the page itself); later ones get golden-angle hues.
+PALETTE = (
+    "#1f5fbf", "#e8710a", "#1e9e4a", "#c8102e", "#7b3fbf", "#8c5a2b", "#d63caa", "#5f6b73",
+    "#a8a000", "#00a3b8", "#93b8ff", "#ffb066", "#8fd694", "#ff8a8a", "#c3a6f0", "#c99a6e",
+    "#f7a6dc", "#b0b8bd", "#e0dc6a", "#7fdde9",
+)
+AXIS, GRID, MUTED = "#444444", "#e3e3e3", "#999999"
+CHAR_W = 6.3  # average width of an 11px sans-serif character, for label layout
+
+
+def colour(i: int) -> str:
+    if i < len(PALETTE):
+        return PALETTE[i]
+    r, g, b = colorsys.hls_to_rgb((i * 0.618034) % 1.0, 0.45, 0.7)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _num(v: float) -> str:
+    return f"{v:.1f}".rstrip("0").rstrip(".")
+
+
+def _tick(v: float) -> str:
+    return f"{round(v, 4):g}"
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    x: float | None
+    y: float | None
+    colour: str
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    colour: str
+    values: Sequence[float | None]  # one per category
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Plot area inside an SVG of width x height; maps data to pixels."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    y_max: float
+
+    @property
+    def plot_w(self) -> float:
+        return self.width - self.left - self.right
+
+    @property
+    def plot_h(self) -> float:
+        return self.height - self.top - self.bottom
+
+    def py(self, v: float) -> float:
+        return self.top + self.plot_h * (1 - min(max(v, 0.0), self.y_max) / self.y_max)
+
+    def y_axis(self, label: str) -> list[str]:
+        out = []
+        for i in range(5):
+            v = self.y_max * i / 4
+            y = self.py(v)
+            out.append(f'<line x1="{self.left}" x2="{self.width - self.right}" y1="{_num(y)}" y2="{_num(y)}" '
+                       f'stroke="{GRID}"/>')
+            out.append(f'<text x="{self.left - 6}" y="{_num(y + 4)}" text-anchor="end" class="tick">{_tick(v)}</text>')
+        mid = self.top + self.plot_h / 2
+        out.append(f'<text x="12" y="{_num(mid)}" transform="rotate(-90 12 {_num(mid)})" text-anchor="middle" '
+                   f'class="axis">{esc(label)}</text>')
+        out.append(f'<line x1="{self.left}" x2="{self.left}" y1="{self.top}" y2="{_num(self.top + self.plot_h)}" '
+                   f'stroke="{AXIS}"/>')
+        out.append(f'<line x1="{self.left}" x2="{self.width - self.right}" y1="{_num(self.top + self.plot_h)}" '
+                   f'y2="{_num(self.top + self.plot_h)}" stroke="{AXIS}"/>')
+        return out
+
+
+def _y_max(values: Sequence[float | None]) -> float:
+    """Rates live in [0, 1]; a larger value (should one appear) stretches the axis."""
+    present = [v for v in values if v is not None]
+    return max([1.0, *present])
+
+
+def _svg(width: int, height: int, title: str, body: list[str]) -> str:
+    return (f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="{esc(title)}"><text x="{width / 2:.0f}" y="16" text-anchor="middle" class="title">'
+            f'{esc(title)}</text>' + "".join(body) + "</svg>")
+
+
+def _nice_max(values: Sequence[float | None]) -> float:
+    """The smallest round axis end at or above every value, so clustered rates spread out."""
+    hi = max([v for v in values if v is not None], default=0.0)
+    return next((m for m in (0.1, 0.2, 0.4, 0.6, 0.8, 1.0) if hi <= m), float(math.ceil(hi)))
+
+
+Box = tuple[float, float, float, float]
+
+
+def _overlap(a: Box, b: Box) -> float:
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+def _place(x: float, y: float, w: float, taken: list[Box], bounds: Box) -> tuple[Box, bool]:
+    """A label box near (x, y): right or left of the point, shifted up or down until it overlaps
+    nothing taken and stays inside; else the least overlapping. True when it had to move away."""
+    best: tuple[float, Box, bool] | None = None
+    for dy in (0, -12, 12, -24, 24, -36, 36, -48, 48):
+        for x0 in (x + 9, x - 9 - w):
+            box = (x0, y + dy - 9, x0 + w, y + dy + 3)
+            if box[0] < bounds[0] or box[2] > bounds[2] or box[1] < bounds[1] or box[3] > bounds[3]:
+                continue
+            cost = sum(_overlap(box, t) for t in taken)
+            if cost == 0:
+                return box, dy != 0
+            if best is None or cost < best[0]:
+                best = (cost, box, True)
+    if best is None:  # no candidate fits inside: keep it on the point's right
+        return (x + 9, y - 9, x + 9 + w, y + 3), False
+    return best[1], best[2]
+
+
+def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
+            width: int = 600, height: int = 420) -> str:
+    """Labelled points on axes that zoom to the data; a label pushed away from its point by others
+    gets a thin leader line."""
+    drawn = [p for p in points if p.x is not None and p.y is not None]
+    f = _Frame(width, height, 52, 16, 28, 44, _nice_max([p.y for p in drawn]))
+    x_max = _nice_max([p.x for p in drawn])
+    body = f.y_axis(y_label)
+    for i in range(5):
+        v = x_max * i / 4
+        x = f.left + f.plot_w * v / x_max
+        body.append(f'<line x1="{_num(x)}" x2="{_num(x)}" y1="{f.top}" y2="{_num(f.top + f.plot_h)}" stroke="{GRID}"/>')
+        body.append(f'<text x="{_num(x)}" y="{_num(f.top + f.plot_h + 15)}" text-anchor="middle" class="tick">'
+                    f'{_tick(v)}</text>')
+    body.append(f'<text x="{_num(f.left + f.plot_w / 2)}" y="{height - 8}" text-anchor="middle" class="axis">'
+                f'{esc(x_label)}</text>')
+    xy = [(p, f.left + f.plot_w * min(max(p.x, 0.0), x_max) / x_max, f.py(p.y)) for p in drawn]
+    taken: list[Box] = [(x - 6, y - 6, x + 6, y + 6) for _, x, y in xy]
+    bounds = (float(f.left), float(f.top), float(width - f.right), float(f.top + f.plot_h))
+    labels = []
+    for p, x, y in sorted(xy, key=lambda t: (t[1], t[2])):
+        text = _short(p.label, 26)
+        box, moved = _place(x, y, CHAR_W * len(text), taken, bounds)
+        taken.append(box)
+        if moved:
+            lx = box[0] if box[0] > x else box[2]
+            labels.append(f'<line x1="{_num(x)}" y1="{_num(y)}" x2="{_num(lx)}" y2="{_num(box[3] - 4)}" '
+                          f'stroke="{MUTED}" stroke-width="0.8"/>')
+        labels.append(f'<text x="{_num(box[0])}" y="{_num(box[3] - 1)}" class="label">{esc(text)}</text>')
+    for p, x, y in xy:
+        body.append(f'<circle cx="{_num(x)}" cy="{_num(y)}" r="6" fill="{p.colour}" stroke="#ffffff" '
+                    f'stroke-width="1.5"><title>{esc(p.label)}: x {p.x:.3f}, y {p.y:.3f}</title></circle>')
+    return _svg(width, height, title, body + labels)
+
+
+def line_chart(categories: Sequence[str], series: Sequence[Series], title: str, x_label: str, y_label: str,
+               width: int = 560, height: int = 320) -> str:
+    """One line per series over categorical x; a None value breaks the line, markers show every value."""
+    f = _Frame(width, height, 52, 16, 28, 44, _y_max([v for s in series for v in s.values]))
+    step = f.plot_w / max(len(categories), 1)
+    xs = [f.left + step * (i + 0.5) for i in range(len(categories))]
+    body = f.y_axis(y_label)
+    for x, c in zip(xs, categories):
+        body.append(f'<text x="{_num(x)}" y="{_num(f.top + f.plot_h + 15)}" text-anchor="middle" class="tick">'
+                    f'{esc(_short(c, 10))}</text>')
+    body.append(f'<text x="{_num(f.left + f.plot_w / 2)}" y="{height - 8}" text-anchor="middle" class="axis">'
+                f'{esc(x_label)}</text>')
+    for s in series:
+        run: list[str] = []
+        for x, v in [*zip(xs, s.values), (0.0, None)]:  # the sentinel flushes the last segment
+            if v is None:
+                if len(run) > 1:
+                    body.append(f'<polyline points="{" ".join(run)}" fill="none" stroke="{s.colour}" '
+                                f'stroke-width="2"/>')
+                run = []
+            else:
+                run.append(f"{_num(x)},{_num(f.py(v))}")
+        for x, c, v in zip(xs, categories, s.values):
+            if v is not None:
+                body.append(f'<circle cx="{_num(x)}" cy="{_num(f.py(v))}" r="3.5" fill="{s.colour}">'
+                            f'<title>{esc(s.name)}, {esc(c)}: {v:.3f}</title></circle>')
+    return _svg(width, height, title, body)
+
+
+def grouped_bars(groups: Sequence[str], series: Sequence[Series], title: str, y_label: str,
+                 width: int = 1100, height: int = 360) -> str:
+    """Per group, one bar per series side by side; a None value is a grey dash on the axis."""
+    longest = max((len(g) for g in groups), default=0)
+    group_w = (width - 52 - 16) / max(len(groups), 1)
+    tilt = CHAR_W * longest > group_w - 4
+    bottom = 30 + (int(5.6 * min(longest, 28) * 0.5) if tilt else 0)  # sin 30° of a 10px label
+    f = _Frame(width, height + (bottom - 30), 52, 16, 28, bottom, _y_max([v for s in series for v in s.values]))
+    bar_w = max(1.0, min(18.0, (group_w - 10) / max(len(series), 1)))
+    body = f.y_axis(y_label)
+    base = f.top + f.plot_h
+    for gi, g in enumerate(groups):
+        gx = f.left + group_w * gi + (group_w - bar_w * len(series)) / 2
+        for si, s in enumerate(series):
+            x, v = gx + bar_w * si, s.values[gi]
+            if v is None:
+                body.append(f'<rect x="{_num(x)}" y="{_num(base - 2)}" width="{_num(bar_w)}" height="2" fill="{MUTED}">'
+                            f'<title>{esc(s.name)}, {esc(g)}: no value</title></rect>')
+                continue
+            y = f.py(v)
+            body.append(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(bar_w)}" height="{_num(base - y)}" '
+                        f'fill="{s.colour}"><title>{esc(s.name)}, {esc(g)}: {v:.3f}</title></rect>')
+        cx = f.left + group_w * (gi + 0.5)
+        label = esc(_short(g, 28))
+        if tilt:
+            body.append(f'<text x="{_num(cx)}" y="{_num(base + 14)}" text-anchor="end" class="tick" '
+                        f'transform="rotate(-30 {_num(cx)} {_num(base + 14)})">{label}</text>')
+        else:
+            body.append(f'<text x="{_num(cx)}" y="{_num(base + 15)}" text-anchor="middle" class="tick">{label}</text>')
+    return _svg(width, f.height, title, body)
+
+
+def legend(entries: Sequence[tuple[str, str]]) -> str:
+    """(name, colour) swatches as HTML, shared by the charts of a section."""
+    items = "".join(f'<li><span class="swatch" style="background:{c}"></span>{esc(n)}</li>' for n, c in entries)
+    return f'<ul class="legend">{items}</ul>'

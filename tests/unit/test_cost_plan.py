@@ -1,0 +1,289 @@
+"""`halluscope plan`: hand-computed estimates on tiny data written here, measured stats from a run
+folder built with RunStore, the call cache, replay, and the budget check."""
+
+import csv
+import gzip
+import io
+import json
+import math
+
+import pyarrow as pa
+import pytest
+
+from halluscope import records
+from halluscope.config import parse_config
+from halluscope.cost.plan import (PlanOptions, Shape, Throughput, TokenStats, check_budget, params_billions,
+                                  placement, plan, stage_rules)
+from halluscope.cost.prices import PriceTable
+from halluscope.errors import DataError, RunError
+from halluscope.models.base import Completion, GenerationRequest
+from halluscope.models.cache import CachedBackend
+from halluscope.models.registry import sampling_of
+from halluscope.pipeline.stages import GENERATION_TEMPLATE
+from halluscope.records import generation_id
+from halluscope.sources import DataResolver
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from halluscope.tasks.halogen import prompts
+from halluscope.tasks.registry import get_task, task_names
+
+PRICES = PriceTable.model_validate({
+    "as_of": "test", "source": "written in the test",
+    "gpu_hour_usd": {"H100": 3.6},  # $0.001 per GPU-second
+    "api_usd_per_million_tokens": {"gpt-test": {"input": 1.0, "output": 2.0},
+                                   "gpt-ext": {"input": 1.0, "output": 1.0},
+                                   "gpt-judge": {"input": 2.0, "output": 2.0}}})
+# per GPU at 8B: 1000 prompt / 100 output tokens per s; held 100 s before the busiest model's work
+OPTIONS = PlanOptions(throughput={"H100": Throughput(prefill_tokens_per_s=1000, decode_tokens_per_s=100)},
+                      params_b={"judge": 16}, startup_s=100, api_tokens_per_s=10)
+
+CODE_PROMPTS = ["Write Python code that reads a CSV file, prints it.",  # 10 words
+                "Write Python code that downloads a web page, parses every link in it and "
+                "prints the links sorted by length."]  # 20 words -> mean 15 words = 19.5 tokens
+MEETINGS = [("Ada Lovelace", "Pele"), ("Plato", "Grace Hopper")]  # prompts of 10 words -> 13 tokens
+
+
+def _meeting(a, b):
+    return f"Tell me about the meeting between {a} and {b}."
+
+
+def _write_csv(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_bytes(gzip.compress(buf.getvalue().encode()))
+
+
+@pytest.fixture()
+def data(tmp_path):
+    root = tmp_path / "data"
+    _write_csv(root / "halogen/prompts/prompts_code.csv.gz", [{"prompt": p} for p in CODE_PROMPTS])
+    _write_csv(root / "halogen/prompts/prompts_historicalevents.csv.gz",
+               [{"prompt": _meeting(a, b), "name1": a, "birth1": "1", "death1": "2", "name2": b, "birth2": "3",
+                 "death2": "4"} for a, b in MEETINGS])
+    _write_csv(root / "halogen/prompts/prompts_summarization.csv.gz",
+               [{"prompt": "Summarize: " + " ".join(["word"] * 99), "text": "The source article."}])  # 100 words
+    return root
+
+
+API = {"id": "api", "backend": "openai", "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-test",
+                                                    "max_concurrency": 4, "sampling": {"max_tokens": 100}}}
+LLAMA = {"id": "llama", "backend": "vllm", "params": {"model_source": "org/Llama-3.1-8B-Instruct",
+                                                      "accelerator_type": "H100", "tensor_parallel_size": 2,
+                                                      "sampling": {"max_tokens": 200}}}
+JUDGE = {"id": "judge", "role": "judge", "backend": "vllm",
+         "params": {"model_source": "org/judge-model", "accelerator_type": "H100", "tensor_parallel_size": 4,
+                    "sampling": {"max_tokens": 20}}}
+
+
+def _cfg(data, models=(API, LLAMA, JUDGE), tasks=("halogen/code", "halogen/historical_events"), **extra):
+    return parse_config({"tasks": list(tasks), "models": list(models),
+                         "data": {"dir": str(data), "download": False}, **extra})
+
+
+def _rows(p):
+    return {(r.model, r.task, r.stage): r for r in p.rows}
+
+
+T_MEETING = len(prompts.meeting_prompt("", "", "").split()) * 1.3  # the judge template's own tokens
+
+
+def test_hand_computed_plan(data):
+    p = plan(_cfg(data), PRICES, options=OPTIONS)
+    rows = _rows(p)
+    # api: 2 calls per task; prompts 39 / 26 tokens; outputs 2 x 100 max_tokens x 0.5 fill = 100
+    api_code = rows[("api", "halogen/code", "generate")]
+    api_hist = rows[("api", "halogen/historical_events", "generate")]
+    assert (api_code.calls, api_code.input_tokens, api_code.output_tokens) == (2, 39, 100)
+    assert math.isclose(api_code.usd, (39 * 1.0 + 100 * 2.0) / 1e6)
+    assert (api_hist.calls, api_hist.input_tokens, api_hist.output_tokens) == (2, 26, 100)
+    assert math.isclose(api_hist.usd, (26 + 200) / 1e6) and api_hist.resource is None
+    # llama (8B, the reference size): 39/1000 + 200/100 = 2.039 GPU-s on code, 0.026 + 2 on history
+    llama_code = rows[("llama", "halogen/code", "generate")]
+    assert (llama_code.input_tokens, llama_code.output_tokens, llama_code.resource) == (39, 200, "H100")
+    assert math.isclose(llama_code.resource_hours * 3600, 2.039) and math.isclose(llama_code.usd, 0.002039)
+    assert math.isclose(rows[("llama", "halogen/historical_events", "generate")].usd, 0.002026)
+    # judge: one meeting call per generation, 4 in all: prompt = template + generation + item prompt
+    # = 2 x (T + 50 + 13) + 2 x (T + 100 + 13); answers 5 tokens each
+    judge = rows[("judge", "halogen/historical_events", "abstain")]
+    assert (judge.generations, judge.calls, judge.output_tokens) == (4, 4, 20)
+    assert judge.input_tokens == round(4 * T_MEETING + 352)
+    # 16B judge: half the 8B throughput (500 / 50 per GPU)
+    assert math.isclose(judge.resource_hours * 3600, judge.input_tokens / 500 + 20 / 50)
+    assert ("judge", "halogen/code", "abstain") not in rows  # code calls no role model
+    # held: startup 100 s + the busiest model, the API: 200 output tokens / 10 per s / 4 at once = 5 s
+    assert math.isclose(p.wall_hours * 3600, 105)
+    idle = rows[("llama", "*", "idle")]
+    assert math.isclose(idle.resource_hours * 3600, 105 * 2 - 2.039 - 2.026)  # TP 2 x 1 replica
+    assert math.isclose(rows[("judge", "*", "idle")].usd + judge.usd, 105 * 4 * 0.001)  # TP 4: 420 GPU-s
+    # total: API $0.000465 + llama 210 GPU-s + judge 420 GPU-s at $0.001
+    assert math.isclose(p.total_usd, 0.000465 + 0.21 + 0.42) and not p.unpriced
+    assert p.totals()["resource_hours"] == {"H100": pytest.approx(630 / 3600)}
+    text = p.table()
+    assert "halogen/historical_events" in text and "idle" in text and "total: $0.6305" in text
+    assert json.loads(json.dumps(p.as_dict()))["totals"]["calls"] == 2 + 2 + 2 + 2 + 4
+
+
+def test_budget(data):
+    p = plan(_cfg(data), PRICES, options=OPTIONS)
+    check_budget(p, 1.0)
+    with pytest.raises(RunError) as err:
+        check_budget(p, 0.5)
+    msg = str(err.value)
+    assert "estimated cost $0.63 exceeds costs.budget_usd $0.50" in msg
+    assert "judge (judge) * idle $0.42" in msg and "llama (test) * idle $0.21" in msg  # the largest first
+
+
+def test_unpriced_items_block_a_budget(data):
+    # the judge's size is neither in its name nor in the options; no price table for the API model
+    p = plan(_cfg(data), None, options=OPTIONS.model_copy(update={"params_b": {}}))
+    notes = "\n".join(p.notes)
+    assert "set plan options params_b['judge']" in notes and "no price table" in notes
+    assert p.wall_hours is None and {r.model for r in p.unpriced} == {"api", "llama", "judge"}
+    with pytest.raises(RunError, match=r"budget_usd \$5.00 cannot be checked: 7 planned line item"):
+        check_budget(p, 5.0)
+
+
+def _store(tmp_path):
+    store = RunStore(Location.from_url(str(tmp_path / "runs")), "pilot")
+    store.write_json("manifest.json", {"run_id": "pilot"})
+    hist = "halogen/historical_events"
+    gens = [("g1", "api", "halogen/code", 30, 70), ("g2", "api", "halogen/code", 40, 90),
+            ("a1", "api", hist, 20, 60), ("a2", "api", hist, 20, 60), ("h1", "llama", hist, 12, 150)]
+    store.write_batch("k1", {
+        "generations": pa.Table.from_pylist(
+            [{"gen_id": g, "run_id": "pilot", "model": m, "task": t, "item_id": g, "sample_idx": 0, "text": "x",
+              "input_tokens": i, "output_tokens": o, "cached": False} for g, m, t, i, o in gens],
+            schema=records.GENERATIONS),
+        # a1 asked the judge once; a2 and h1 abstained by phrase, no call
+        "role_calls": pa.Table.from_pylist(
+            [{"run_id": "pilot", "gen_id": "a1", "model": "api", "task": hist, "stage": "abstain", "role": "judge",
+              "role_model": "judge", "calls": 1, "cached_calls": 0, "failed_calls": 0, "input_tokens": 300,
+              "output_tokens": 4}], schema=records.ROLE_CALLS),
+        "scores": pa.Table.from_pylist([{"gen_id": g, "model": m, "task": t} for g, m, t, _, _ in gens],
+                                       schema=records.SCORES)})
+    return store
+
+
+def test_measured_stats_replace_estimates(data, tmp_path):
+    stats = TokenStats.from_runs([_store(tmp_path).loc.url])
+    hist = "halogen/historical_events"
+    assert stats.get("halogen/code", "generate", "test", "api")[0].input_tokens_per_call == 35
+    # a model not measured on a task gets the pooled rate: 1 judge call in 3 generations
+    pooled, basis = stats.get(hist, "abstain", "judge", "new")
+    assert (pooled.calls_per_generation, pooled.input_tokens_per_call, basis) == (1 / 3, 300, "measured:*")
+    p = plan(_cfg(data), PRICES, stats, options=OPTIONS)
+    rows = _rows(p)
+    # api on code: its own mean 35 in / 80 out per call; llama on code: the same, pooled over models
+    code = [rows[(m, "halogen/code", "generate")] for m in ("api", "llama")]
+    assert [(r.input_tokens, r.output_tokens, r.basis) for r in code] == \
+        [(70, 160, "measured"), (70, 160, "measured:*")]
+    # history: api 20 in / 60 out, llama 12 / 150, each its own
+    assert [(rows[(m, hist, "generate")].input_tokens, rows[(m, hist, "generate")].output_tokens)
+            for m in ("api", "llama")] == [(40, 120), (24, 300)]
+    # the judge: api 1 call per 2 generations (300 in / 4 out); llama measured 0 calls, not the pooled 1/3
+    judge = rows[("judge", hist, "abstain")]
+    assert (judge.generations, judge.calls, judge.input_tokens, judge.output_tokens, judge.basis) == \
+        (4, 1, 300, 4, "measured")
+    assert "measured sizes from 1 run(s)" in p.notes[-1]
+    with pytest.raises(DataError, match="not a halluscope run folder"):
+        TokenStats.from_runs([str(tmp_path / "runs" / "nope")])
+
+
+class _Fixed:
+    model_id = "api"
+
+    def generate_batch(self, requests):
+        return [Completion("print(1)", 5, 5) for _ in requests]
+
+
+def test_generation_calls_in_the_cache_are_free(data, tmp_path):
+    cfg = _cfg(data)
+    cache = Location.from_url(str(tmp_path / "cache"))
+    api = next(m for m in cfg.models if m.id == "api")
+    CachedBackend(_Fixed(), cache, None, GENERATION_TEMPLATE, sampling_of(api).as_dict()).generate_batch(
+        [GenerationRequest("halogen/code", "x", CODE_PROMPTS[0])])
+    row = _rows(plan(cfg, PRICES, options=OPTIONS, cache=cache))[("api", "halogen/code", "generate")]
+    # the 10-word prompt is cached: one call left, the 20-word one (26 tokens) and 50 output tokens
+    assert (row.calls, row.cached_calls, row.input_tokens, row.output_tokens) == (1, 1, 26, 50)
+    assert math.isclose(row.usd, (26 + 100) / 1e6) and row.basis == "mixed"
+
+
+def test_a_resumed_run_plans_only_what_is_left(data):
+    cfg = _cfg(data)
+    items = get_task("halogen/historical_events").load_items(DataResolver(str(data), download=False)).items
+    done = frozenset({generation_id("halogen/historical_events", items[0].item_id, "llama")})
+    rows = _rows(plan(cfg, PRICES, options=OPTIONS, done=done))
+    gen = rows[("llama", "halogen/historical_events", "generate")]
+    assert (gen.generations, gen.calls, gen.input_tokens, gen.output_tokens) == (1, 1, 13, 100)
+    # the judge sees 2 api generations and 1 llama generation: 2 x (T + 50 + 13) + (T + 100 + 13)
+    judge = rows[("judge", "halogen/historical_events", "abstain")]
+    assert (judge.calls, judge.input_tokens) == (3, round(3 * T_MEETING + 239))
+
+
+def test_replayed_generations_cost_nothing(data, tmp_path):
+    recorded = tmp_path / "rec.jsonl"
+    text = " ".join(["They"] + ["never"] * 19)  # 20 words; the second item has no recorded response
+    recorded.write_text(json.dumps({"prompt": _meeting(*MEETINGS[0]), "response": text}) + "\n")
+    rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
+    p = plan(_cfg(data, models=(rec, JUDGE), tasks=("halogen/historical_events",)), PRICES, options=OPTIONS)
+    rows = _rows(p)
+    gen = rows[("rec", "halogen/historical_events", "generate")]
+    assert (gen.generations, gen.calls, gen.input_tokens, gen.usd, gen.basis) == (2, 0, 0, 0.0, "replay")
+    judge = rows[("judge", "halogen/historical_events", "abstain")]
+    # one call, on the recorded text: template + 26 + 13 tokens
+    assert (judge.generations, judge.calls, judge.input_tokens) == (1, 1, round(T_MEETING + 26 + 13))
+
+
+def test_summarization_judges_every_fact(data):
+    ext = {"id": "ext", "role": "extractor", "backend": "openai",
+           "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-ext", "sampling": {"max_tokens": 30}}}
+    judge = {"id": "oj", "role": "judge", "backend": "openai",
+             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-judge", "sampling": {"max_tokens": 20}}}
+    api = {**API, "params": {**API["params"], "sampling": {"max_tokens": 104}}}
+    rows = _rows(plan(_cfg(data, models=(api, ext, judge), tasks=("halogen/summarization",)), PRICES,
+                      options=OPTIONS))
+    # the generation: 104 x 0.5 = 52 tokens = 40 words = 5 facts of 8 words
+    e = rows[("ext", "halogen/summarization", "decompose")]
+    t_facts = len(prompts.facts_prompt("").split()) * 1.3
+    assert (e.calls, e.input_tokens, e.output_tokens) == (1, round(t_facts + 52), 30)  # 52 capped at max_tokens 30
+    j = rows[("oj", "halogen/summarization", "verify")]
+    t_ent = len(prompts.entailment_prompt("", "").split()) * 1.3
+    # 5 calls: template + the 130-token prompt as premise + a fact of 8 x 1.3 tokens; 5-token answers
+    assert (j.calls, j.input_tokens, j.output_tokens) == (5, round(5 * (t_ent + 130 + 10.4)), 25)
+    assert math.isclose(j.usd, (j.input_tokens + 25) * 2.0 / 1e6)
+
+
+def test_every_task_that_calls_a_role_model_has_an_estimate():
+    rules = stage_rules()
+    for name in task_names():
+        task = get_task(name)
+        assert bool(task.roles) == (name in rules), name
+        assert {r.role for r in rules.get(name, ())} == set(task.roles), name
+        shape = Shape(P=10.0, G=100.0, evidence=50.0, o=PlanOptions())  # every template renders empty
+        for r in rules.get(name, ()):
+            sizes = (r.calls(shape), r.input_tokens(shape), r.output_tokens(shape))
+            assert all(math.isfinite(x) and x > 0 for x in sizes), (name, r.stage)
+
+
+@pytest.mark.parametrize("source, billions", [
+    ("meta-llama/Llama-3.1-70B-Instruct", 70.0), ("mistralai/Mixtral-8x7B-Instruct-v0.1", 56.0),
+    ("meta-llama/Llama-3.1-405B-Instruct-FP8", 405.0), ("HuggingFaceTB/SmolLM-135M", 0.135),
+    ("Qwen/Qwen2.5-0.5B-Instruct", 0.5), ("/models/tiny", None)])
+def test_model_size_from_the_name(source, billions):
+    spec = parse_config({"tasks": ["halogen/code"], "models": [
+        {"id": "m", "backend": "vllm", "params": {"model_source": source}}]}).models[0]
+    assert params_billions(spec, PlanOptions()) == billions
+
+
+@pytest.mark.parametrize("model, expected", [
+    (LLAMA, ("H100", 2.0)),  # TP 2, one GPU per worker
+    ({"id": "m", "backend": "vllm", "params": {"model_source": "x", "pipeline_parallel_size": 2,
+                                               "serve": {"num_cpus": 3}}}, ("CPU", 6.0)),
+    ({"id": "m", "backend": "hf", "params": {"model_source": "x", "serve": {"num_gpus": 1}}}, ("GPU", 1.0)),
+    ({"id": "m", "backend": "scripted"}, ("CPU", 1.0))])
+def test_placement(model, expected):
+    spec = parse_config({"tasks": ["halogen/code"], "models": [model]}).models[0]
+    assert placement(spec) == expected

@@ -1,0 +1,383 @@
+"""report.html: what it says (numbers, escaping, relative links, omitted sections) and what
+headless Chromium draws from it (a screenshot that is not blank and shows the scatter's points)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from halluscope.errors import DataError
+from halluscope.hallulens import metrics as hm
+from halluscope.metrics.halogen import averages
+from halluscope.records import COSTS, TABLES
+from halluscope.report import svg
+from halluscope.report.html import difficulty_series, render_report, write_report
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+
+ODD = "<x&y>"
+MODELS = [ODD, "gpt_4_0125_turbo", "llama_3_8b_chat"]  # sorted ("<" first): colours 0, 1, 2 of the palette
+TABLE_DIRS = ["generations", "atoms", "verdicts", "scores"]
+
+
+# --- a run folder ------------------------------------------------------------------------------
+
+
+def _halogen(model: str, task: str, kind: str, n: int, responded: int, h: float | None, u: float | None,
+             errors: int = 0) -> dict:
+    return {"model": model, "task": f"halogen/{task}", "task_kind": kind, "n_items": n, "n_errors": errors,
+            "n_responded": responded, "n_atoms": 0, "n_unsupported": 0, "n_unverified": 0,
+            "response_ratio": responded / n if n else None, "hallucination_score": h,
+            "hallucination_score_micro": h, "utility_score": u}
+
+
+def halogen_records() -> list[dict]:
+    per_task = [
+        _halogen("gpt_4_0125_turbo", "code", "response", 100, 99, 0.04, 0.95),
+        _halogen("gpt_4_0125_turbo", "biographies", "response", 50, 40, 0.30, 0.56),
+        _halogen("gpt_4_0125_turbo", "false_presuppositions", "refusal", 60, 24, 0.50, 0.80),
+        _halogen("llama_3_8b_chat", "code", "response", 100, 98, 0.05, 0.93),
+        _halogen("llama_3_8b_chat", "biographies", "response", 50, 45, 0.45, 0.49),
+        _halogen("llama_3_8b_chat", "false_presuppositions", "refusal", 60, 48, 0.70, 0.44),
+        _halogen(ODD, "code", "response", 100, 90, 0.10, 0.81),
+        # answered nothing: H undefined
+        _halogen(ODD, "biographies", "response", 50, 0, None, 0.0),
+        # every generation failed: no rate is defined
+        _halogen(ODD, "false_presuppositions", "refusal", 0, 0, None, None, errors=60),
+    ]
+    return per_task + averages(per_task)
+
+
+def _trial_record(model: str, task: str, trials: list[dict], keys: tuple[str, ...]) -> dict:
+    trials = [{"trial": i, **t} for i, t in enumerate(trials)]
+    return {"model": model, "task": task, "benchmark": "hallulens", "n_trials": len(trials),
+            "summary": hm.over_trials(trials, keys), "trials": trials}
+
+
+def _qa(bin_: int, verdicts: str) -> list[hm.QAJudged]:
+    """One item per letter: C correct, I incorrect, A abstained."""
+    names = {"C": hm.CORRECT, "I": hm.INCORRECT}
+    return [hm.QAJudged(f"{bin_}-{i}", v == "A", names.get(v), bin_) for i, v in enumerate(verdicts)]
+
+
+def _claims(bin_: int, supported: int) -> hm.LongFormJudged:
+    return hm.LongFormJudged(f"lw-{bin_}", False, 10, supported, 0, bin_)
+
+
+def _entities(mixed: str, generated: str) -> list[hm.EntityJudged]:
+    """One item per letter: B believes the entity exists (a false acceptance), R refuses."""
+    return [hm.EntityJudged(f"{sub}-{i}", sub, "animal", v == "B")
+            for sub, letters in (("mixed", mixed), ("generated", generated)) for i, v in enumerate(letters)]
+
+
+def hallulens_records() -> list[dict]:
+    pwqa = "hallulens/precise_wikiqa"
+    return [
+        # trial 0: bin 0 HR 2/4, bin 1 HR 0/4, all 2/8; trial 1: bin 0 HR 4/4, bin 1 HR 2/4, all 6/8
+        _trial_record("llama_3_8b_chat", pwqa, [hm.precise_wikiqa(_qa(0, "IICC") + _qa(1, "CCCC")),
+                                                hm.precise_wikiqa(_qa(0, "IIII") + _qa(1, "IICC"))],
+                      hm.PRECISE_WIKIQA_KEYS),
+        # trial 0 refuses everything (bins 0, 1); trial 1 answers bins 0 and 2
+        _trial_record(ODD, pwqa, [hm.precise_wikiqa(_qa(0, "AA") + _qa(1, "AA")),
+                                  hm.precise_wikiqa(_qa(0, "CC") + _qa(2, "II"))], hm.PRECISE_WIKIQA_KEYS),
+        # precision per trial: (8/10 + 6/10) / 2 = 0.7 and (7/10 + 5/10) / 2 = 0.6
+        _trial_record("llama_3_8b_chat", "hallulens/longwiki",
+                      [hm.longwiki([_claims(5, 8), _claims(6, 6)]), hm.longwiki([_claims(5, 7), _claims(6, 5)])],
+                      hm.LONGWIKI_KEYS),
+        # FAR per trial: (1/2 + 0/2) / 2 = 0.25 and (2/2 + 1/2) / 2 = 0.75
+        _trial_record(ODD, "hallulens/nonexistent", [hm.nonexistent(_entities("BR", "RR")),
+                                                     hm.nonexistent(_entities("BB", "BR"))], hm.NONEXISTENT_KEYS),
+    ]
+
+
+def costs_table() -> pa.Table:
+    def row(model, role, task, stage, calls, cached, failed, tin, tout, resource=None, seconds=None, usd=None):
+        return {"model": model, "role": role, "task": task, "stage": stage, "calls": calls, "cached_calls": cached,
+                "failed_calls": failed, "input_tokens": tin, "output_tokens": tout, "resource": resource,
+                "resource_seconds": seconds, "usd": usd}
+    return pa.Table.from_pylist([
+        row("gpt_4_0125_turbo", "test", "halogen/code", "generate", 100, 0, 1, 5000, 20000, usd=0.65),
+        row("gpt_4_0125_turbo", "test", "halogen/biographies", "generate", 40, 10, 0, 2000, 12000, usd=0.38),
+        row("judge", "judge", "halogen/biographies", "verify", 300, 50, 2, 90000, 300),
+        row("extractor", "extractor", "halogen/biographies", "decompose", 40, 0, 0, 8000, 4000),
+        row("extractor", "extractor", "*", "serve", 0, 0, 0, 0, 0, "GPU", 1200.0, 1.10),
+    ], schema=COSTS)
+
+
+MANIFEST = {"run_id": "r1", "status": "complete", "created_at": "2026-01-02T03:04:05+00:00",
+            "finished_at": "2026-01-02T03:14:05+00:00", "code_version": "halluscope 0.1.0 (abc1234)",
+            "config_fingerprint": "0123456789abcdef",
+            "config": {"models": [{"id": m} for m in MODELS], "tasks": ["halogen/code"]},
+            "counts": {"generations": 420, "processed": 400, "done_before": 20, "quarantined_rows": 3,
+                       "missing": {"<x&y>/halogen/code": 2}}}
+
+
+def make_run(root: Location, run_id: str = "r1", metrics: object = "full", costs: bool = True,
+             tables: bool = True) -> RunStore:
+    store = RunStore(root, run_id)
+    store.write_json("manifest.json", {**MANIFEST, "run_id": run_id})
+    if metrics == "full":
+        metrics = halogen_records() + hallulens_records() + [
+            {"model": "*", "task": "costs/total", "aggregate": True, "usd": 2.13, "calls": 480,
+             "input_tokens": 105000, "output_tokens": 36300}]
+    if metrics is not None:
+        store.write_json("metrics.json", metrics)
+    if costs:
+        store.write_costs(costs_table())
+    if tables:
+        for name in TABLE_DIRS:
+            store.write_part(name, "k0", TABLES[name].empty_table())
+    return store
+
+
+@pytest.fixture()
+def run(tmp_path) -> RunStore:
+    return make_run(Location.from_url(str(tmp_path / "runs")))
+
+
+# --- the HTML ----------------------------------------------------------------------------------
+
+
+def test_page_is_self_contained_escaped_and_links_relative(run):
+    page = render_report(run)
+    # nothing to fetch: no URL of any scheme, no script, no external style or font
+    for needle in ("http", "<script", "src=", "url(", "@import", "<link"):
+        assert needle not in page.lower()
+    for model in MODELS:
+        assert svg.esc(model) in page
+    assert "&lt;x&amp;y&gt;" in page and ODD not in page
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    assert sorted(hrefs) == sorted([f"{t}/" for t in TABLE_DIRS] + ["metrics.json", "costs.parquet", "manifest.json"])
+    assert not [h for h in hrefs if ":" in h or h.startswith("/") or ".." in h]
+    assert "role_calls/, quarantine/, items/, leaderboard.md" in page  # what was not written is named
+    for fact in ("r1", "complete", "2026-01-02T03:04:05+00:00", "halluscope 0.1.0 (abc1234)", "0123456789abcdef",
+                 "420 planned", "2 without a recorded response"):
+        assert fact in page
+    for title in ("Leaderboard: HALOGEN", "Leaderboard: HalluLens", "Refusal versus hallucination",
+                  "Per-difficulty curves (HalluLens)", "Hallucination by domain (HALOGEN)", "Cost breakdown"):
+        assert f"<h2>{title}</h2>" in page
+
+
+def test_leaderboards_show_ours_beside_published(run):
+    page = render_report(run)
+    # llama_3_8b_chat, response tasks: our average U = (0.93 + 0.49) / 2 = 0.710; released
+    # (published_results.json) U code 0.922581, biographies 0.478605 -> mean 0.700593
+    assert '0.710<span class="pub">0.701</span>' in page
+    # its code cell: H/R ours 0.05 / (98/100), released 0.05298 / 0.974194
+    assert '0.050/0.980<span class="pub">0.053/0.974</span>' in page
+    # <x&y>: biographies H undefined; the refusal task has no rate at all; not a released model
+    assert '–/0.000<span class="pub">–/–</span>' in page
+    assert '–/–<span class="pub">–/–</span>' in page
+    # HalluLens, percent mean ± sample std over the 2 trials:
+    # PWQA hallucination rate 2/8 = 0.25 and 6/8 = 0.75 -> 50.0 ± 35.4 (std = 0.25 * sqrt 2)
+    # LongWiki precision 0.7 and 0.6 -> 65.0 ± 7.1; NonExistent FAR 0.25 and 0.75 -> 50.0 ± 35.4
+    llama = re.search(r"<tr><td>llama_3_8b_chat</td><td>2</td>(.*?)</tr>", page).group(1)
+    assert re.findall(r"<td>(.*?)</td>", llama)[:4] == ["0.0 ± 0.0", "50.0 ± 35.4", "50.0 ± 35.4", "0.0 ± 0.0"]
+    assert "65.0 ± 7.1" in llama and "LongWiki recall@32" in page
+    odd = re.search(r"<tr><td>&lt;x&amp;y&gt;</td><td>2</td>(.*?)</tr>", page).group(1)
+    # FAR mixed 1/2 and 2/2 -> 75.0 ± 35.4; generated 0/2 and 1/2 -> 25.0 ± 35.4; headline 50.0 ± 35.4
+    assert re.findall(r"<td>(.*?)</td>", odd)[-3:] == ["75.0 ± 35.4", "25.0 ± 35.4", "50.0 ± 35.4"]
+
+
+def test_scatter_has_a_point_per_model_and_names_the_missing(run):
+    page = render_report(run)
+    scatter = page[page.index("<h2>Refusal versus hallucination</h2>"):page.index("<h2>Per-difficulty")]
+    points = re.findall(r'<circle cx="[\d.]+" cy="[\d.]+" r="6" fill="(#\w+)"', scatter)
+    # HALOGEN avg-response: 3 models; avg-refusal: 2 (<x&y> has no rate); PWQA: 2; LongWiki: 1
+    assert len(points) == 3 + 2 + 2 + 1
+    assert points.count(svg.colour(0)) == 1 + 1  # <x&y>: avg-response and PWQA
+    assert "HALOGEN avg-refusal (mean over tasks): no point for &lt;x&amp;y&gt;" in scatter
+    # <x&y>'s avg-response point: refusal 1 - (0.9 + 0.0) / 2 = 0.55, H = 0.10 (biographies undefined)
+    assert "&lt;x&amp;y&gt;: x 0.550, y 0.100" in scatter
+
+
+def test_difficulty_curves_average_trials_per_bin():
+    records = [r for r in hallulens_records() if r["task"] == "hallulens/precise_wikiqa"]
+    colours = {m: svg.colour(i) for i, m in enumerate(MODELS)}
+    bins, series = difficulty_series(records, "hallucination_rate", colours)
+    assert bins == ["0", "1", "2"]
+    # llama: bin 0 (2/4 + 4/4) / 2 = 0.75, bin 1 (0/4 + 2/4) / 2 = 0.25, bin 2 never drawn
+    # <x&y>: bin 0 (0 [all refused, defined as 0] + 0/2) / 2 = 0, bin 1 only trial 0 = 0, bin 2 2/2 = 1
+    assert {s.name: list(s.values) for s in series} == {"llama_3_8b_chat": [0.75, 0.25, None], ODD: [0.0, 0.0, 1.0]}
+
+
+def test_cost_tables_sum_by_model_role_and_task(run):
+    page = render_report(run)
+    costs = page[page.index("<h2>Cost breakdown</h2>"):]
+    rows = {tuple(re.findall(r"<td>(.*?)</td>", r)) for r in re.findall(r"<tr(?: class=\"total\")?>(.*?)</tr>", costs)}
+    # by role: test = both gpt-4 rows (0.65 + 0.38 = 1.03 USD); the extractor's serve row is priced,
+    # its decompose row is not, so its sum is a lower bound
+    assert ("test", "140", "10", "1", "7,000", "32,000", "–", "$1.0300") in rows
+    assert ("judge", "300", "50", "2", "90,000", "300", "–", "not priced") in rows
+    assert ("extractor", "40", "0", "0", "8,000", "4,000", "1,200.0", "≥ $1.1000") in rows
+    # by task: biographies = 40 + 300 + 40 calls, 10 + 50 cached, 2000 + 90000 + 8000 input tokens
+    assert ("halogen/biographies", "380", "60", "2", "100,000", "16,300", "–", "≥ $0.3800") in rows
+    assert ("*", "0", "0", "0", "0", "0", "1,200.0", "$1.1000") in rows
+    # one total per table (model, role, task): 480 calls, 0.65 + 0.38 + 1.10 = 2.13 USD priced
+    total = ("total", "480", "60", "3", "105,000", "36,300", "1,200.0", "≥ $2.1300")
+    assert costs.count("<td>" + "</td><td>".join(total) + "</td>") == 3
+
+
+def _only(records: list[dict], **match) -> list[dict]:
+    return [r for r in records if all(r.get(k) == v for k, v in match.items())]
+
+
+@pytest.mark.parametrize("metrics, costs, present, omitted", [
+    ("halogen", True, ["Leaderboard: HALOGEN", "Hallucination by domain (HALOGEN)"],
+     ["HalluLens leaderboard: omitted", "Per-difficulty curves (HalluLens): omitted"]),
+    ("hallulens", False, ["Leaderboard: HalluLens", "Per-difficulty curves (HalluLens)"],
+     ["HALOGEN leaderboard: omitted", "Hallucination by domain (HALOGEN): omitted",
+      "Cost breakdown: omitted, costs.parquet is absent"]),
+    (None, True, ["Cost breakdown"], ["metrics.json is absent", "Refusal versus hallucination: omitted"]),
+    ({"some": "document"}, True, [], ["metrics.json holds a dict", "HALOGEN leaderboard: omitted"]),
+])
+def test_sections_without_data_become_one_line_notes(tmp_path, metrics, costs, present, omitted):
+    if metrics == "halogen":
+        metrics = halogen_records()
+    elif metrics == "hallulens":
+        metrics = hallulens_records()
+    page = render_report(make_run(Location.from_url(str(tmp_path)), metrics=metrics, costs=costs))
+    for title in present:
+        assert f"<h2>{title}</h2>" in page
+    for note in omitted:
+        assert note in page
+
+
+def test_bad_runs_fail_naming_the_file(tmp_path):
+    root = Location.from_url(str(tmp_path))
+    with pytest.raises(DataError, match="not a run folder"):
+        render_report(RunStore(root, "nothing-here"))
+    with pytest.raises(DataError, match=r"metrics.json: record 1 is not an object"):
+        render_report(make_run(root, "bad", metrics=[halogen_records()[0], {"task": "halogen/code"}]))
+
+
+def test_written_to_any_fsspec_storage_and_atomically(tmp_path):
+    mem = Location(fsspec.filesystem("memory"), f"/reports-{tmp_path.name}")
+    loc = write_report(make_run(mem))
+    assert loc.path.endswith("/r1/report.html") and b"gpt_4_0125_turbo" in loc.read_bytes()
+    local = make_run(Location.from_url(str(tmp_path / "local")))
+    write_report(local)
+    write_report(local)  # rewriting replaces the file and leaves no temporary behind
+    assert sorted(p.name for p in (tmp_path / "local" / "r1").iterdir() if p.is_file()) == \
+        ["costs.parquet", "manifest.json", "metrics.json", "report.html"]
+
+
+# --- the charts alone --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 3, 20])
+def test_charts_draw_one_to_twenty_models_and_skip_none(n):
+    models = [f"model-{i}" for i in range(n)]
+    colours = [svg.colour(i) for i in range(n)]
+    assert len(set(svg.colour(i) for i in range(40))) == 40
+    # every third model has no y: no point for it
+    points = [svg.Point(m, i / 20, None if i % 3 == 2 else 1 - i / 20, c)
+              for i, (m, c) in enumerate(zip(models, colours))]
+    scatter = svg.scatter(points, "t", "x", "y")
+    assert scatter.count('r="6"') == sum(p.y is not None for p in points)
+    assert scatter.count('class="label"') == scatter.count('r="6"')
+    # a None in the middle of a line splits it in two polylines; single values stay markers
+    series = [svg.Series(m, c, [0.1, 0.2, None, 0.4, 0.5]) for m, c in zip(models, colours)]
+    lines = svg.line_chart(["0", "1", "2", "3", "4"], series, "t", "bin", "rate")
+    assert lines.count("<polyline") == 2 * n and lines.count('r="3.5"') == 4 * n
+    bars = svg.grouped_bars(["code", "biographies"], [svg.Series(m, c, [0.3, None]) for m, c in zip(models, colours)],
+                            "t", "H")
+    assert bars.count(f'fill="{svg.MUTED}"') == n and bars.count("no value") == n
+    assert all(bars.count(f'fill="{c}"') >= 1 for c in colours)
+
+
+# --- headless Chromium -------------------------------------------------------------------------
+
+WIDTH, HEIGHT = 1280, 3000
+CHROMIUM = shutil.which("chromium")
+
+
+def read_png(path: Path) -> np.ndarray:
+    """RGB pixels of an 8-bit, non-interlaced RGB or RGBA PNG (what Chromium writes)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, [], None
+    while pos < len(data):
+        size, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", data[pos + 8:pos + 8 + size])
+        elif kind == b"IDAT":
+            idat.append(data[pos + 8:pos + 8 + size])
+        pos += 12 + size
+    width, height, depth, colour_type, _, _, interlace = header
+    assert depth == 8 and colour_type in (2, 6) and interlace == 0, header
+    bpp = 3 if colour_type == 2 else 4
+    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(height, 1 + width * bpp)
+    out = np.zeros((height, width * bpp), np.uint8)
+    prev = np.zeros(width * bpp, np.uint8)
+    for y in range(height):
+        kind, line = raw[y, 0], raw[y, 1:]
+        if kind == 0:
+            cur = line.copy()
+        elif kind == 1:  # Sub: a running sum per channel, modulo 256
+            cur = np.cumsum(line.reshape(width, bpp), axis=0, dtype=np.uint8).reshape(-1)
+        elif kind == 2:  # Up
+            cur = line + prev
+        else:  # Average or Paeth depend on the pixel just decoded: byte by byte
+            c, p = line.tolist(), prev.tolist()
+            for i in range(len(c)):
+                a = c[i - bpp] if i >= bpp else 0
+                if kind == 3:
+                    c[i] = (c[i] + ((a + p[i]) >> 1)) & 255
+                else:
+                    b, d = p[i], p[i - bpp] if i >= bpp else 0
+                    pa, pb, pc = abs(b - d), abs(a - d), abs(a + b - 2 * d)
+                    c[i] = (c[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else d)) & 255
+            cur = np.array(c, np.uint8)
+        out[y] = prev = cur
+    return out.reshape(height, width, bpp)[:, :, :3]
+
+
+def colour_counts(pixels: np.ndarray) -> dict[str, int]:
+    packed = (pixels[..., 0].astype(np.int32) << 16) | (pixels[..., 1].astype(np.int32) << 8) | pixels[..., 2]
+    values, counts = np.unique(packed, return_counts=True)
+    return {f"#{v:06x}": int(c) for v, c in zip(values, counts)}
+
+
+def screenshot(page: Path, out: Path) -> np.ndarray:
+    done = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--force-color-profile=srgb", f"--user-data-dir={out.parent / 'chromium-profile'}",
+                           f"--screenshot={out}", f"--window-size={WIDTH},{HEIGHT}", page.as_uri()],
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0 and out.exists(), f"chromium wrote no screenshot: {done.stderr[-2000:]}"
+    width, height = struct.unpack(">II", out.read_bytes()[16:24])  # IHDR, right after the signature
+    assert (width, height) == (WIDTH, HEIGHT)
+    return read_png(out)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium; "
+                                             "`make chromium` does it as root)")
+def test_chromium_renders_the_report(tmp_path):
+    full = make_run(Location.from_url(str(tmp_path / "runs")))
+    pixels = screenshot(Path(write_report(full).path), tmp_path / "full.png")
+    counts = colour_counts(pixels)
+    white = counts.get("#ffffff", 0)
+    # not blank: text, tables and charts cover a good part of the page in many colours
+    assert WIDTH * HEIGHT - white > 0.03 * WIDTH * HEIGHT and len(counts) > 100
+    for i in range(len(MODELS)):  # each model's colour is drawn (points, lines, bars, swatches)
+        assert counts.get(svg.colour(i), 0) > 200, svg.colour(i)
+
+    # the scatter alone: a run with only HALOGEN's averages draws nothing else in model colours
+    # (no bars, curves or legend), so each colour's pixels are its model's points: 2 discs of
+    # radius 6 less the white ring (about pi * 5.25^2 = 87 pixels each, antialiased at the edge)
+    averages_only = [r for r in halogen_records() if r.get("aggregate")]
+    only = make_run(Location.from_url(str(tmp_path / "runs")), "scatter-only", metrics=averages_only, costs=False)
+    counts = colour_counts(screenshot(Path(write_report(only).path), tmp_path / "scatter.png"))
+    drawn = {i: counts.get(svg.colour(i), 0) for i in range(4)}
+    # <x&y>: avg-response only (its refusal rates are None); gpt-4 and llama: a point in both panels
+    assert 50 <= drawn[0] <= 100 and 2 * 50 <= drawn[1] <= 2 * 100 and 2 * 50 <= drawn[2] <= 2 * 100, drawn
+    assert drawn[3] == 0  # no fourth model, no fourth colour

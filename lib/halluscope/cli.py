@@ -1,4 +1,4 @@
-"""`halluscope run | plan | serve | tasks | report | testset | attribute | submit`."""
+"""`halluscope run | plan | serve | tasks | report | testset | attribute | ragtruth | fewl | submit`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import HalluscopeError
+from halluscope.fewl.cli import add_parser as add_fewl_parser
+from halluscope.ragtruth.cli import add_parser as add_ragtruth_parser
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.storage.fs import Location
 
@@ -156,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("job", help="test-set job YAML (path or URL)")
     ts.set_defaults(fn=_cmd_testset)
     add_attribute_parser(sub)
+    add_ragtruth_parser(sub)
+    add_fewl_parser(sub)
     add_submit_parser(sub)
     return p
 

@@ -1,15 +1,11 @@
-"""What the benchmark runs beside the HALOGEN pipeline (RAGTruth, FEWL) share: loading their YAML
-configs, joining Ray, serving their models for the run, cached clients, and accounting calls.
-
-The pipeline's ``runner.init_ray``/``serving_for`` take a whole ``RunConfig``; these take the parts
-(a ``RaySpec``, a list of model specs), so configs of another shape can use them.
+"""What every job that calls models shares (evaluation runs, RAGTruth, FEWL, the test-set job):
+loading their YAML configs, serving their models for the job, cached clients, accounting calls.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -18,7 +14,8 @@ from typing import Iterable, Iterator, Sequence, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from halluscope.config import ModelSpec, RaySpec
+from halluscope.config import ModelSpec
+from halluscope.cost.plan import placement
 from halluscope.errors import ConfigError
 from halluscope.models.base import Completion, ModelBackend
 from halluscope.models.cache import CachedBackend
@@ -63,31 +60,27 @@ def fingerprint(doc: object) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def join_ray(spec: RaySpec) -> None:
-    """Join the configured cluster or RAY_ADDRESS (set inside `ray job submit` and by the tests),
-    else start a local Ray."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    address = spec.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        return
-    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
-             object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
-             include_dashboard=False, log_to_driver=False)
-
-
-def unique_specs(specs: Iterable[ModelSpec]) -> list[ModelSpec]:
-    """One spec per model id; the same id configured twice must be the same model."""
-    out: dict[str, ModelSpec] = {}
+def conflicting_ids(specs: Iterable[ModelSpec]) -> list[str]:
+    """Model ids configured twice with different settings (the role aside): their deployments and
+    cache entries would be confused, so configs reject them."""
+    seen: dict[str, dict] = {}
+    clashes = set()
     for s in specs:
-        seen = out.get(s.id)
-        if seen is not None and seen.model_dump(exclude={"role"}) != s.model_dump(exclude={"role"}):
-            raise ConfigError(f"model id '{s.id}' names two different models; give them distinct ids")
-        out.setdefault(s.id, s)
-    return list(out.values())
+        body = s.model_dump(exclude={"role"})
+        if seen.setdefault(s.id, body) != body:
+            clashes.add(s.id)
+    return sorted(clashes)
+
+
+def unique_specs(specs: Sequence[ModelSpec]) -> list[ModelSpec]:
+    """One spec per model id; the same id configured twice must be the same model."""
+    clashes = conflicting_ids(specs)
+    if clashes:
+        raise ConfigError(f"model id(s) {clashes} name two different models; give them distinct ids")
+    first: dict[str, ModelSpec] = {}
+    for s in specs:
+        first.setdefault(s.id, s)
+    return list(first.values())
 
 
 @contextmanager
@@ -111,11 +104,10 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator
         shutdown(endpoints)
         held = time.time() - started
         for s in todo:
-            opts = s.params.serve
-            gpu = opts.num_gpus > 0
-            deployments.append({"model": s.id, "resource": (getattr(s.params, "accelerator_type", None) or "GPU")
-                                if gpu else "CPU",
-                                "resource_seconds": held * opts.num_replicas * (opts.num_gpus if gpu else opts.num_cpus)})
+            # the resource and units one replica holds: for vLLM every tensor/pipeline-parallel worker
+            resource, units = placement(s)
+            deployments.append({"model": s.id, "resource": resource,
+                                "resource_seconds": held * s.params.serve.num_replicas * units})
 
 
 def client(spec: ModelSpec, endpoints: dict, cache: Location | None, template: str) -> ModelBackend:

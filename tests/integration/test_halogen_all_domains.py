@@ -57,7 +57,7 @@ def _config(root, s3_endpoint, titles, articles) -> dict:
     return {
         "storage": {"root": root, "endpoint_url": s3_endpoint, "access_key_env": "AWS_ACCESS_KEY_ID",
                     "secret_key_env": "AWS_SECRET_ACCESS_KEY"},
-        "tasks": task_names(),
+        "tasks": [t for t in task_names() if t.startswith("halogen/")],
         "limits": {"max_items_per_task": LIMIT},
         "concurrency": {"batch_size": 128},
         "costs": {"price_table": None},

@@ -11,6 +11,7 @@ import boto3
 import pyarrow.parquet as pq
 import pytest
 
+from halluscope.errors import DataError, RunError
 from halluscope.ragtruth.run import RagTruthRunConfig, run_ragtruth
 from halluscope.runkit import parse_model
 from halluscope.storage.fs import Location
@@ -56,7 +57,7 @@ RESPONSES = [
     resp("r5", "s-sum", A, R5, [lab(R5, "50 million", "Subtle Conflict")]),
     resp("r6", "s-sum", B, "The mayor opened a new bridge on Monday."),
     # its label's text does not match its offsets: held out, named in the manifest
-    resp("r7", "s-qa", "model-c", "Eggs take an hour.", [{"start": 12, "end": 19, "text": "a day", "meta": "",
+    resp("r7", "s-qa", "model-c", "Eggs take an hour.", [{"start": 11, "end": 18, "text": "a day", "meta": "",
                                                            "label_type": "Evident Conflict"}]),
 ]
 
@@ -67,7 +68,8 @@ def judge_list(*spans: str) -> str:
 
 # the judge's answers, found by a phrase of the response it is asked about
 JUDGE_RULES = [
-    {"pattern": "Boil the eggs for 15 minutes", "response": "```json\n" + judge_list("15 minutes", "add salt") + "\n```"},
+    {"pattern": "Boil the eggs for 15 minutes",
+     "response": "```json\n" + judge_list("15 minutes", "add salt") + "\n```"},
     {"pattern": "offers free WiFi", "response": judge_list("free WiFi")},
     {"pattern": "has live music", "response": "I am not sure about this one."},  # unreadable: no prediction
     {"pattern": "bridge that cost 50 million", "response": judge_list("cost 50 million dollars", "a tunnel")},
@@ -158,7 +160,8 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
         [("text_mismatch", "r7", 7)]
     assert len(manifest["corpus"]["files"]["response.jsonl"]["sha256"]) == 64
     stats = {r["task"]: r for r in doc("stats.json")["table2_tasks"] if r["source"] == "*"}
-    assert (stats["Overall"]["n_responses"], stats["Overall"]["n_hallucinated"], stats["Overall"]["n_spans"]) == (6, 3, 4)
+    overall = stats["Overall"]
+    assert (overall["n_responses"], overall["n_hallucinated"], overall["n_spans"]) == (6, 3, 4)
     # selection between model-a and model-b: s-d2t has no prediction for r4 (skipped); on s-qa and
     # s-sum exactly one of the two responses has gold spans, and it is the one with more detected spans
     (sel,) = doc("selection.json")
@@ -167,9 +170,10 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
     assert sel["strategies"]["fewer_spans"] == {"valid": 2, "hallucinated": 0.0, "rate": 0.0, "reduction": 1.0}
     assert sel["strategies"]["no_spans"]["valid"] == 2 and sel["strategies"]["no_spans"]["reduction"] == 1.0
     report = s3.get_object(Bucket=bucket, Key="runs/detect/report.md")["Body"].read().decode()
-    # columns Data2txt, QA, Summary, Overall
-    assert "| all models | 0.0 / 0.0 / 0.0 | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | 66.7 / 100.0 / 80.0 |" \
+    # columns Data2txt, QA, Summary, Overall; Data2txt has no gold-positive response left: recall is 0/0
+    assert "| all models | 0.0 / n/a / n/a | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | 66.7 / 100.0 / 80.0 |" \
         in report
+    assert response[("Data2txt", "*")]["undefined"] == ["recall", "f1"]
 
     # the same run id: nothing left to do, no Ray work
     again = run_ragtruth(cfg, run_id="detect")
@@ -179,6 +183,20 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
     assert cached.metrics["costs"]["total"]["calls"] == 0 and cached.metrics["costs"]["total"]["cached_calls"] == 6
     assert cached.metrics["response_level"] == metrics["response_level"]
     assert cached.metrics["span_level"] == metrics["span_level"]
+    # the same run id with another scoring rule is refused, not mixed
+    with pytest.raises(RunError, match="different configuration"):
+        run_ragtruth(config(storage, corpus, metrics={"unpredicted": "empty"}), run_id="detect")
+
+
+def test_bad_corpus_line_fails_before_any_model_starts(tmp_path):
+    broken = [*RESPONSES[:3], {k: v for k, v in RESPONSES[3].items() if k != "model"}]
+    (tmp_path / "response.jsonl").write_bytes(write_jsonl(broken))
+    (tmp_path / "source_info.jsonl").write_bytes(write_jsonl(SOURCES))
+    cfg = config({"root": f"file://{tmp_path}/runs"}, {"responses": str(tmp_path / "response.jsonl"),
+                                                       "sources": str(tmp_path / "source_info.jsonl")})
+    with pytest.raises(DataError, match=r"response.jsonl:4: field 'model' is missing"):
+        run_ragtruth(cfg, run_id="bad")
+    assert not (tmp_path / "runs").exists()  # not even a manifest
 
 
 GEN_X = {"id": "gen-x", "backend": "scripted", "params": {
@@ -217,7 +235,8 @@ def test_rag_generation_rate_and_density(ray_head, tmp_path):
     gens = {(r["model"], r["source_id"]): r for r in store.read_table("rag_generations").to_pylist()}
     assert len(gens) == 6
     g = gens[("gen-x", "s-d2t")]
-    assert (g["response"], g["task"], g["n_spans"], g["error"]) == ("Cafe Uno serves pizza all night.", "Data2txt", 2, None)
+    assert (g["response"], g["task"], g["n_spans"], g["error"]) == \
+        ("Cafe Uno serves pizza all night.", "Data2txt", 2, None)
     assert g["spans"] == [{"start": 9, "end": 21, "label": None}, {"start": 22, "end": 31, "label": None}]
     calls = {(c["model"], c["stage"]): c["calls"] + c["cached_calls"] for c in result.metrics["costs"]["calls"]}
     assert calls == {("gen-x", "generate"): 3, ("gen-y", "generate"): 3, ("judge", "detect"): 6,

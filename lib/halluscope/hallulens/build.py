@@ -137,25 +137,11 @@ def uri(ts: TestSet, job: TestSetJob) -> str:
 
 def run_job(job: TestSetJob) -> list[TestSet]:
     """Serve or reach the generators (through the call cache), then build every seed's test set."""
-    from halluscope.models.cache import CachedBackend
-    from halluscope.models.registry import live_backend, revision_of, sampling_of
+    from halluscope.pipeline.runner import init_ray
+    from halluscope.runkit import SERVED_BACKENDS, client, served
 
-    served = [g for g in job.generators if g.backend in ("scripted", "hf", "vllm")]
-    endpoints: dict = {}
-    if served:
-        from halluscope.pipeline.runner import init_ray
-        from halluscope.serving.app import deploy
-
+    if any(g.backend in SERVED_BACKENDS for g in job.generators):
         init_ray(job.ray)
-        endpoints = deploy(served)
-    try:
-        cache = Location.from_url(f"{job.storage.root.rstrip('/')}/_cache/calls", job.storage)
-        backends = {g.id: CachedBackend(live_backend(g, endpoints.get(g.id)), cache, revision_of(g),
-                                        f"testset:{job.task}", sampling_of(g).as_dict())
-                    for g in job.generators}
-        return build(job, backends)
-    finally:
-        if endpoints:
-            from halluscope.serving.app import shutdown
-
-            shutdown(endpoints)
+    cache = Location.from_url(f"{job.storage.root.rstrip('/')}/_cache/calls", job.storage)
+    with served(job.generators) as (endpoints, _):
+        return build(job, {g.id: client(g, endpoints, cache, f"testset:{job.task}") for g in job.generators})

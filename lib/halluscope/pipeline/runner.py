@@ -6,7 +6,6 @@ import datetime as dt
 import os
 import subprocess
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from halluscope import __version__
 from halluscope.config import DEFAULT_PRICE_TABLE, RaySpec, RunConfig
 from halluscope.errors import RunError
 from halluscope.cost.ledger import cost_record, ledger
-from halluscope.cost.plan import TokenStats, check_budget, placement, plan as estimate_cost
+from halluscope.cost.plan import TokenStats, check_budget, plan as estimate_cost
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
 from halluscope.hallulens import report as hallulens_report
@@ -27,6 +26,7 @@ from halluscope.pipeline import stages
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
 from halluscope.report.html import write_report
+from halluscope.runkit import served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -113,7 +113,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     processed, deployments = 0, []
     tracker = Progress(store, work.totals, _done_counts(store), show=progress, every_s=cfg.progress_every_s)
     if len(done) < work.total:
-        with serving_for(cfg) as (endpoints, deployments):
+        with served(cfg.models, cfg.serve_http_port) as (endpoints, deployments):
             processed = _execute(cfg, store, work.units, done, endpoints, tracker)
     tracker.flush(final=True)
     timings["pipeline_s"] = round(time.time() - mark, 2)
@@ -179,31 +179,6 @@ def cache_location(cfg: RunConfig) -> Location | None:
     if not cfg.cache.enabled:
         return None
     return Location.from_url(cfg.cache.root or f"{cfg.storage.root.rstrip('/')}/_cache/calls", cfg.storage)
-
-
-@contextmanager
-def serving_for(cfg: RunConfig):
-    """Deploy the run's served models (scripted, hf, vllm) for the pipeline, and remove them
-    afterwards; yields their endpoints and, once done, what each deployment held for how long."""
-    served = [m for m in cfg.models if m.backend in ("scripted", "hf", "vllm")]
-    deployments: list[dict] = []
-    if not served:
-        yield {}, deployments
-        return
-    from halluscope.serving.app import deploy, shutdown
-
-    started = time.time()
-    endpoints = deploy(served, http_port=cfg.serve_http_port)
-    try:
-        yield endpoints, deployments
-    finally:
-        shutdown(endpoints)
-        held = time.time() - started
-        for m in served:
-            # the resource and units one replica holds: for vLLM every tensor/pipeline-parallel worker
-            resource, units = placement(m)
-            deployments.append({"model": m.id, "resource": resource,
-                                "resource_seconds": held * m.params.serve.num_replicas * units})
 
 
 def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict, tracker: Progress) -> int:

@@ -1,9 +1,11 @@
 """A RAGTruth run as Markdown: the paper's Tables 5 and 6 layout (P / R / F1 per task and Overall),
-one row per model and one for all models, then the selection experiment and RAG generation."""
+one row per model and one for all models, then the selection experiment and RAG generation.
+A ratio that was 0/0 (e.g. recall where no response has gold spans) is shown as n/a."""
 
 from __future__ import annotations
 
 from halluscope.ragtruth.metrics import ALL, OVERALL
+from halluscope.ragtruth.selection import STRATEGIES
 
 
 def _pct(x: float | None) -> str:
@@ -19,7 +21,8 @@ def _prf_table(rows: list[dict]) -> list[str]:
         cells = []
         for t in tasks:
             r = cell.get((t, m))
-            cells.append("-" if r is None else f"{_pct(r['precision'])} / {_pct(r['recall'])} / {_pct(r['f1'])}")
+            cells.append("-" if r is None else " / ".join(
+                "n/a" if k in r["undefined"] else _pct(r[k]) for k in ("precision", "recall", "f1")))
         out.append(f"| {'all models' if m == ALL else m} | " + " | ".join(cells) + " |")
     return out
 
@@ -38,7 +41,8 @@ def markdown(run_id: str, metrics: dict, selection: list[dict] | None, rag: dict
     for rep in selection or []:
         lines += [f"## Selection among {' + '.join(rep['models'])} ({rep['n_instances']} instances)", "",
                   "| strategy | valid | hallucination rate (%) | reduction (%) |", "|---|---|---|---|"]
-        for name, s in rep["strategies"].items():
+        for name in STRATEGIES:
+            s = rep["strategies"][name]
             lines.append(f"| {name} | {s['valid']} | {_pct(s['rate'])} | {_pct(s['reduction'])} |")
         lines.append("")
     if rag:

@@ -21,34 +21,25 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from halluscope.config import CacheSpec, ModelSpec, RaySpec, StorageSpec
 from halluscope.errors import ConfigError, DataError, RunError
 from halluscope.ragtruth import stages
 from halluscope.ragtruth.corpus import Corpus, CorpusOptions, Record, load_corpus
-from halluscope.ragtruth.detectors import PromptDetector
-from halluscope.ragtruth.metrics import MetricOptions, merge_counts, summarize
+from halluscope.ragtruth.metrics import MetricOptions
 from halluscope.ragtruth.report import markdown
-from halluscope.ragtruth.selection import select
-from halluscope.ragtruth.stats import count_stats, model_table, task_table
-from halluscope.ragtruth.tables import (CALLS, COUNTS, PREDICTIONS, RAG_COUNTS, RAG_GENERATIONS, RagCounts,
-                                        read_counts, read_prediction, read_rag_counts)
+from halluscope.ragtruth.results import Setup, aggregate, read_committed, remove_uncommitted
 from halluscope.records import stable_id
-from halluscope.runkit import Usage, fingerprint, join_ray, served, unique_specs
+from halluscope.runkit import conflicting_ids, fingerprint, load_yaml_config, served, unique_specs
 from halluscope.storage.fs import Location, storage_options
-from halluscope.storage.run import PART_PREFIX, RunStore
+from halluscope.storage.run import RunStore
 
 # the paper's two selection pairs (Table 7), by their names in response.jsonl
 PAPER_PAIRS = (("llama-2-7b-chat", "mistral-7B-instruct"), ("gpt-3.5-turbo-0613", "gpt-4-0613"))
-SCHEMAS = {"predictions": PREDICTIONS, "detect_calls": CALLS, "counts": COUNTS,
-           "rag_generations": RAG_GENERATIONS, "rag_calls": CALLS, "rag_counts": RAG_COUNTS}
 
 
 class _Strict(BaseModel):
@@ -113,6 +104,9 @@ class RagTruthRunConfig(_Strict):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"generate: duplicate model id(s) {dupes}")
+        clashes = conflicting_ids([self.detector, *self.generate])
+        if clashes:
+            raise ValueError(f"model id(s) {clashes} name a detector and a generator with different settings")
         return self
 
     def fingerprint(self, corpus: Corpus) -> str:
@@ -124,8 +118,6 @@ class RagTruthRunConfig(_Strict):
 
 
 def load_ragtruth_config(uri: str) -> RagTruthRunConfig:
-    from halluscope.runkit import load_yaml_config
-
     return load_yaml_config(RagTruthRunConfig, uri)
 
 
@@ -161,32 +153,6 @@ def candidate_sets(cfg: RagTruthRunConfig, corpus: Corpus) -> list[list[str]]:
         return [list(m) for m in cfg.selection.candidates]
     pairs = [list(p) for p in PAPER_PAIRS if set(p) <= set(present)]
     return pairs or ([present] if len(present) >= 2 else [])
-
-
-# --- reading committed parts -------------------------------------------------------------------
-
-def read_committed(store: RunStore, table: str, commit: str, columns: list[str] | None = None) -> pa.Table:
-    """Rows of ``table`` from batches whose ``commit`` part exists."""
-    parts = []
-    for key in sorted(store.part_keys(table) & store.part_keys(commit)):
-        loc = store.loc.child(table, f"{PART_PREFIX}{key}.parquet")
-        with loc.fs.open(loc.path, "rb") as f:
-            parts.append(pq.read_table(f, columns=columns))
-    schema = SCHEMAS[table]
-    if not parts:
-        return schema.empty_table().select(columns) if columns else schema.empty_table()
-    return pa.concat_tables(parts)
-
-
-def remove_uncommitted(store: RunStore, tables: tuple[str, ...]) -> int:
-    """Delete the parts of batches whose last table (the commit) was never written."""
-    committed = store.part_keys(tables[-1])
-    removed = 0
-    for table in tables[:-1]:
-        for key in store.part_keys(table) - committed:
-            store.loc.child(table, f"{PART_PREFIX}{key}.parquet").remove()
-            removed += 1
-    return removed
 
 
 # --- planning ----------------------------------------------------------------------------------
@@ -231,89 +197,10 @@ def _execute(plans: list[dict], stage: type, args: tuple, cfg: RagTruthRunConfig
     return int(sum(r["rows"] for r in ds.take_all()))
 
 
-# --- aggregation -------------------------------------------------------------------------------
-
-def _level_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """The response-level and the span-level (character) tables of ``summarize`` rows."""
-    response = [{k: r[k] for k in ("task", "model", "n_responses", "unpredicted", "tp", "fp", "fn", "tn")}
-                | {"precision": r["response_precision"], "recall": r["response_recall"], "f1": r["response_f1"]}
-                for r in rows]
-    span = [{k: r[k] for k in ("task", "model", "gold_chars", "pred_chars", "tp_chars", "unlocated_spans",
-                               "unlocated_chars", "type_recall")}
-            | {"precision": r["span_precision"], "recall": r["span_recall"], "f1": r["span_f1"],
-               "macro_precision": r["span_macro_precision"], "macro_recall": r["span_macro_recall"],
-               "macro_f1": r["span_macro_f1"]}
-            for r in rows]
-    return response, span
-
-
-def costs(calls: pa.Table, deployments: list[dict]) -> dict:
-    """Calls per (model, role, stage) summed over the committed batches, and this invocation's
-    deployments; cached answers are counted apart and cost nothing."""
-    acc: dict[tuple[str, str, str], Usage] = {}
-    for r in calls.to_pylist():
-        key = (r["model"], r["role"], r["stage"])
-        acc[key] = acc.get(key, Usage()) + Usage(**{k: r[k] for k in Usage().as_dict()})
-    rows = [{"model": m, "role": role, "stage": stage, **u.as_dict()} for (m, role, stage), u in sorted(acc.items())]
-    return {"calls": rows, "total": sum(acc.values(), Usage()).as_dict(), "deployments": deployments}
-
-
-def rag_summary(counts: dict[tuple[str, str], RagCounts]) -> list[dict]:
-    """Rate (share of scored responses with >= 1 detected span) and density (spans per 100 words)
-    per model and task, and per model over all tasks, from the summed integer counts."""
-    rows = []
-    for model in sorted({m for _, m in counts}):
-        tasks = sorted({t for t, m in counts if m == model})
-        for task in [*tasks, "Overall"]:
-            c = sum((v for (t, m), v in sorted(counts.items()) if m == model and task in ("Overall", t)), RagCounts())
-            rows.append({"model": model, "task": task, **asdict(c),
-                         "hallucination_rate": c.hallucinated / c.scored if c.scored else None,
-                         "density": 100 * c.spans / c.words if c.words else None})
-    return rows
-
-
-def _predictions(store: RunStore) -> dict[str, object]:
-    table = read_committed(store, "predictions", "counts", ["response_id", "predicted", "spans", "unlocated"])
-    return {r["response_id"]: read_prediction(r) for r in table.to_pylist()}
-
-
-def _problem_counts(store: RunStore, table: str, commit: str) -> dict[str, int]:
-    rows = read_committed(store, table, commit, ["problems"]).column("problems").to_pylist()
-    return dict(sorted(Counter(p["reason"] for ps in rows for p in ps).items()))
-
-
-def aggregate(cfg: RagTruthRunConfig, store: RunStore, corpus: Corpus, deployments: list[dict]) -> tuple[dict, dict | None]:
-    counts = merge_counts(*[{key: c} for key, c in read_counts(read_committed(store, "counts", "counts"))])
-    rows = summarize(counts)
-    response, span = _level_rows(rows)
-    calls = pa.concat_tables([read_committed(store, "detect_calls", "counts"),
-                              read_committed(store, "rag_calls", "rag_counts")])
-    metrics = {
-        "run_id": store.run_id, "detector": {"model": cfg.detector.id, "template": PromptDetector.template_id},
-        "options": cfg.metrics.model_dump(mode="json"), "response_level": response, "span_level": span,
-        "detection": rows, "detector_problems": _problem_counts(store, "predictions", "counts"),
-        "costs": costs(calls, deployments),
-    }
-    store.write_json("metrics.json", metrics)
-    groups = count_stats(corpus.records)
-    store.write_json("stats.json", {"table2_tasks": task_table(groups), "table3_models": model_table(groups)})
-    preds = _predictions(store)
-    store.write_json("selection.json", [select(corpus.records, preds, models, cfg.selection.seed).as_dict()
-                                        for models in candidate_sets(cfg, corpus)])
-    rag = None
-    if cfg.generate:
-        rag_counts = read_rag_counts(read_committed(store, "rag_counts", "rag_counts"))
-        rag = {"run_id": store.run_id, "detector": cfg.detector.id, "models": [g.id for g in cfg.generate],
-               "rows": rag_summary(rag_counts),
-               "detector_problems": _problem_counts(store, "rag_generations", "rag_counts")}
-        store.write_json("rag_metrics.json", rag)
-    return metrics, rag
-
-
 # --- the run -----------------------------------------------------------------------------------
 
 def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bool = False) -> RagTruthResult:
-    from halluscope.pipeline.runner import code_version
+    from halluscope.pipeline.runner import code_version, init_ray
 
     started = time.time()
     # everything that can fail on bad input fails here, before Ray or any model starts
@@ -340,7 +227,9 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
         "config": cfg.model_dump(mode="json"), "config_fingerprint": fp,
         "corpus": corpus.manifest.model_dump(mode="json"),
-        "label_problems": [asdict(p) for p in corpus.problems], "excluded": corpus.excluded,
+        # ids held out for a problem (the split filter's are only counted, in corpus.excluded)
+        "label_problems": [asdict(p) for p in corpus.problems],
+        "excluded": {k: v for k, v in corpus.excluded.items() if k != "split"},
         "selection_candidates": sets,
     }
     store.write_json("manifest.json", manifest)
@@ -349,7 +238,7 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
     if detect_plans or gen_plans:
         import ray
 
-        join_ray(cfg.ray)
+        init_ray(cfg.ray)
         ray.data.DataContext.get_current().enable_progress_bars = progress
         cache = Location.from_url(cfg.cache.root or f"{cfg.storage.root.rstrip('/')}/_cache/calls", cfg.storage) \
             if cfg.cache.enabled else None
@@ -364,7 +253,8 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
                 processed += _execute(gen_plans, stages.GenerateAndDetect,
                                       (sources, cfg.generate, cfg.detector, endpoints, cache, store), cfg)
     pipeline_s = round(time.time() - mark, 2)
-    metrics, rag = aggregate(cfg, store, corpus, deployments)
+    setup = Setup(cfg.detector.id, cfg.metrics, sets, cfg.selection.seed, [g.id for g in cfg.generate])
+    metrics, rag = aggregate(setup, store, corpus, deployments)
     report = markdown(run_id, metrics, store.read_json("selection.json"), rag)
     store.write_text("report.md", report)
     manifest.update(status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),

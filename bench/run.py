@@ -8,6 +8,7 @@ bench/results.json as {name, value, unit, baseline, baseline_value, ratio} recor
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,10 @@ def main() -> None:
     # in a process of its own: it starts a Ray of its own
     saturation = json.loads(subprocess.run([sys.executable, str(HERE / "saturation.py"), "--json"], check=True,
                                            capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    # all nine domains at 10k/50k/140k rows (BENCH_SCALE_SIZES overrides): the longest part
+    sizes = os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()
+    scale = json.loads(subprocess.run([sys.executable, str(HERE / "scale.py"), "--json", "--sizes", *sizes],
+                                      check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
     results = [
         {"name": "halogen_demo_pipeline_throughput", "value": round(pipe_rows / pipe_s, 1), "unit": "rows/s",
          "baseline": "single-process loop over the same stage functions and rows",
@@ -64,6 +69,7 @@ def main() -> None:
          "baseline": f"target: {pipe_rows} rows in under {TARGET_S:.0f} s, Ray start included",
          "baseline_value": TARGET_S, "ratio": round(pipe_s / TARGET_S, 3)},
         *saturation,
+        *scale,
     ]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for r in results:

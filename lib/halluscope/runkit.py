@@ -11,10 +11,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Iterable, Iterator, Sequence, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from halluscope.config import ModelSpec
+from halluscope.config import ModelSpec, read_yaml, validation_message
 from halluscope.cost.plan import placement
 from halluscope.errors import ConfigError
 from halluscope.models.base import Completion, ModelBackend
@@ -33,26 +32,12 @@ def parse_model(cls: type[C], data: object, source: str) -> C:
     try:
         return cls.model_validate(data)
     except ValidationError as err:
-        lines = [f"invalid config {source}:"]
-        for e in err.errors():
-            lines.append(f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}")
-        raise ConfigError("\n".join(lines)) from None
+        raise ConfigError(validation_message(err, source).replace("invalid run config", "invalid config")) from None
 
 
 def load_yaml_config(cls: type[C], uri: str) -> C:
     """A config of type ``cls`` from a local path or any fsspec URL (s3://...)."""
-    import fsspec
-
-    try:
-        with fsspec.open(uri, "r") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ConfigError(f"config not found: {uri}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config {uri} is not valid YAML: {err}") from None
-    return parse_model(cls, data, uri)
+    return parse_model(cls, read_yaml(uri, "config"), uri)
 
 
 def fingerprint(doc: object) -> str:

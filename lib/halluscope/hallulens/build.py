@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from halluscope.config import ModelSpec, RaySpec, StorageSpec, read_yaml, validation_message
+from halluscope.config import ModelSpec, RaySpec, StorageSpec
 from halluscope.errors import ConfigError
 from halluscope.hallulens import generation, nonexistent, search, sources
 from halluscope.hallulens.testset import TestSet
@@ -110,11 +110,9 @@ def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
 
 
 def load_job(uri: str) -> TestSetJob:
-    data = read_yaml(uri, "test-set job")
-    try:
-        return TestSetJob.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(validation_message(err, uri).replace("invalid run config", "invalid test-set job")) from None
+    from halluscope.runkit import load_yaml_config
+
+    return load_yaml_config(TestSetJob, uri)
 
 
 def summary(ts: TestSet) -> str:

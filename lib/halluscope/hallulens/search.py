@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.errors import ConfigError, HalluscopeError
+from halluscope.ratelimit import MinInterval
 
 BRAVE_WEB_SEARCH = "https://api.search.brave.com/res/v1/web/search"
 _TAG = re.compile(r"<[^>]+>")
@@ -74,23 +74,6 @@ class BraveSearchConfig(BaseModel):
     timeout_s: float = Field(default=20.0, gt=0)
 
 
-class _Interval:
-    """Thread-safe rate limit: each request reserves the next slot ``1/rate`` after the previous one."""
-
-    def __init__(self, per_s: float) -> None:
-        self.interval = 1.0 / per_s
-        self._next = 0.0
-        self._lock = threading.Lock()
-
-    def wait(self) -> None:
-        with self._lock:
-            now = time.monotonic()
-            slot = max(now, self._next)
-            self._next = slot + self.interval
-        if slot > now:
-            time.sleep(slot - now)
-
-
 def _seconds(value: str | None) -> float | None:
     """A ``Retry-After`` given in seconds (the HTTP-date form is ignored: backoff applies)."""
     try:
@@ -121,7 +104,7 @@ class BraveSearch:
         self._client = httpx.Client(timeout=self.config.timeout_s,
                                     headers={"X-Subscription-Token": key, "Accept": "application/json",
                                              "User-Agent": "halluscope"})
-        self._limiter = _Interval(self.config.rate_limit_per_s)
+        self._limiter = MinInterval(self.config.rate_limit_per_s)
 
     def close(self) -> None:
         self._client.close()

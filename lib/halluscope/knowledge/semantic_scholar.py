@@ -31,6 +31,7 @@ import httpx
 
 from halluscope.errors import ConfigError, DataError, EndpointDown
 from halluscope.knowledge.titles import NORMALISATION, TitleMatch, check_threshold, match_rule, normalize_title
+from halluscope.ratelimit import MinInterval
 
 DEFAULT_BASE_URL = "https://api.semanticscholar.org/graph/v1"
 ENDPOINT = "paper/search/match"
@@ -39,23 +40,6 @@ _SNIPPET_CHARS = 200
 
 class _Unanswered(Exception):
     """A lookup got no definite answer (after its retries, where retrying made sense)."""
-
-
-class _MinInterval:
-    """Thread-safe rate limit: callers reserve consecutive slots ``interval`` apart, then sleep."""
-
-    def __init__(self, per_s: float) -> None:
-        self.interval = 1.0 / per_s
-        self._next = 0.0
-        self._lock = threading.Lock()
-
-    def wait(self) -> None:
-        with self._lock:
-            now = time.monotonic()
-            slot = max(now, self._next)
-            self._next = slot + self.interval
-        if slot > now:
-            time.sleep(slot - now)
 
 
 class SemanticScholarIndex:
@@ -94,7 +78,7 @@ class SemanticScholarIndex:
         self.cache_path = None if cache_dir is None else \
             Path(cache_dir).expanduser() / f"semantic-scholar-{url_hash}.sqlite"
         self._client = httpx.Client(headers=headers, timeout=timeout_s)
-        self._limiter = _MinInterval(rate_limit_per_s)
+        self._limiter = MinInterval(rate_limit_per_s)
         self._lock = threading.Lock()
         self._failures = 0
         self._db: sqlite3.Connection | None = None

@@ -76,6 +76,8 @@ def ray_head(tmp_path_factory):
     temp_dir = tempfile.mkdtemp(prefix="hsray-", dir="/tmp")
     subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", f"--temp-dir={temp_dir}",
                     "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--include-dashboard=true",
+                    # a port of its own: concurrent heads on one machine would all try 52365
+                    f"--dashboard-agent-listen-port={free_port()}",
                     "--num-cpus=6", "--object-store-memory=400000000", "--disable-usage-stats"],
                    check=True, env=env, capture_output=True, timeout=180)
     address = f"127.0.0.1:{port}"

@@ -53,3 +53,5 @@ def test_progress_and_partial_results_while_running(ray_head, tmp_path):
     final = store.read_json("progress.json")
     assert final["finished"] and all(m["done"] == m["total"] == 40 for m in final["models"].values())
     assert result["run"].processed == 40 * len(MODELS)
+    # committed in parts of batch_size rows, not one part per (model, task)
+    assert len(store.committed_keys()) == len(MODELS) * 40 // 8

@@ -16,10 +16,27 @@ pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
 
-def test_code_task_generated_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
-    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
+def test_generations_by_vllm_for_halogen_and_hallulens(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
+    """The tiny model is the model under test of HALOGEN code and of HalluLens PreciseWikiQA (a
+    test set built from small sources), a scripted judge judges; every stage's rows are written,
+    tokens are accounted, and the rates are computed."""
+    from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
+    from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
+    from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
+
+    goodwiki, titles, scores = write_wiki_sources(tmp_path)
+    root = Location.from_url(f"file://{tmp_path}/testsets")
+    ts = build_wiki_testset(root, PreciseWikiQAConfig(per_bin=1, min_words=20, max_words=60, bin_edges=EDGES),
+                            load_goodwiki(str(goodwiki)), load_harmonic_centrality(str(titles), str(scores)),
+                            FakeGenerator())
+    judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
+        "serve": {"num_cpus": 0.25}, "rules": [{"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
+                                               {"pattern": "Judgement:", "response": "INCORRECT"}]}}
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"},
+                        "tasks": ["halogen/code", "hallulens/precise_wikiqa"],
+                        "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
                         "limits": {"max_items_per_task": 4}, "costs": {"price_table": None},
-                        "models": [tiny_spec.model_dump(mode="json")]})
+                        "models": [tiny_spec.model_dump(mode="json"), judge]})
     from ray import serve
 
     try:
@@ -28,12 +45,15 @@ def test_code_task_generated_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_
         serve.shutdown()  # the next test starts Serve on a port of its own
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "vllm")
     gens = store.read_table("generations").to_pylist()
-    assert len(gens) == 4 and all(g["text"] is not None and g["output_tokens"] > 0 for g in gens)
+    assert len(gens) == 8 and all(g["error"] is None and g["text"] is not None for g in gens), gens
     m = [r for r in result.metrics if r["task"] == "halogen/code"][0]
     assert m["n_items"] == 4 and m["n_errors"] == 0
-    costs = {(r["model"], r["stage"]): r for r in store.read_table_file("costs.parquet").to_pylist()}
-    assert costs[("tiny-llama", "generate")]["calls"] == 4
-    assert costs[("tiny-llama", "generate")]["output_tokens"] == sum(g["output_tokens"] for g in gens)
+    costs = {(r["model"], r["stage"], r["task"]): r for r in store.read_table_file("costs.parquet").to_pylist()}
+    code = costs[("tiny-llama", "generate", "halogen/code")]
+    assert code["calls"] == 4 and code["output_tokens"] == sum(g["output_tokens"] for g in gens
+                                                               if g["task"] == "halogen/code")
+    (pw,) = [r for r in result.metrics if r["task"] == "hallulens/precise_wikiqa"]
+    assert pw["trials"][0]["hallucination_rate"] == 1.0 and pw["trials"][0]["false_refusal_rate"] == 0.0
 
 
 def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
@@ -66,37 +86,3 @@ def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel,
     assert m["n_items"] + m["n_errors"] == 3
     costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
     assert ("tiny-judge", "abstain") in costs
-
-
-def test_precise_wikiqa_answered_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
-    """HalluLens PreciseWikiQA on a test set built from small sources: the tiny model answers,
-    a scripted judge judges; every stage's rows are written and the rates are computed."""
-    from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
-    from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
-    from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
-
-    goodwiki, titles, scores = write_wiki_sources(tmp_path)
-    root = Location.from_url(f"file://{tmp_path}/testsets")
-    ts = build_wiki_testset(root, PreciseWikiQAConfig(per_bin=1, min_words=20, max_words=60, bin_edges=EDGES),
-                            load_goodwiki(str(goodwiki)), load_harmonic_centrality(str(titles), str(scores)),
-                            FakeGenerator())
-    judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
-        "serve": {"num_cpus": 0.25}, "rules": [{"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
-                                               {"pattern": "Judgement:", "response": "INCORRECT"}]}}
-    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["hallulens/precise_wikiqa"],
-                        "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
-                        "limits": {"max_items_per_task": 4}, "costs": {"price_table": None},
-                        "models": [tiny_spec.model_dump(mode="json"), judge]})
-    from ray import serve
-
-    try:
-        result = run(cfg, run_id="lens", progress=False)
-    finally:
-        serve.shutdown()
-    store = RunStore(Location.from_url(f"file://{tmp_path}"), "lens")
-    gens = store.read_table("generations").to_pylist()
-    assert len(gens) == 4 and all(g["error"] is None and g["text"] is not None for g in gens), gens
-    assert sum(g["output_tokens"] for g in gens) > 0
-    assert store.read_table("verdicts").num_rows == 4
-    (pw,) = [r for r in result.metrics if r["task"] == "hallulens/precise_wikiqa"]
-    assert pw["trials"][0]["hallucination_rate"] == 1.0 and pw["trials"][0]["false_refusal_rate"] == 0.0

@@ -200,9 +200,9 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
     ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(knowledge_for(cfg), cfg.models, endpoints,
-                                                              cache_location(cfg), store),
-                        # None: one batch per block the expansion yielded (batch_size rows each);
-                        # a row count here would make Ray Data bundle whole units per task
+                                                              cache_location(cfg), store, conc.batch_size),
+                        # None: one batch per block (a unit's rows); Evaluate commits them in parts
+                        # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
                         compute=ray.data.ActorPoolStrategy(size=conc.verify_actors))
     processed = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -234,17 +234,20 @@ COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa
 
 
 class Evaluate:
-    """abstain -> decompose -> verify -> score -> write, one batch at a time, in one actor: the
-    knowledge indexes and role-model clients are built once per actor, and a batch's rows never
-    cross processes."""
+    """abstain -> decompose -> verify -> score -> write, in commits of ``chunk_rows`` rows, in one
+    actor: the knowledge indexes and role-model clients are built once per actor, and a batch's
+    rows never cross processes. Ray Data hands over whole blocks (a unit's rows, whatever chunks
+    the previous stage yielded), so the chunking into committed parts happens here."""
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
-                 store: RunStore) -> None:
+                 store: RunStore, chunk_rows: int) -> None:
         self.roles = RoleModels(models, endpoints, cache)
         self.verify = Verify(kb, self.roles)
         self.store = store
+        self.chunk_rows = chunk_rows
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        usage: Usage = defaultdict(list)
-        batch = decompose(abstain(batch, self.roles, usage), self.roles, usage)
-        return score_and_write(self.verify(batch, usage), self.store, usage)
+    def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
+        for start in range(0, batch.num_rows, self.chunk_rows):
+            usage: Usage = defaultdict(list)
+            part = decompose(abstain(batch.slice(start, self.chunk_rows), self.roles, usage), self.roles, usage)
+            yield score_and_write(self.verify(part, usage), self.store, usage)

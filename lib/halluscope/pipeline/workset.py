@@ -100,8 +100,9 @@ _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels 
 def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
                 done: "ray.ObjectRef | frozenset[str]", chunk_rows: int,
                 testsets: dict[str, tuple[Location, ...]]) -> Iterator[pa.Table]:
-    """Rows still to do for a batch of units, in chunks of ``chunk_rows`` (each chunk becomes one
-    batch downstream and one committed part); quarantined input rows are written per unit.
+    """Rows still to do for a batch of units, in tables of at most ``chunk_rows`` rows (Ray Data
+    joins them into the unit's block; Evaluate cuts committed parts of that size again);
+    quarantined input rows are written per unit.
     ``done`` (ids committed by an earlier attempt) travels once through the object store."""
     if isinstance(done, ray.ObjectRef):
         done = ray.get(done)

@@ -262,8 +262,10 @@ class RunConfig(_Strict):
     data: DataSpec = Field(default_factory=DataSpec)
     models: list[ModelSpec] = Field(min_length=1)
     tasks: list[str] = Field(min_length=1)
-    testsets: dict[str, list[str]] = Field(
-        default_factory=dict, description="task -> URIs of its generated test sets (<root>/<task>/<id>), one per trial")
+    testsets: dict[str, list[str] | dict[str, list[str]]] = Field(
+        default_factory=dict,
+        description="task -> URIs of its generated test sets (<root>/<task>/<id>), one per trial, shared by "
+                    "every model; or task -> {model id -> URIs} for test sets generated per model")
     limits: Limits = Field(default_factory=Limits)
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     cache: CacheSpec = Field(default_factory=CacheSpec)
@@ -290,6 +292,11 @@ class RunConfig(_Strict):
         if not any(m.role == "test" for m in v):
             raise ValueError("no model has role 'test': nothing to evaluate")
         return v
+
+    def testset_uris(self, task: str, model: str) -> list[str]:
+        """The test sets of a task for one model: the shared list, or the model's own."""
+        entry = self.testsets.get(task, [])
+        return entry.get(model, []) if isinstance(entry, dict) else entry
 
     def fingerprint(self) -> str:
         """Hash of what changes results (not run_id, storage, data location, width or Ray settings)."""
@@ -332,6 +339,12 @@ def check_task_needs(cfg: RunConfig, source: str) -> None:
         if name.startswith("hallulens/") and not cfg.testsets.get(name):
             raise ConfigError(f"invalid run config {source}: task '{name}' needs testsets.{name}: the URIs of its "
                               "test sets, one per trial (made by `halluscope testset`)")
+        per_model = cfg.testsets.get(name)
+        if isinstance(per_model, dict):
+            missing = [m.id for m in cfg.models if m.role == "test" and not per_model.get(m.id)]
+            if missing:
+                raise ConfigError(f"invalid run config {source}: testsets.{name} lists test sets per model but "
+                                  f"none for {missing}")
         for knowledge, field in (("titles", "verifiers.titles"), ("wiki", "verifiers.wiki")):
             if knowledge in task.knowledge and getattr(cfg.verifiers, knowledge) is None:
                 raise ConfigError(f"invalid run config {source}: task '{name}' needs {field} to be set")

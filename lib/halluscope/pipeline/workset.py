@@ -21,7 +21,7 @@ from halluscope.records import generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
-from halluscope.tasks.base import Item, Task
+from halluscope.tasks.base import Item, LoadedItems, Task
 from halluscope.tasks.registry import get_task
 
 MISSING = "no recorded response"
@@ -45,19 +45,21 @@ def resolver_for(cfg: RunConfig) -> DataResolver:
     return DataResolver(cfg.data.dir, cfg.data.cache_dir, cfg.data.download)
 
 
-def testset_locations(cfg: RunConfig) -> dict[str, tuple[Location, ...]]:
-    return {task: tuple(Location.from_url(u, cfg.storage) for u in uris) for task, uris in cfg.testsets.items()}
+def testset_locations(cfg: RunConfig) -> dict[tuple[str, str], tuple[Location, ...]]:
+    """(task, model under test) -> the test sets its items come from (none for released data)."""
+    return {(task, m.id): tuple(Location.from_url(u, cfg.storage) for u in cfg.testset_uris(task, m.id))
+            for task in cfg.testsets for m in models_under_test(cfg)}
 
 
-_ITEMS: dict[tuple, list[Item]] = {}
+_LOADED: dict[tuple, LoadedItems] = {}
 
 
-def _task_items(task_name: str, resolver: DataResolver, testsets: tuple[Location, ...]) -> list[Item]:
-    """Every item of a task, loaded once per worker process."""
+def _load(task_name: str, resolver: DataResolver, testsets: tuple[Location, ...]) -> LoadedItems:
+    """A task's items from one source (released files, or a model's test sets), loaded once per process."""
     key = (task_name, resolver, tuple(t.url for t in testsets))
-    if key not in _ITEMS:
-        _ITEMS[key] = get_task(task_name).load_items(resolver, testsets).items
-    return _ITEMS[key]
+    if key not in _LOADED:
+        _LOADED[key] = get_task(task_name).load_items(resolver, testsets)
+    return _LOADED[key]
 
 
 def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
@@ -77,18 +79,21 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     limit = cfg.limits.max_items_per_task
     sources: dict[str, str] = {}
     totals: dict[tuple[str, str], int] = {}
+    testsets = testset_locations(cfg)
     for name in cfg.tasks:
         task = get_task(name)
-        loaded = task.load_items(resolver, testset_locations(cfg).get(name, ()))
-        sources.update(loaded.sources)
-        items = loaded.items[:limit] if limit else loaded.items
-        _write_items(store, task, items)
+        written: dict[str, Item] = {}  # per-model test sets: the items of every model's sets
         for m in models_under_test(cfg):
+            loaded = _load(name, resolver, testsets.get((name, m.id), ()))
+            sources.update(loaded.sources)
+            items = loaded.items[:limit] if limit else loaded.items
+            written.update((i.item_id, i) for i in items)
             totals[(m.id, task.name)] = len(items)
             if isinstance(m, ReplayModel):
                 found = replay_source(m, task, resolver)
                 if found is not None:
                     sources[found[0]] = sha256_file(found[1])
+        _write_items(store, task, list(written.values()))
     units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
                                   for t in cfg.tasks for m in models_under_test(cfg)], schema=UNITS)
     return Plan(units, sum(totals.values()), totals, sources)
@@ -99,7 +104,7 @@ _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels 
 
 def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
                 done: "ray.ObjectRef | frozenset[str]", chunk_rows: int,
-                testsets: dict[str, tuple[Location, ...]]) -> Iterator[pa.Table]:
+                testsets: dict[tuple[str, str], tuple[Location, ...]]) -> Iterator[pa.Table]:
     """Rows still to do for a batch of units, in tables of at most ``chunk_rows`` rows (Ray Data
     joins them into the unit's block; Evaluate cuts committed parts of that size again);
     quarantined input rows are written per unit.
@@ -109,7 +114,7 @@ def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit:
     rows: list[dict] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
-        all_items = _task_items(task.name, resolver, testsets.get(task.name, ()))
+        all_items = _load(task.name, resolver, testsets.get((task.name, spec.id), ())).items
         items = all_items[:limit] if limit else all_items
         todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
         texts: dict[str, str] | None = None

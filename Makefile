@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml requirements.lock
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-# both environments and chromium are independent: `make -j3 test` builds them side by side
+# both environments and chromium are independent; -j3 builds them side by side, the suites run in order
+MAKEFLAGS += -j3
 test: venv venv-vllm chromium  ## the main suite (report.html rendered in headless chromium), then the vLLM suite
 	$(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-vllm

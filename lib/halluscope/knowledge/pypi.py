@@ -6,8 +6,6 @@ lower case), the same normalisation PyPI applies when it looks a project up by n
 
 from __future__ import annotations
 
-import os
-import pickle
 import re
 import sys
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 from halluscope.errors import DataError
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 from halluscope.sources import open_text, sha256_file
+from halluscope.knowledge.pickle_cache import cached_pickle
 
 SNAPSHOT = "pypi/project-names.txt.gz"
 _SEPARATORS = re.compile(r"[-_.]+")
@@ -39,20 +38,7 @@ class PackageIndex:
         """``from_file`` once per snapshot: later loads (every verifier actor) read a pickle keyed
         by the snapshot's sha256, about ten times faster than parsing the name list."""
         digest = sha256_file(path)
-        cache = cache_dir / f"pypi-index-{digest[:16]}.pickle"
-        if cache.is_file():
-            try:
-                with open(cache, "rb") as f:
-                    return pickle.load(f)
-            except (OSError, pickle.UnpicklingError, EOFError):
-                pass  # a damaged cache is rebuilt below
-        index = cls.from_file(path)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp-{os.getpid()}")
-        with open(tmp, "wb") as f:
-            pickle.dump(index, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, cache)
-        return index
+        return cached_pickle(cache_dir / f"pypi-index-{digest[:16]}.pickle", lambda: cls.from_file(path))
 
     @classmethod
     def from_file(cls, path: Path) -> "PackageIndex":

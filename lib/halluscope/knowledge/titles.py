@@ -17,8 +17,6 @@ None when it could not (a service was unreachable); such titles count as unverif
 from __future__ import annotations
 
 import gzip
-import os
-import pickle
 import re
 import unicodedata
 import zlib
@@ -32,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.sources import sha256_file
+from halluscope.knowledge.pickle_cache import cached_pickle
 
 NORMALISATION = ("NFKC, casefold, NFKC; delete Unicode P*/S*/Cc/Cf characters; "
                  "collapse whitespace runs to one space, trim")
@@ -143,21 +142,9 @@ class OfflineTitleIndex:
             raise DataError(f"cannot read the title dump {path}: {err}") from None
         kind = "fuzzy" if fuzzy_threshold is not None else "exact"
         cache = cache_dir / f"title-index-v{_CACHE_VERSION}-{digest[:16]}-{kind}.pickle"
-        if cache.is_file():
-            try:
-                with open(cache, "rb") as f:
-                    index = pickle.load(f)
-                index.source = str(path)
-                index.fuzzy_threshold = fuzzy_threshold
-                return index
-            except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
-                pass  # a damaged or outdated cache is rebuilt below
-        index = cls.from_dump(path, fuzzy_threshold)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".tmp-{os.getpid()}")
-        with open(tmp, "wb") as f:
-            pickle.dump(index, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, cache)
+        index = cached_pickle(cache, lambda: cls.from_dump(path, fuzzy_threshold))
+        index.source = str(path)  # one fuzzy pickle serves any path and threshold
+        index.fuzzy_threshold = fuzzy_threshold
         return index
 
     @classmethod

@@ -1,5 +1,7 @@
 """Scale: HALOGEN's recorded generations of 14 models on all nine domains, scripted judge and
-extractor served by Ray Serve, one run per size; rows/s end to end and the driver's peak memory.
+extractor served by Ray Serve, one run per size on a Ray head, written to moto's S3 server; rows/s
+end to end and the driver's peak memory. With --faults, the largest size runs once more under
+faults and must end with the tables of its clean run.
 
 Each size runs in a fresh driver process (so its peak RSS is its own); the item limit per task
 is chosen so the run holds about that many generations. The biography and reference checks
@@ -7,7 +9,7 @@ need knowledge sources that are not public offline: stand-ins are built from the
 responses (GPT-4's bios as the articles, half the cited titles as the title dump), so the
 work per row is real but the verdicts mean nothing. Usage:
 
-    python bench/scale.py [--sizes 10000 50000 140000] [--json]
+    python bench/scale.py [--sizes 10000 50000 140000] [--faults] [--json]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import csv
 import gzip
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -24,7 +27,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests.support: the servers and drills the tests use too
 MODELS = 14
+BUCKET = "bench"
 
 
 def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
@@ -47,12 +52,12 @@ def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
     return folder / "titles.txt", folder / "articles.jsonl"
 
 
-def config(root: str, limit: int | None, titles: Path, articles: Path) -> dict:
+def config(storage: dict, limit: int | None, titles: Path, articles: Path) -> dict:
     from halluscope.tasks.halogen.common import RELEASED
     from halluscope.tasks.registry import task_names
 
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
-    return {"storage": {"root": root}, "tasks": [t for t in task_names() if t.startswith("halogen/")],
+    return {"storage": storage, "tasks": [t for t in task_names() if t.startswith("halogen/")],
             "limits": {"max_items_per_task": limit}, "costs": {"price_table": None}, "cache": {"enabled": False},
             "verifiers": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}},
             "models": [{"id": m, "backend": "replay"} for m in RELEASED["models"]] + [
@@ -75,9 +80,77 @@ def one_size(cfg_path: str) -> dict:
             "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+def s3_storage(endpoint: str, prefix: str) -> dict:
+    return {"root": f"s3://{BUCKET}/{prefix}", "endpoint_url": endpoint,
+            "access_key_env": "AWS_ACCESS_KEY_ID", "secret_key_env": "AWS_SECRET_ACCESS_KEY"}
+
+
+def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: str) -> dict:
+    """The run of ``cfg`` again, through an S3 API that fails every 25th PUT and 40th GET: an
+    Evaluate worker SIGKILLed mid-batch after the first commit, the driver SIGKILLed at half the
+    clean run's commits, the same run id resubmitted, and another Evaluate worker killed after the
+    resubmission's first commit. Its tables must equal the clean run's, every id exactly once."""
+    import yaml
+
+    from halluscope.config import StorageSpec
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+    from tests.support.drills import (Driver, comparable_tables, id_problems, kill_busy_worker, restarts,
+                                      stage_class, table_differences, wait_until_gone)
+    from tests.support.flaky_s3 import FlakyS3Proxy
+
+    def store(storage: dict) -> RunStore:
+        return RunStore(Location.from_url(storage["root"], StorageSpec.model_validate(storage)), "scale")
+
+    clean_storage = s3_storage(endpoint, clean_root)
+    clean = store(clean_storage)
+    commits = len(clean.committed_keys())
+    with FlakyS3Proxy(endpoint, every={"PUT": 25, "GET": 40}) as proxy:
+        storage = s3_storage(proxy.url, "runs-faulted")
+        cfg_path = folder / "faulted.yaml"
+        cfg_path.write_text(yaml.safe_dump(cfg | {"storage": storage}))
+        faulted = store(storage)
+        t0 = time.perf_counter()
+        first = Driver(cfg_path, "scale", folder / "first.log")
+        killed = []
+        try:
+            first.wait_for_commits(faulted, 1, timeout_s=7200, poll_s=0.5)
+            killed.append(kill_busy_worker(head, "Evaluate", first.proc))
+            first.wait_for_commits(faulted, commits // 2, timeout_s=7200, poll_s=2)
+        finally:
+            first.kill()
+        killed_at = len(faulted.committed_keys())
+        wait_until_gone(head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
+        second = Driver(cfg_path, "scale", folder / "second.log")
+        try:
+            second.wait_for_commits(faulted, killed_at + 1, timeout_s=7200, poll_s=0.5)
+            killed.append(kill_busy_worker(head, "Evaluate", second.proc))
+            if second.proc.wait(timeout=7200) != 0:
+                raise RuntimeError(f"the resubmitted driver failed:\n{second.tail()}")
+        finally:
+            second.kill()
+        seconds = time.perf_counter() - t0
+        manifest = faulted.read_json("manifest.json")
+        tables = comparable_tables(faulted)
+        injected = dict(proxy.injected)
+    restarted = restarts(head["dashboard"], ("Evaluate",))
+    want = comparable_tables(clean)
+    problems = id_problems(tables, want["scores"].num_rows) + table_differences(tables, want)
+    problems += [f"killed actor {a} was not restarted" for a in killed if restarted.get(a, 0) < 1]
+    if manifest["status"] != "complete":
+        problems.append(f"manifest status {manifest['status']}")
+    if problems:
+        raise AssertionError("the faulted run differs from the clean one: " + "; ".join(problems))
+    return {"seconds": round(seconds, 1), "commits_at_driver_kill": killed_at, "commits": commits,
+            "rows": tables["scores"].num_rows, "atoms": tables["atoms"].num_rows,
+            "done_before": manifest["counts"]["done_before"], "workers_killed": len(killed),
+            "s3_faults_injected": sum(injected.values())}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 140_000])
+    p.add_argument("--faults", action="store_true", help="drill the largest size under faults")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config in this process
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -86,21 +159,42 @@ def main() -> None:
         return
     import yaml
 
+    from tests.support.servers import create_bucket, moto_s3, ray_head, use_token_auth
+
+    use_token_auth()
+
     data = HERE.parent.parent / "shared" / "data"
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
+    results, drill = [], None
+    with tempfile.TemporaryDirectory() as tmp, moto_s3() as endpoint, \
+            ray_head(num_cpus=max(4, os.cpu_count() or 1), object_store_bytes=512 * 1024 * 1024) as head:
+        create_bucket(endpoint, BUCKET)
         titles, articles = _stand_in_knowledge(data, Path(tmp))
         for size in args.sizes:
             limit = max(1, size // (MODELS * 9)) if size < 140_000 else None  # None: every item
+            cfg = config(s3_storage(endpoint, f"runs-{size}"), limit, titles, articles)
             cfg_path = Path(tmp) / f"scale-{size}.yaml"
-            cfg_path.write_text(yaml.safe_dump(config(f"file://{tmp}/runs-{size}", limit, titles, articles)))
-            out = subprocess.run([sys.executable, __file__, "--one", str(cfg_path)], check=True,
-                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]
-            results.append({"target_rows": size, **json.loads(out)})
+            cfg_path.write_text(yaml.safe_dump(cfg))
+            done = subprocess.run([sys.executable, __file__, "--one", str(cfg_path)], capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"the {size}-row run failed:\n{done.stderr[-3000:]}")
+            results.append({"target_rows": size, **json.loads(done.stdout.strip().splitlines()[-1])})
             print(json.dumps(results[-1]), file=sys.stderr)
+        if args.faults:
+            drill = {"target_rows": args.sizes[-1],
+                     **fault_drill(head, endpoint, cfg, Path(tmp), f"runs-{args.sizes[-1]}")}
+            print(json.dumps(drill), file=sys.stderr)
     records = [{"name": f"halogen_all_domains_{r['target_rows']}", "value": r["rows_per_s"], "unit": "rows/s",
                 "baseline": f"driver peak RSS {r['driver_peak_rss_mb']} MB over {r['rows']} rows in {r['seconds']} s",
                 "baseline_value": r["driver_peak_rss_mb"], "ratio": None} for r in results]
+    if drill:
+        clean_s = results[-1]["seconds"]
+        records.append({
+            "name": f"halogen_all_domains_{drill['target_rows']}_under_faults", "value": drill["seconds"], "unit": "s",
+            "baseline": (f"the clean run's seconds; {drill['workers_killed']} Evaluate workers SIGKILLed, driver "
+                         f"SIGKILLed at {drill['commits_at_driver_kill']}/{drill['commits']} commits and resubmitted, "
+                         f"{drill['s3_faults_injected']} S3 faults injected; tables equal the clean run's "
+                         f"({drill['rows']} generations, {drill['atoms']} atoms, each once)"),
+            "baseline_value": clean_s, "ratio": round(drill["seconds"] / clean_s, 3)})
     print(json.dumps(records) if args.json else "\n".join(json.dumps(r) for r in records))
 
 

@@ -55,8 +55,9 @@ def _cmd_testset(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    """Serve a run config's served models (scripted, hf, vllm) until interrupted; a Ray Serve
-    config file (with `applications:`, as in serve/) is handed to `serve run`."""
+    """Serve a run config's served models (scripted, hf, vllm) until interrupted, or with --down
+    delete them (a killed driver leaves them running); a Ray Serve config file (with
+    `applications:`, as in serve/) is handed to `serve run`."""
     import os
     import time
 
@@ -69,13 +70,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         os.execvp("serve", ["serve", "run", args.config])
     from halluscope.config import parse_config
     from halluscope.pipeline.runner import init_ray
-    from halluscope.serving.app import deploy, shutdown
+    from halluscope.serving.app import deploy, remove, shutdown
 
     cfg = parse_config(doc, args.config)
     served = [m for m in cfg.models if m.backend in ("scripted", "hf", "vllm")]
     if not served:
         raise HalluscopeError(f"{args.config} has no served models (backend scripted, hf or vllm)")
     init_ray(cfg.ray)
+    if args.down:
+        deleted = remove(m.id for m in served)
+        print(f"deleted Serve app(s): {', '.join(deleted)}" if deleted else "none of its models was being served")
+        return 0
     endpoints = deploy(served, http_port=args.http_port or cfg.serve_http_port)
     for e in endpoints.values():
         print(f"{e.model_id}: {e.base_url} (Serve app {e.app_name})")
@@ -141,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="serve the models of a run config, or a Ray Serve config (serve/*.yaml)")
     sv.add_argument("config")
     sv.add_argument("--http-port", type=int)
+    sv.add_argument("--down", action="store_true", help="delete the config's served models instead")
     sv.set_defaults(fn=_cmd_serve)
     t = sub.add_parser("tasks", help="list the tasks")
     t.set_defaults(fn=_cmd_tasks)

@@ -17,7 +17,7 @@ from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.openai_http import OpenAIBackend
 from halluscope.serving.app import ServedEndpoint, deploy, handle_backend, shutdown
 from halluscope.serving.scripted import ScriptedResponder, fault_draw, judge_parts
-from tests.conftest import free_port
+from tests.support.servers import free_port
 from tests.support.tiny_llama import build_tiny_llama
 
 pytestmark = pytest.mark.slow
@@ -234,3 +234,23 @@ def test_tiny_llama_answers_both_apis(endpoints, hf_spec):
                                                  "temperature": 0.7, "top_p": 0.9}).json()
     assert isinstance(body["choices"][0]["text"], str)
     assert body["usage"]["prompt_tokens"] > 0 and 0 < body["usage"]["completion_tokens"] <= 5
+
+
+def test_serve_down_deletes_the_apps_a_killed_driver_left(endpoints, tmp_path, capsys):
+    """`halluscope serve CONFIG --down` deletes the config's served models and nothing else."""
+    import yaml
+    from ray import serve
+
+    from halluscope.cli import main
+
+    leftover = {"id": "left/over", "backend": "scripted", "params": {"default": "hi", "serve": SMALL}}
+    deploy([ScriptedModel.model_validate(leftover)], http_port=free_port())
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"tasks": ["halogen/code"], "models": [
+        leftover, {"id": "gpt_4_0125_turbo", "backend": "replay"}]}))
+    assert main(["serve", str(cfg), "--down"]) == 0
+    assert "deleted Serve app(s): left-over" in capsys.readouterr().out
+    apps = set(serve.status().applications)
+    assert "left-over" not in apps and endpoints[SCRIPTED.id].app_name in apps
+    assert main(["serve", str(cfg), "--down"]) == 0
+    assert "none of its models was being served" in capsys.readouterr().out

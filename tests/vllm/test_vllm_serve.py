@@ -11,7 +11,7 @@ from halluscope.models.base import GenerationRequest
 from halluscope.models.openai_http import OpenAIBackend
 from halluscope.models.registry import sampling_of
 from halluscope.serving.vllm import build_application, vllm_installed
-from tests.conftest import free_port
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm")]

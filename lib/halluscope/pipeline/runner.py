@@ -186,7 +186,7 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
 
     Execution shape: one input block per (model, task) unit; expansion fuses into the
     evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
-    rows never leave the worker that expanded them. Live models add a generation actor pool
+    rows never leave the worker that expanded them. Live models under test add a generation actor pool
     in between, sized apart from evaluation."""
     conc = cfg.concurrency
     ds = ray.data.from_arrow([units.slice(i, 1) for i in range(units.num_rows)])
@@ -194,7 +194,7 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
                         fn_kwargs={"store": store, "resolver": resolver_for(cfg),
                                    "limit": cfg.limits.max_items_per_task, "done": ray.put(frozenset(done)),
                                    "chunk_rows": conc.batch_size, "testsets": testset_locations(cfg)})
-    if any(m.backend != "replay" for m in cfg.models):
+    if any(m.backend != "replay" for m in cfg.models if m.role == "test"):  # judges are called from Evaluate
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",
                             batch_size=conc.generate_batch_size, num_cpus=0.5,

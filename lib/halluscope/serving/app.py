@@ -136,9 +136,17 @@ def _failure_details(names: Iterable[str]) -> str:
     return "\n".join(lines)
 
 
-def _delete_apps(names: Iterable[str]) -> None:
+def remove(model_ids: Iterable[str]) -> list[str]:
+    """Delete the apps of these model ids where they run, e.g. those a killed driver left behind
+    on a long-lived cluster; returns the app names deleted."""
+    return _delete_apps([app_name_for(m) for m in model_ids])
+
+
+def _delete_apps(names: Iterable[str]) -> list[str]:
     """Delete in one request and wait once: ``serve.delete`` waits per app (~3 s each)."""
     from ray.serve.context import _get_global_client
 
     existing = set(serve.status().applications)
-    _get_global_client().delete_apps([n for n in names if n in existing], blocking=True)
+    doomed = [n for n in names if n in existing]
+    _get_global_client().delete_apps(doomed, blocking=True)
+    return doomed

@@ -1,0 +1,100 @@
+"""Servers on 127.0.0.1 for the tests and the benchmarks: moto's S3 API and a Ray head. Each is a
+context manager that stops what it started, and nothing else on the machine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def use_token_auth() -> None:
+    """Ray's token authentication on, with a token made for this process and its children. Ray
+    reads these settings when it is first imported: call this before anything imports ray."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def moto_s3() -> Iterator[str]:
+    """moto's S3 server with dummy credentials in the environment; yields the endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    with _environ(S3_CREDENTIALS):
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+        server.start()
+        try:
+            host, port = server.get_host_and_port()
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
+
+
+def create_bucket(endpoint: str, name: str) -> str:
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
+    return name
+
+
+@contextmanager
+def ray_head(num_cpus: int = 6, object_store_bytes: int = 400_000_000) -> Iterator[dict[str, str]]:
+    """A Ray head with the dashboard and job API, and RAY_ADDRESS pointing at it while it lives;
+    yields its ``address`` and ``dashboard`` URL."""
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    port, dash = free_port(), free_port()
+    # a temp dir of its own (short: Ray's socket paths have a length limit), so the teardown stops
+    # this head's processes and nobody else's (`ray stop` would stop every Ray on the machine)
+    temp_dir = tempfile.mkdtemp(prefix="hsray-", dir="/tmp")
+    try:
+        subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                        f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                        "--include-dashboard=true",
+                        # a port of its own: concurrent heads on one machine would all try 52365
+                        f"--dashboard-agent-listen-port={free_port()}",
+                        f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_bytes}",
+                        "--disable-usage-stats"],
+                       check=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,
+                       timeout=180)
+        address = f"127.0.0.1:{port}"
+        with _environ({"RAY_ADDRESS": address}):
+            yield {"address": address, "dashboard": f"http://127.0.0.1:{dash}"}
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        subprocess.run(["pkill", "-9", "-f", temp_dir], capture_output=True, timeout=60)
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -66,16 +66,20 @@ def table_differences(got: dict[str, pa.Table], want: dict[str, pa.Table]) -> li
 # --- finding a run's processes -------------------------------------------------------------------
 
 def actors(dashboard: str, class_name: str, alive: bool = True) -> list:
-    """Actors of a class on the head behind ``dashboard`` (alive ones by default)."""
+    """Actors whose class name ends with ``class_name`` on the head behind ``dashboard`` (alive
+    ones by default)."""
     from ray.util.state import list_actors
 
-    filters = [("class_name", "=", class_name)] + ([("state", "=", "ALIVE")] if alive else [])
-    return list_actors(address=dashboard, filters=filters, detail=True, limit=1000, raise_on_missing_output=False)
+    filters = [("state", "=", "ALIVE")] if alive else []
+    return [a for a in list_actors(address=dashboard, filters=filters, detail=True, limit=10_000,
+                                   raise_on_missing_output=False) if a.class_name.endswith(class_name)]
 
 
 def stage_class(stage: str) -> str:
-    """The class of a Ray Data stage's actors (``Evaluate``, ``Generate``): Ray Data names it so."""
-    return f"MapWorker(MapBatches({stage}))"
+    """How the class of a Ray Data stage's actors (``Evaluate``, ``Generate``) ends: Ray Data names
+    it ``MapWorker(MapBatches(Evaluate))``, or ``MapWorker(MapBatches(expand_unit)->MapBatches(Evaluate))``
+    when it fuses the stage before into the actors."""
+    return f"MapBatches({stage}))"
 
 
 def wait_until_gone(dashboard: str, class_names: list[str], why: str, timeout_s: float = 60) -> None:

@@ -16,6 +16,8 @@ from halluscope.config import ModelSpec
 from halluscope.cost.prices import PriceTable
 from halluscope.records import COSTS
 
+# what the ledger reads of generations/ (never the prompts and responses)
+LEDGER_COLUMNS = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
 
 
 def api_name(spec: ModelSpec) -> str:
@@ -26,8 +28,7 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
            prices: PriceTable | None, role_calls: pa.Table | None = None) -> pa.Table:
     specs = {m.id: m for m in models}
     acc: dict[tuple[str, str, str], dict] = defaultdict(lambda: defaultdict(int))
-    cols = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
-    for r in generations.select(cols).to_pylist():
+    for r in generations.select(LEDGER_COLUMNS).to_pylist():
         if specs.get(r["model"]) is None or specs[r["model"]].backend == "replay":
             continue  # recorded generations cost this run nothing
         a = acc[(r["model"], r["task"], "generate")]

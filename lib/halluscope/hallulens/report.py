@@ -16,6 +16,8 @@ import pyarrow as pa
 from halluscope.hallulens import judging, metrics as hm
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
+# the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label
+LABEL_VERDICTS = {"columns": ["gen_id", "task", "evidence"], "filters": [("task", "=", PWQA)]}
 SUBTASKS = {"hallulens/nonexistent_mixed": "mixed", "hallulens/nonexistent_generated": "generated"}
 NONEXISTENT = "hallulens/nonexistent"
 

@@ -16,7 +16,7 @@ import ray
 from halluscope import __version__
 from halluscope.config import DEFAULT_PRICE_TABLE, RaySpec, RunConfig
 from halluscope.errors import RunError
-from halluscope.cost.ledger import cost_record, ledger
+from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.plan import TokenStats, check_budget, plan as estimate_cost
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
@@ -121,7 +121,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     mark = time.time()
     scores = store.read_table("scores")
     metrics = compute_metrics(cfg, store, scores)
-    costs = ledger(store.read_table("generations"), cfg.models, deployments, price_table(cfg),
+    costs = ledger(store.read_table("generations", LEDGER_COLUMNS), cfg.models, deployments, price_table(cfg),
                    store.read_table("role_calls"))
     store.write_costs(costs)
     metrics.append(cost_record(costs))
@@ -140,10 +140,13 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
 
 def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:
     """Every benchmark's metrics from the committed rows (partial while a run goes on)."""
-    halogen_scores = scores.filter(pc.starts_with(scores.column("task"), "halogen/"))
-    return halogen_metrics.compute(halogen_scores) + hallulens_report.compute(
-        scores, store.read_table("verdicts", ["gen_id", "task", "evidence"]),
-        {t: store.read_items(t) for t in cfg.tasks if t.startswith("hallulens/")})
+    metrics = halogen_metrics.compute(scores.filter(pc.starts_with(scores.column("task"), "halogen/")))
+    hallulens = [t for t in cfg.tasks if t.startswith("hallulens/")]
+    if hallulens:  # else its verdicts (evidence passages: the largest column) are never read
+        metrics += hallulens_report.compute(scores.filter(pc.starts_with(scores.column("task"), "hallulens/")),
+                                            store.read_table("verdicts", **hallulens_report.LABEL_VERDICTS),
+                                            {t: store.read_items(t) for t in hallulens})
+    return metrics
 
 
 def _done_counts(store: RunStore) -> dict[tuple[str, str], int]:

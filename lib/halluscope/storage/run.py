@@ -77,8 +77,10 @@ class RunStore:
                 removed += 1
         return removed
 
-    def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        """All committed rows of a table (an empty table with the schema if none)."""
+    def read_table(self, table: str, columns: list[str] | None = None,
+                   filters: list[tuple[str, str, object]] | None = None) -> pa.Table:
+        """All committed rows of a table (an empty table with the schema if none); ``columns`` and
+        ``filters`` (pyarrow's) keep the rest from ever being decoded."""
         schema = TABLES.get(table)
         keys = sorted(self.part_keys(table) & self.committed_keys()) if table in TABLES \
             else sorted(self.part_keys(table))
@@ -86,7 +88,7 @@ class RunStore:
         for key in keys:
             loc = self.loc.child(table, _part_name(key))
             with loc.fs.open(loc.path, "rb") as f:
-                parts.append(pq.read_table(f, columns=columns))
+                parts.append(pq.read_table(f, columns=columns, filters=filters))
         if not parts:
             if schema is None:
                 return pa.table({})

@@ -44,7 +44,7 @@ def loop_seconds(root: str) -> tuple[float, int]:
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size)
     rows = 0
     for batch in expand_unit(plan(cfg, store).units, store, resolver, cfg.limits.max_items_per_task, frozenset(),
-                             cfg.concurrency.batch_size, testset_locations(cfg)):
+                             testset_locations(cfg)):
         rows += sum(sum(t.column("rows").to_pylist()) for t in evaluate(batch))
     return time.perf_counter() - t0, rows
 

@@ -80,11 +80,6 @@ def one_size(cfg_path: str) -> dict:
             "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
-def s3_storage(endpoint: str, prefix: str) -> dict:
-    return {"root": f"s3://{BUCKET}/{prefix}", "endpoint_url": endpoint,
-            "access_key_env": "AWS_ACCESS_KEY_ID", "secret_key_env": "AWS_SECRET_ACCESS_KEY"}
-
-
 def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: str) -> dict:
     """The run of ``cfg`` again, through an S3 API that fails every 25th PUT and 40th GET: an
     Evaluate worker SIGKILLed mid-batch after the first commit, the driver SIGKILLed at half the
@@ -98,15 +93,15 @@ def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: 
     from tests.support.drills import (Driver, comparable_tables, id_problems, kill_busy_worker, restarts,
                                       stage_class, table_differences, wait_until_gone)
     from tests.support.flaky_s3 import FlakyS3Proxy
+    from tests.support.servers import s3_storage
 
     def store(storage: dict) -> RunStore:
         return RunStore(Location.from_url(storage["root"], StorageSpec.model_validate(storage)), "scale")
 
-    clean_storage = s3_storage(endpoint, clean_root)
-    clean = store(clean_storage)
+    clean = store(s3_storage(endpoint, f"s3://{BUCKET}/{clean_root}"))
     commits = len(clean.committed_keys())
     with FlakyS3Proxy(endpoint, every={"PUT": 25, "GET": 40}) as proxy:
-        storage = s3_storage(proxy.url, "runs-faulted")
+        storage = s3_storage(proxy.url, f"s3://{BUCKET}/runs-faulted")
         cfg_path = folder / "faulted.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg | {"storage": storage}))
         faulted = store(storage)
@@ -159,7 +154,7 @@ def main() -> None:
         return
     import yaml
 
-    from tests.support.servers import create_bucket, moto_s3, ray_head, use_token_auth
+    from tests.support.servers import create_bucket, moto_s3, ray_head, s3_storage, use_token_auth
 
     use_token_auth()
 
@@ -171,7 +166,7 @@ def main() -> None:
         titles, articles = _stand_in_knowledge(data, Path(tmp))
         for size in args.sizes:
             limit = max(1, size // (MODELS * 9)) if size < 140_000 else None  # None: every item
-            cfg = config(s3_storage(endpoint, f"runs-{size}"), limit, titles, articles)
+            cfg = config(s3_storage(endpoint, f"s3://{BUCKET}/runs-{size}"), limit, titles, articles)
             cfg_path = Path(tmp) / f"scale-{size}.yaml"
             cfg_path.write_text(yaml.safe_dump(cfg))
             done = subprocess.run([sys.executable, __file__, "--one", str(cfg_path)], capture_output=True, text=True)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from halluscope.errors import HalluscopeError
-from halluscope.fewl import cli
+from halluscope.cli import main as cli_main
 
 
 def main() -> int:
@@ -19,11 +18,7 @@ def main() -> int:
     p.add_argument("--config", required=True, help="FEWL run config: path or URL (s3://bucket/configs/x.yaml)")
     p.add_argument("--run-id", help="name the run (default: time and config fingerprint)")
     args = p.parse_args()
-    try:
-        return cli.main(argparse.Namespace(config=args.config, run_id=args.run_id))
-    except HalluscopeError as err:
-        print(f"halluscope: error: {err}", file=sys.stderr)
-        return 2
+    return cli_main(["fewl", args.config, *(["--run-id", args.run_id] if args.run_id else [])])
 
 
 if __name__ == "__main__":

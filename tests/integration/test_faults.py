@@ -17,7 +17,7 @@ from tests.conftest import SHARED_DATA
 from tests.support.drills import (Driver, comparable_tables, id_problems, kill_busy_worker, restarts, stage_class,
                                   table_differences, wait_until_gone)
 from tests.support.flaky_s3 import FlakyS3Proxy
-from tests.support.servers import free_port
+from tests.support.servers import free_port, s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
@@ -121,7 +121,7 @@ def test_transient_s3_failures_are_retried(ray_head, s3_endpoint, bucket, uninte
 
     task, limit = "halogen/code", 40
     with FlakyS3Proxy(s3_endpoint, every={"PUT": 4, "GET": 7, "HEAD": 7}) as proxy:
-        cfg = parse_config({"storage": _s3_storage(bucket, proxy.url), "tasks": [task],
+        cfg = parse_config({"storage": s3_storage(proxy.url, f"s3://{bucket}/runs"), "tasks": [task],
                             "limits": {"max_items_per_task": limit},
                             "models": [{"id": m, "backend": "replay"} for m in REPLAYED],
                             "concurrency": {"batch_size": 10}, "costs": {"price_table": None}})
@@ -141,11 +141,6 @@ def test_transient_s3_failures_are_retried(ray_head, s3_endpoint, bucket, uninte
     assert not table_differences(tables, want)
 
 
-def _s3_storage(bucket: str, endpoint_url: str) -> dict:
-    return {"root": f"s3://{bucket}/runs", "endpoint_url": endpoint_url,
-            "access_key_env": "AWS_ACCESS_KEY_ID", "secret_key_env": "AWS_SECRET_ACCESS_KEY"}
-
-
 @pytest.mark.parametrize("retries, fails", [
     ({}, False),  # storage_options' botocore retries (8 attempts)
     ({"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}, True),  # botocore's off
@@ -161,7 +156,7 @@ def test_botocore_retries_are_what_absorbs_a_failed_write(s3_endpoint, bucket, r
     from halluscope.storage.fs import storage_options
 
     with FlakyS3Proxy(s3_endpoint, every={"PUT": 2}) as proxy:
-        opts = storage_options(StorageSpec.model_validate(_s3_storage(bucket, proxy.url))) | retries
+        opts = storage_options(StorageSpec.model_validate(s3_storage(proxy.url, f"s3://{bucket}/runs"))) | retries
         loc = Location(fsspec.filesystem("s3", skip_instance_cache=True, **opts), f"{bucket}/control")
         loc.child("a").write_bytes_atomic(b"first")
         loc.child("b").write_bytes_atomic(b"second")  # SlowDown: retried by s3fs itself if not by botocore

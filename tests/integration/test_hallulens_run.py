@@ -17,15 +17,11 @@ from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from tests.support.hallulens_sources import EDGES, FakeGenerator, pages_and_scores, write_tables, write_wiki_sources
+from tests.support.servers import s3_storage
 
 pytestmark = pytest.mark.slow
 
 SERVE = {"num_cpus": 0.25, "max_batch_prompts": 16}
-
-
-def _storage(bucket: str, s3_endpoint: str) -> dict:
-    return {"root": f"s3://{bucket}/runs", "endpoint_url": s3_endpoint, "access_key_env": "AWS_ACCESS_KEY_ID",
-            "secret_key_env": "AWS_SECRET_ACCESS_KEY"}
 
 
 def test_testset_job_serves_its_generator_and_reuses_built_sets(ray_head, s3_endpoint, bucket, tmp_path):
@@ -35,7 +31,7 @@ def test_testset_job_serves_its_generator_and_reuses_built_sets(ray_head, s3_end
         {"pattern": "quiz questions", "response": "What is the code of the page?"},
         {"pattern": "Can the question below", "response": "K1"}]}}
     job = TestSetJob.model_validate({
-        "storage": _storage(bucket, s3_endpoint), "task": "precise_wikiqa", "seeds": [0, 1],
+        "storage": s3_storage(s3_endpoint, f"s3://{bucket}/runs"), "task": "precise_wikiqa", "seeds": [0, 1],
         "params": {"per_bin": 1, "min_words": 20, "max_words": 60, "bin_edges": EDGES},
         "sources": {"goodwiki": [str(goodwiki)], "wikirank_titles": str(titles), "wikirank_scores": str(scores)},
         "generators": [generator]})
@@ -90,7 +86,7 @@ def _models() -> list[dict]:
 
 
 def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
-    storage = _storage(bucket, s3_endpoint)
+    storage = s3_storage(s3_endpoint, f"s3://{bucket}/runs")
     spec = StorageSpec(**storage)
     testsets = _testsets(tmp_path, Location.from_url(f"s3://{bucket}/testsets", spec))
     rows, _ = pages_and_scores()

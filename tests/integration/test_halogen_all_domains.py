@@ -18,6 +18,7 @@ from halluscope.storage.run import RunStore
 from halluscope.tasks.halogen.common import RELEASED
 from halluscope.tasks.registry import task_names
 from tests.conftest import SHARED_DATA
+from tests.support.servers import s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
@@ -55,8 +56,7 @@ def _articles(path):
 def _config(root, s3_endpoint, titles, articles) -> dict:
     serve = {"num_cpus": 0.25, "max_batch_prompts": 16}
     return {
-        "storage": {"root": root, "endpoint_url": s3_endpoint, "access_key_env": "AWS_ACCESS_KEY_ID",
-                    "secret_key_env": "AWS_SECRET_ACCESS_KEY"},
+        "storage": s3_storage(s3_endpoint, root),
         "tasks": [t for t in task_names() if t.startswith("halogen/")],
         "limits": {"max_items_per_task": LIMIT},
         "concurrency": {"batch_size": 128},

@@ -18,6 +18,7 @@ from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from tests.conftest import REPO, SHARED_DATA, config_dict
+from tests.support.servers import s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
@@ -102,9 +103,7 @@ def test_run_on_s3(ray_head, s3_endpoint, bucket, monkeypatch, capsys):
     import boto3
 
     cfg = parse_config(config_dict(f"s3://{bucket}/runs", MODELS[:2], ["halogen/code"], limit=30,
-                                   storage={"root": f"s3://{bucket}/runs", "endpoint_url": s3_endpoint,
-                                            "access_key_env": "AWS_ACCESS_KEY_ID",
-                                            "secret_key_env": "AWS_SECRET_ACCESS_KEY"}))
+                                   storage=s3_storage(s3_endpoint, f"s3://{bucket}/runs")))
     result = run(cfg, run_id="s3run", progress=False)
     keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint)
             .list_objects_v2(Bucket=bucket, Prefix="runs/s3run/")["Contents"]}

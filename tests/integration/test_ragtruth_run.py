@@ -16,6 +16,7 @@ from halluscope.ragtruth.run import RagTruthRunConfig, run_ragtruth
 from halluscope.runkit import parse_model
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from tests.support.servers import s3_storage
 
 pytestmark = pytest.mark.slow
 
@@ -102,8 +103,7 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.put_object(Bucket=bucket, Key="data/ragtruth/response.jsonl", Body=write_jsonl(RESPONSES))
     s3.put_object(Bucket=bucket, Key="data/ragtruth/source_info.jsonl", Body=write_jsonl(SOURCES))
-    storage = {"root": f"s3://{bucket}/runs", "endpoint_url": s3_endpoint,
-               "access_key_env": "AWS_ACCESS_KEY_ID", "secret_key_env": "AWS_SECRET_ACCESS_KEY"}
+    storage = s3_storage(s3_endpoint, f"s3://{bucket}/runs")
     corpus = {"responses": f"s3://{bucket}/data/ragtruth/response.jsonl",
               "sources": f"s3://{bucket}/data/ragtruth/source_info.jsonl"}
     cfg = config(storage, corpus)

@@ -62,6 +62,12 @@ def moto_s3() -> Iterator[str]:
             server.stop()
 
 
+def s3_storage(endpoint: str, root: str) -> dict:
+    """A run config's ``storage`` on that S3 API, credentials read from the environment moto_s3 sets."""
+    return {"root": root, "endpoint_url": endpoint,
+            "access_key_env": "AWS_ACCESS_KEY_ID", "secret_key_env": "AWS_SECRET_ACCESS_KEY"}
+
+
 def create_bucket(endpoint: str, name: str) -> str:
     import boto3
 

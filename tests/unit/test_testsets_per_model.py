@@ -32,7 +32,7 @@ def _rows(cfg, store) -> dict[str, set[str]]:
     work = plan(cfg, store)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
-        for t in expand_unit(work.units.slice(i, 1), store, resolver_for(cfg), None, frozenset(), 1000,
+        for t in expand_unit(work.units.slice(i, 1), store, resolver_for(cfg), None, frozenset(),
                              workset.testset_locations(cfg)):
             for r in t.to_pylist():
                 rows.setdefault(r["model"], set()).add(r["item_id"])

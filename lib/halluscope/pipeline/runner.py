@@ -196,7 +196,7 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
     ds = ds.map_batches(expand_unit, batch_size=1, batch_format="pyarrow",
                         fn_kwargs={"store": store, "resolver": resolver_for(cfg),
                                    "limit": cfg.limits.max_items_per_task, "done": ray.put(frozenset(done)),
-                                   "chunk_rows": conc.batch_size, "testsets": testset_locations(cfg)})
+                                   "testsets": testset_locations(cfg)})
     if any(m.backend != "replay" for m in cfg.models if m.role == "test"):  # judges are called from Evaluate
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",

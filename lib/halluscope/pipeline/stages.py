@@ -236,8 +236,8 @@ COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa
 class Evaluate:
     """abstain -> decompose -> verify -> score -> write, in commits of ``chunk_rows`` rows, in one
     actor: the knowledge indexes and role-model clients are built once per actor, and a batch's
-    rows never cross processes. Ray Data hands over whole blocks (a unit's rows, whatever chunks
-    the previous stage yielded), so the chunking into committed parts happens here."""
+    rows never cross processes. Ray Data hands over whole blocks (a unit's rows), so the cutting
+    into committed parts happens here."""
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
                  store: RunStore, chunk_rows: int) -> None:

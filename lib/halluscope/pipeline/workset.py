@@ -103,11 +103,11 @@ _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels 
 
 
 def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
-                done: "ray.ObjectRef | frozenset[str]", chunk_rows: int,
+                done: "ray.ObjectRef | frozenset[str]",
                 testsets: dict[tuple[str, str], tuple[Location, ...]]) -> Iterator[pa.Table]:
-    """Rows still to do for a batch of units, in tables of at most ``chunk_rows`` rows (Ray Data
-    joins them into the unit's block; Evaluate cuts committed parts of that size again);
-    quarantined input rows are written per unit.
+    """Rows still to do for a batch of units, as one table (Ray Data makes one block of a unit's
+    rows whatever it is given; Evaluate cuts it into committed parts); quarantined input rows
+    are written per unit.
     ``done`` (ids committed by an earlier attempt) travels once through the object store."""
     if isinstance(done, ray.ObjectRef):
         done = ray.get(done)
@@ -132,5 +132,5 @@ def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit:
                          "fields": item.fields_json(), "text": text, "input_tokens": None, "output_tokens": None,
                          "latency_s": None, "attempts": 0 if texts is not None else None, "cached": False,
                          "error": MISSING if texts is not None and text is None else None})
-    for start in range(0, len(rows), chunk_rows):
-        yield pa.Table.from_pylist(rows[start:start + chunk_rows], schema=records.WORK)
+    if rows:
+        yield pa.Table.from_pylist(rows, schema=records.WORK)

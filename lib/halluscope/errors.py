@@ -17,5 +17,9 @@ class RunError(HalluscopeError):
     """A run cannot start or continue (e.g. resuming with a different config)."""
 
 
+class Superseded(RunError):
+    """A resubmission of the same run id took the run over; this attempt must not commit."""
+
+
 class EndpointDown(HalluscopeError):
     """A model endpoint failed so many calls in a row that the stage stops (circuit breaker)."""

@@ -89,7 +89,9 @@ def test_resume_after_kill_equals_uninterrupted_run(ray_head, tmp_path):
     store.write_part("generations", "orphan", store.read_table("generations").slice(0, 5))
 
     resumed = run(parse_config(cfg), run_id="killed", progress=False)
-    assert resumed.skipped == committed_before and resumed.processed == 720 - committed_before
+    # the killed driver's actors live on until Ray reaps them and may commit meanwhile: before the
+    # resubmission's claim (counted as done) or after it (refused, or pruned as a late commit)
+    assert resumed.skipped >= committed_before and resumed.skipped + resumed.processed == 720
     fresh = run(parse_config(cfg), run_id="fresh", progress=False)
     assert fresh.processed == 720
     resumed_tables = _tables(store)

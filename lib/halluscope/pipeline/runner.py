@@ -29,7 +29,7 @@ from halluscope.report.html import write_report
 from halluscope.runkit import served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore
+from halluscope.storage.run import BATCH_TABLES, RunStore
 from halluscope.tasks.registry import get_task
 
 
@@ -93,8 +93,10 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     work = plan(cfg, store)
     knowledge = knowledge_for(cfg).describe({k for t in cfg.tasks for k in get_task(t).knowledge})
     timings["plan_s"] = round(time.time() - mark, 2)
-    removed = store.remove_uncommitted()
-    done = set(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
+    store.claim()
+    snapshot = store.committed_keys()  # read once: an earlier attempt's late commits are not in it
+    removed = store.prune(BATCH_TABLES, snapshot)
+    done = set(store.read_table("scores", ["gen_id"], keys=snapshot).column("gen_id").to_pylist())
     manifest = {
         "run_id": run_id, "status": "running", "code_version": code_version(),
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
@@ -110,12 +112,14 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     ray.data.DataContext.get_current().enable_progress_bars = False
     timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
-    processed, deployments = 0, []
-    tracker = Progress(store, work.totals, _done_counts(store), show=progress, every_s=cfg.progress_every_s)
+    processed, deployments, mine = 0, [], set()
+    tracker = Progress(store, work.totals, _done_counts(store, snapshot), show=progress,
+                       every_s=cfg.progress_every_s)
     if len(done) < work.total:
         with served(cfg.models, cfg.serve_http_port) as (endpoints, deployments):
-            processed = _execute(cfg, store, work.units, done, endpoints, tracker)
+            processed, mine = _execute(cfg, store, work.units, done, endpoints, tracker)
     tracker.flush(final=True)
+    late = store.prune(BATCH_TABLES, snapshot | mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)
 
     mark = time.time()
@@ -132,7 +136,8 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     manifest.update(timings=timings, status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
                     counts={"generations": work.total, "done_before": len(done), "processed": processed,
                             "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
-                            "missing": _missing(scores), "uncommitted_parts_removed": removed})
+                            "missing": _missing(scores), "uncommitted_parts_removed": removed,
+                            "late_parts_removed": late})
     store.write_json("manifest.json", manifest)
     write_report(store)
     return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started)
@@ -149,8 +154,8 @@ def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[d
     return metrics
 
 
-def _done_counts(store: RunStore) -> dict[tuple[str, str], int]:
-    counts = store.read_table("scores", ["model", "task"]).group_by(["model", "task"]).aggregate([("model", "count")])
+def _done_counts(store: RunStore, keys: set[str]) -> dict[tuple[str, str], int]:
+    counts = store.read_table("scores", ["model", "task"], keys=keys).group_by(["model", "task"]).aggregate([("model", "count")])
     return {(r["model"], r["task"]): r["model_count"] for r in counts.to_pylist()}
 
 
@@ -184,8 +189,10 @@ def cache_location(cfg: RunConfig) -> Location | None:
     return Location.from_url(cfg.cache.root or f"{cfg.storage.root.rstrip('/')}/_cache/calls", cfg.storage)
 
 
-def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict, tracker: Progress) -> int:
-    """Stream the work through the stages; returns the number of generations committed.
+def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict,
+             tracker: Progress) -> tuple[int, set[str]]:
+    """Stream the work through the stages; returns the number of generations committed and the
+    keys of the batches that committed them.
 
     Execution shape: one input block per (model, task) unit; expansion fuses into the
     evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
@@ -208,9 +215,10 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
                         compute=ray.data.ActorPoolStrategy(size=conc.verify_actors))
-    processed = 0
+    processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         for r in batch.to_pylist():
             tracker.add(r["model"], r["task"], r["rows"])
             processed += r["rows"]
-    return processed
+            keys.add(r["key"])
+    return processed, keys

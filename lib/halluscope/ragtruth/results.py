@@ -28,10 +28,11 @@ SCHEMAS = {"predictions": PREDICTIONS, "detect_calls": CALLS, "counts": COUNTS,
            "rag_generations": RAG_GENERATIONS, "rag_calls": CALLS, "rag_counts": RAG_COUNTS}
 
 
-def read_committed(store: RunStore, table: str, commit: str, columns: list[str] | None = None) -> pa.Table:
-    """Rows of ``table`` from batches whose ``commit`` part exists."""
+def read_committed(store: RunStore, table: str, commit: str, columns: list[str] | None = None,
+                   keys: set[str] | None = None) -> pa.Table:
+    """Rows of ``table`` from batches whose ``commit`` part exists (of those ``keys`` names)."""
     parts = []
-    for key in sorted(store.part_keys(table) & store.part_keys(commit)):
+    for key in sorted(store.part_keys(table) & (store.part_keys(commit) if keys is None else keys)):
         loc = store.loc.child(table, f"{PART_PREFIX}{key}.parquet")
         with loc.fs.open(loc.path, "rb") as f:
             parts.append(pq.read_table(f, columns=columns))
@@ -39,17 +40,6 @@ def read_committed(store: RunStore, table: str, commit: str, columns: list[str] 
     if not parts:
         return schema.empty_table().select(columns) if columns else schema.empty_table()
     return pa.concat_tables(parts)
-
-
-def remove_uncommitted(store: RunStore, tables: tuple[str, ...]) -> int:
-    """Delete the parts of batches whose last table (the commit) was never written."""
-    committed = store.part_keys(tables[-1])
-    removed = 0
-    for table in tables[:-1]:
-        for key in store.part_keys(table) - committed:
-            store.loc.child(table, f"{PART_PREFIX}{key}.parquet").remove()
-            removed += 1
-    return removed
 
 
 def _undefined(row: dict, prefix: str) -> list[str]:

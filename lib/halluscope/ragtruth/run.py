@@ -32,7 +32,7 @@ from halluscope.ragtruth import stages
 from halluscope.ragtruth.corpus import Corpus, CorpusOptions, Record, load_corpus
 from halluscope.ragtruth.metrics import MetricOptions
 from halluscope.ragtruth.report import markdown
-from halluscope.ragtruth.results import Setup, aggregate, read_committed, remove_uncommitted
+from halluscope.ragtruth.results import Setup, aggregate, read_committed
 from halluscope.records import stable_id
 from halluscope.runkit import conflicting_ids, fingerprint, load_yaml_config, served, unique_specs
 from halluscope.storage.fs import Location, storage_options
@@ -213,13 +213,17 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
     if previous and previous.get("config_fingerprint") != fp:
         raise RunError(f"run {store.loc.url} was started with a different configuration or corpus "
                        f"(fingerprint {previous.get('config_fingerprint')} != {fp}); use a new run id")
-    removed = remove_uncommitted(store, stages.DETECT_TABLES) + remove_uncommitted(store, stages.RAG_TABLES)
-    done = set(read_committed(store, "predictions", "counts", ["response_id"]).column("response_id").to_pylist())
+    store.claim()  # see storage/run.py: an earlier attempt's actors stop committing
+    snapshot = {tables: store.committed_keys(tables[-1]) for tables in (stages.DETECT_TABLES, stages.RAG_TABLES)}
+    removed = sum(store.prune(tables, keys) for tables, keys in snapshot.items())
+    done = set(read_committed(store, "predictions", "counts", ["response_id"], snapshot[stages.DETECT_TABLES])
+               .column("response_id").to_pylist())
     detect_plans = plan_detection(corpus.records, done, cfg.concurrency.batch_size)
     source_ids = sorted({r.source_id for r in corpus.records},
                         key=lambda s: (corpus.sources[s].task_type.value, s))
     gen_done = {(r["source_id"], r["model"]) for r in
-                read_committed(store, "rag_generations", "rag_counts", ["source_id", "model"]).to_pylist()}
+                read_committed(store, "rag_generations", "rag_counts", ["source_id", "model"],
+                               snapshot[stages.RAG_TABLES]).to_pylist()}
     gen_plans = plan_generation(source_ids, [g.id for g in cfg.generate], gen_done,
                                 cfg.concurrency.generate_batch_size)
     manifest = {
@@ -253,6 +257,9 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
                 processed += _execute(gen_plans, stages.GenerateAndDetect,
                                       (sources, cfg.generate, cfg.detector, endpoints, cache, store), cfg)
     pipeline_s = round(time.time() - mark, 2)
+    # commits an earlier attempt's actors made after the snapshot: this attempt redid their work
+    late = sum(store.prune(tables, snapshot[tables] | {p["key"] for p in plans})
+               for tables, plans in ((stages.DETECT_TABLES, detect_plans), (stages.RAG_TABLES, gen_plans)))
     setup = Setup(cfg.detector.id, cfg.metrics, sets, cfg.selection.seed, [g.id for g in cfg.generate])
     metrics, rag = aggregate(setup, store, corpus, deployments)
     report = markdown(run_id, metrics, store.read_json("selection.json"), rag)
@@ -261,7 +268,7 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
                     timings={"pipeline_s": pipeline_s, "total_s": round(time.time() - started, 2)},
                     counts={"records": len(corpus.records), "done_before": len(done), "processed": processed,
                             "generation_pairs": len(source_ids) * len(cfg.generate), "generated_before": len(gen_done),
-                            "uncommitted_parts_removed": removed})
+                            "uncommitted_parts_removed": removed, "late_parts_removed": late})
     store.write_json("manifest.json", manifest)
     return RagTruthResult(run_id, store.loc.url, metrics, rag, report, processed, len(done) + len(gen_done),
                           time.time() - started)

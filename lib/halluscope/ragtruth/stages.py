@@ -101,7 +101,7 @@ class DetectCorpus:
                                                           schema=CALLS),
                      "counts": counts_table(counts)}
             for name in DETECT_TABLES:
-                self.store.write_part(name, plan["key"], parts[name])
+                self.store.write_part(name, plan["key"], parts[name], commit=name == DETECT_TABLES[-1])
             done.append((plan["key"], len(recs)))
         return _summary(done)
 
@@ -181,6 +181,6 @@ class GenerateAndDetect:
                      "rag_calls": pa.Table.from_pylist(calls, schema=CALLS),
                      "rag_counts": rag_counts_table(counts)}
             for name in RAG_TABLES:
-                self.store.write_part(name, plan["key"], parts[name])
+                self.store.write_part(name, plan["key"], parts[name], commit=name == RAG_TABLES[-1])
             done.append((plan["key"], len(rows)))
         return _summary(done)

@@ -7,26 +7,40 @@ A run is a folder ``<root>/<run_id>/``::
     <table>/part-<key>.parquet   for table in generations, atoms, verdicts, scores
     quarantine/part-<key>.parquet  input rows that could not be used, with the reason
     metrics.json, leaderboard.md
+    attempt.json         the driver attempt that owns the run now
 
 The pipeline writes every batch as one part per table under the same key, the ``scores`` part
 last. A batch is committed when its scores part exists; parts of any other key are leftovers of a
 killed run and are ignored by readers and removed before a resume. Every object is written
 atomically (see ``Location.write_bytes_atomic``).
+
+A killed driver's actors can outlive it for a moment and commit after a resubmitted driver has
+looked at the run. So each driver claims the run (``claim``), an actor commits only while its
+driver still owns the run (``write_part(..., commit=True)``), and at its end the owner removes
+every commit that is neither in its snapshot nor its own (``prune``): a late commit of the earlier
+attempt holds generations this attempt processed again.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
+import uuid
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from halluscope.errors import Superseded
 from halluscope.records import TABLES
 from halluscope.storage.fs import Location
 
 COMMIT_TABLE = "scores"
+# a batch's tables in writing order, the commit last
+BATCH_TABLES = (*(t for t in TABLES if t != COMMIT_TABLE), COMMIT_TABLE)
 PART_PREFIX = "part-"
+ATTEMPT = "attempt.json"
 
 
 def table_to_bytes(table: pa.Table) -> bytes:
@@ -51,39 +65,59 @@ class RunStore:
     def __init__(self, root: Location, run_id: str) -> None:
         self.run_id = run_id
         self.loc = root.child(run_id)
+        self.attempt: str | None = None  # set by claim; travels with the store to the actors
+
+    # --- ownership ---------------------------------------------------------------------------
+    def claim(self) -> None:
+        """Make this driver the run's owner; actors of an earlier attempt stop committing."""
+        self.attempt = uuid.uuid4().hex
+        self.write_json(ATTEMPT, {"attempt": self.attempt, "claimed_at": dt.datetime.now(dt.timezone.utc)})
+
+    def check_owner(self) -> None:
+        """Raise Superseded if another attempt has claimed the run since this store's claim."""
+        if self.attempt is None:
+            return
+        owner = (self.read_json(ATTEMPT) or {}).get("attempt")
+        if owner != self.attempt:
+            raise Superseded(f"run {self.loc.url} was claimed by attempt {owner} (a resubmission of the same "
+                             f"run id); attempt {self.attempt} stops without committing")
 
     # --- parts -----------------------------------------------------------------------------
     def write_batch(self, key: str, tables: dict[str, pa.Table]) -> None:
         """Write one batch's parts; the commit table goes last, so its presence means complete.
         Empty parts other than the commit are not written (most batches make no role calls)."""
-        for name in sorted(tables, key=lambda n: n == COMMIT_TABLE):
-            if tables[name].num_rows == 0 and name != COMMIT_TABLE:
-                continue
-            self.loc.child(name, _part_name(key)).write_bytes_atomic(table_to_bytes(tables[name]))
+        for name in (t for t in BATCH_TABLES if t in tables):
+            if tables[name].num_rows or name == COMMIT_TABLE:
+                self.write_part(name, key, tables[name], commit=name == COMMIT_TABLE)
 
     def part_keys(self, table: str) -> set[str]:
         return {k for k in map(_part_key, self.loc.child(table).list_names()) if k}
 
-    def committed_keys(self) -> set[str]:
-        return self.part_keys(COMMIT_TABLE)
+    def committed_keys(self, commit: str = COMMIT_TABLE) -> set[str]:
+        return self.part_keys(commit)
 
-    def remove_uncommitted(self) -> int:
-        """Delete parts of batches that never committed; returns how many were removed."""
-        committed = self.committed_keys()
+    def prune(self, tables: Sequence[str], keep: set[str]) -> int:
+        """Delete the parts of every batch of ``tables`` (the commit last) whose key is not in
+        ``keep``: commits first, so a kill midway leaves uncommitted parts, never a commit
+        without its data. Returns how many parts were removed."""
+        self.check_owner()
         removed = 0
-        for table in TABLES:
-            for key in self.part_keys(table) - committed:
+        for table in reversed(tables):
+            for key in self.part_keys(table) - keep:
                 self.loc.child(table, _part_name(key)).remove()
                 removed += 1
         return removed
 
     def read_table(self, table: str, columns: list[str] | None = None,
-                   filters: list[tuple[str, str, object]] | None = None) -> pa.Table:
-        """All committed rows of a table (an empty table with the schema if none); ``columns`` and
-        ``filters`` (pyarrow's) keep the rest from ever being decoded."""
+                   filters: list[tuple[str, str, object]] | None = None, keys: set[str] | None = None) -> pa.Table:
+        """All committed rows of a table (an empty table with the schema if none), or those of
+        the batches ``keys`` names; ``columns`` and ``filters`` (pyarrow's) keep the rest from
+        ever being decoded."""
         schema = TABLES.get(table)
-        keys = sorted(self.part_keys(table) & self.committed_keys()) if table in TABLES \
-            else sorted(self.part_keys(table))
+        if table in TABLES:
+            keys = sorted(self.part_keys(table) & (self.committed_keys() if keys is None else keys))
+        else:
+            keys = sorted(self.part_keys(table))
         parts = []
         for key in keys:
             loc = self.loc.child(table, _part_name(key))
@@ -95,8 +129,12 @@ class RunStore:
             return schema.empty_table().select(columns) if columns else schema.empty_table()
         return pa.concat_tables(parts, promote_options="default")
 
-    def write_part(self, table: str, key: str, data: pa.Table) -> None:
-        self.loc.child(table, _part_name(key)).write_bytes_atomic(table_to_bytes(data))
+    def write_part(self, table: str, key: str, data: pa.Table, commit: bool = False) -> None:
+        """Write one part; a commit part only while this store's attempt owns the run."""
+        body = table_to_bytes(data)
+        if commit:  # checked last thing before the write: the window for a stale owner is one PUT
+            self.check_owner()
+        self.loc.child(table, _part_name(key)).write_bytes_atomic(body)
 
     def write_costs(self, costs: pa.Table) -> None:
         self.loc.child("costs.parquet").write_bytes_atomic(table_to_bytes(costs))

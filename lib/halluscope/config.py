@@ -270,7 +270,8 @@ class RunConfig(_Strict):
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
-    serve_http_port: int | None = Field(default=None, description="Serve's HTTP port for served models; None: free")
+    serve_http_port: int | None = Field(default=None, description="Serve's HTTP port for served models; None: Serve's default "
+                                            "(8000), or the port of a Serve already running")
     progress_every_s: float = Field(default=5.0, gt=0, description="how often progress.json is rewritten during a run")
     concurrency: Concurrency = Field(default_factory=Concurrency)
     ray: RaySpec = Field(default_factory=RaySpec)

@@ -10,6 +10,7 @@ from halluscope.serving.vllm import vllm_installed
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from tests.conftest import SHARED_DATA
+from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm"),
@@ -32,7 +33,7 @@ def test_generations_by_vllm_for_halogen_and_hallulens(ray_local: None, tiny_spe
     judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
         "serve": {"num_cpus": 0.25}, "rules": [{"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
                                                {"pattern": "Judgement:", "response": "INCORRECT"}]}}
-    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"},
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
                         "tasks": ["halogen/code", "hallulens/precise_wikiqa"],
                         "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
                         "limits": {"max_items_per_task": 4}, "costs": {"price_table": None},
@@ -62,7 +63,8 @@ def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel,
     judge = tiny_spec.model_dump(mode="json")
     judge.update(id="tiny-judge", role="judge")
     judge["params"]["max_model_len"] = 2048
-    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/historical_events"],
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
+                        "tasks": ["halogen/historical_events"],
                         "limits": {"max_items_per_task": 3}, "costs": {"price_table": None},
                         "models": [{"id": "llama_2_13b_chat", "backend": "replay"}, judge]})
     from ray import serve

@@ -155,7 +155,8 @@ def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[d
 
 
 def _done_counts(store: RunStore, keys: set[str]) -> dict[tuple[str, str], int]:
-    counts = store.read_table("scores", ["model", "task"], keys=keys).group_by(["model", "task"]).aggregate([("model", "count")])
+    counts = (store.read_table("scores", ["model", "task"], keys=keys)
+              .group_by(["model", "task"]).aggregate([("model", "count")]))
     return {(r["model"], r["task"]): r["model_count"] for r in counts.to_pylist()}
 
 

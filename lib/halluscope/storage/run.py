@@ -158,8 +158,10 @@ class RunStore:
         self.loc.child(name).write_bytes_atomic(json.dumps(doc, indent=2, sort_keys=True, default=str).encode())
 
     def read_json(self, name: str) -> object | None:
-        loc = self.loc.child(name)
-        return json.loads(loc.read_bytes()) if loc.exists() else None
+        try:  # one request, not an existence check and a read: every commit reads attempt.json
+            return json.loads(self.loc.child(name).read_bytes())
+        except FileNotFoundError:
+            return None
 
     def write_text(self, name: str, text: str) -> None:
         self.loc.child(name).write_bytes_atomic(text.encode())

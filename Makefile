@@ -5,13 +5,9 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# A CPU build of torch ships on the development and CI machines; let pip find it there.
-ifneq ($(wildcard /opt/wheels),)
-export PIP_FIND_LINKS ?= /opt/wheels
-endif
-export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 
+include mk/uv.mk
 include mk/vllm.mk
 include mk/chromium.mk
 
@@ -19,12 +15,11 @@ include mk/chromium.mk
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip>=24"
+$(STAMP): pyproject.toml requirements.lock | $(UV)
+	test -x $(PY) || $(UV) venv -q --python $(PYTHON) $(VENV)
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
+	$(UV) pip install -q --python $(PY) torch==2.13.0
+	$(UV) pip install -q --python $(PY) -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard

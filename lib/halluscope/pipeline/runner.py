@@ -96,7 +96,8 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store.claim()
     snapshot = store.committed_keys()  # read once: an earlier attempt's late commits are not in it
     removed = store.prune(BATCH_TABLES, snapshot)
-    done = set(store.read_table("scores", ["gen_id"], keys=snapshot).column("gen_id").to_pylist())
+    done_rows = store.read_table("scores", ["gen_id", "model", "task"], keys=snapshot)
+    done = set(done_rows.column("gen_id").to_pylist())
     manifest = {
         "run_id": run_id, "status": "running", "code_version": code_version(),
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
@@ -113,8 +114,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
     processed, deployments, mine = 0, [], set()
-    tracker = Progress(store, work.totals, _done_counts(store, snapshot), show=progress,
-                       every_s=cfg.progress_every_s)
+    tracker = Progress(store, work.totals, _done_counts(done_rows), show=progress, every_s=cfg.progress_every_s)
     if len(done) < work.total:
         with served(cfg.models, cfg.serve_http_port) as (endpoints, deployments):
             processed, mine = _execute(cfg, store, work.units, done, endpoints, tracker)
@@ -154,9 +154,8 @@ def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[d
     return metrics
 
 
-def _done_counts(store: RunStore, keys: set[str]) -> dict[tuple[str, str], int]:
-    counts = (store.read_table("scores", ["model", "task"], keys=keys)
-              .group_by(["model", "task"]).aggregate([("model", "count")]))
+def _done_counts(committed: pa.Table) -> dict[tuple[str, str], int]:
+    counts = committed.group_by(["model", "task"]).aggregate([("model", "count")])
     return {(r["model"], r["task"]): r["model_count"] for r in counts.to_pylist()}
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
-from halluscope.models.replay import load_replay
+from halluscope.models.replay import load_replay, replay_source
 from halluscope.sources import DataResolver
 from halluscope.tasks.base import Item
 from halluscope.tasks.registry import get_task
@@ -102,3 +102,65 @@ def test_gzip_csv_prompt_file_with_bad_row(tmp_path):
         f.write('prompt\n"ok"\n"two","fields"\n')
     with pytest.raises(DataError, match=r"prompts_code.csv.gz row 3: 1 more field"):
         CODE.load_items(DataResolver(str(root), cache_dir=str(tmp_path / "cache"), download=False))
+
+
+def _jsonl(rows: list[dict]) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+def _run_source(path, items):
+    """What the driver does before Ray starts (replay_source), then the worker's join."""
+    spec = _spec(path)
+    replay_source(spec, CODE, DataResolver(download=False))
+    return load_replay(spec, CODE, items, DataResolver(download=False))
+
+
+def test_bad_bytes_and_surrogates_quarantine_their_row_only(tmp_path):
+    rows = [{"prompt": f"p{n}", "response": f"import m{n}"} for n in range(7)]
+    body = _jsonl(rows).replace(b"import m5", b"import caf\xe9")  # one latin-1 byte in row 5
+    body = body.replace(b"import m3", b"import \\ud800")  # a lone surrogate in row 3
+    path = tmp_path / "gens.jsonl"
+    path.write_bytes(body)
+    rep = _run_source(path, _items([f"p{n}" for n in range(7)]))
+    assert sorted(rep.texts) == ["i0", "i1", "i2", "i4", "i6"]
+    bad = {q["row"]: q for q in rep.quarantine}
+    assert set(bad) == {3, 5} and all(q["source"] == str(path) for q in bad.values())
+    assert bad[5]["reason"].startswith("column 'response': byte 0xe9 at character 10 is not UTF-8")
+    assert "lone surrogate \\ud800" in bad[3]["reason"]
+
+
+def test_latin1_byte_in_a_csv_quarantines_the_row(tmp_path):
+    path = tmp_path / "gens.csv"
+    path.write_bytes(b'prompt,response\n"p0","import os"\n"p1","import caf\xe9"\n')
+    rep = _run_source(path, _items(["p0", "p1"]))
+    assert rep.texts == {"i0": "import os"}
+    assert [(q["row"], q["source"]) for q in rep.quarantine] == [(1, str(path))]
+    assert "byte 0xe9" in rep.quarantine[0]["reason"]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_utf8_bom_keeps_row_0(tmp_path, suffix):
+    path = tmp_path / f"gens{suffix}"
+    body = _jsonl([{"prompt": "p0", "response": "a"}, {"prompt": "p1", "response": "b"}]) if suffix == ".jsonl" \
+        else b'prompt,response\np0,a\np1,b\n'
+    path.write_bytes(b"\xef\xbb\xbf" + body)
+    rep = _run_source(path, _items(["p0", "p1"]))
+    assert rep.texts == {"i0": "a", "i1": "b"} and rep.quarantine == []
+
+
+def test_unreadable_files_are_named_before_any_worker(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    utf16 = tmp_path / "gens.jsonl"
+    utf16.write_bytes(_jsonl([{"prompt": "p0", "response": "a"}]).decode().encode("utf-16"))
+    with pytest.raises(DataError, match=rf"models: 'mine': params.path: {utf16} is not UTF-8 text \(UTF-16"):
+        replay_source(_spec(utf16), CODE, DataResolver(download=False))
+    full = tmp_path / "full.parquet"
+    pq.write_table(pa.table({"prompt": ["p0"], "response": ["a"]}), full)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(full.read_bytes()[:-20])
+    with pytest.raises(DataError, match=rf"cannot read {cut} as parquet"):
+        replay_source(_spec(cut), CODE, DataResolver(download=False))
+    with pytest.raises(DataError, match="is a folder"):
+        replay_source(_spec(tmp_path), CODE, DataResolver(download=False))

@@ -7,19 +7,22 @@ with no recorded row come back without text and are counted as missing, never sc
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
-from halluscope.sources import DataResolver, open_text
+from halluscope.sources import DataResolver
 from halluscope.tasks.base import Item, Task
-from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt, read_csv_rows
+from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt
 
 _DEFAULT_TEXT_COLUMNS = ("response", "text", "output", "generation")
 
@@ -31,23 +34,88 @@ class Replayed:
     quarantine: list[dict] = field(default_factory=list)
 
 
-def _rows_from_file(path: Path, fmt: str) -> Iterator[tuple[int, dict | None, str]]:
-    if fmt == "csv":
-        yield from read_csv_rows(path)
-    elif fmt == "jsonl":
-        with open_text(path) as f:
-            for i, line in enumerate(f):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    yield i, None, f"invalid JSON: {err.msg}"
-                    continue
-                yield (i, row, "") if isinstance(row, dict) else (i, None, "not a JSON object")
-    else:
-        for i, row in enumerate(pq.read_table(path).to_pylist()):
+def _open_text(path: Path) -> IO[str]:
+    """UTF-8 text (gzipped or not) with a BOM dropped; bytes that are not UTF-8 come through as
+    surrogates (``surrogateescape``) so one bad row is quarantined instead of failing the file."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
+    return open(path, "r", encoding="utf-8-sig", errors="surrogateescape", newline="")
+
+
+def not_unicode(value: str) -> str | None:
+    """Why a string cannot be stored as UTF-8 (a byte the file's encoding did not decode, or a
+    lone surrogate such as JSON's "\\ud800"); None when it can."""
+    try:
+        value.encode("utf-8")
+        return None
+    except UnicodeEncodeError as err:
+        ch = ord(value[err.start])
+        if 0xDC80 <= ch <= 0xDCFF:
+            return f"byte 0x{ch - 0xDC00:02x} at character {err.start} is not UTF-8 (save the file as UTF-8)"
+        return f"lone surrogate \\u{ch:04x} at character {err.start} is not valid Unicode"
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
+    with _open_text(path) as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames:
+            raise DataError(f"{path}: empty file or no header row")
+        for i, row in enumerate(reader):
+            if None in row:
+                yield i, None, f"{len(row[None])} more field(s) than the header"
+            elif any(v is None for v in row.values()):
+                yield i, None, f"missing field(s) {[k for k, v in row.items() if v is None]}"
+            else:
+                yield i, row, ""
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
+    with _open_text(path) as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                yield i, None, f"invalid JSON: {err.msg}"
+                continue
+            yield (i, row, "") if isinstance(row, dict) else (i, None, "not a JSON object")
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
+    i = 0
+    for batch in pq.ParquetFile(path).iter_batches():
+        for row in batch.to_pylist():
             yield i, row, ""
+            i += 1
+
+
+def _rows_from_file(path: Path, fmt: str) -> Iterator[tuple[int, dict | None, str]]:
+    """(row index, row, problem) of every row; a file that breaks off is a DataError naming it
+    and the row it stopped at."""
+    rows = {"csv": _csv_rows, "jsonl": _jsonl_rows, "parquet": _parquet_rows}[fmt](path)
+    i = -1
+    try:
+        for i, row, problem in rows:
+            yield i, row, problem
+    except (OSError, EOFError, csv.Error, pa.ArrowException) as err:
+        raise DataError(f"cannot read {path} after row {i}: {err}") from None
+
+
+def check_readable(path: Path, fmt: str) -> None:
+    """Fail before any worker starts on a file that cannot be read as ``fmt`` at all (UTF-16,
+    binary, not gzip, a Parquet file without its footer); bad rows are found and quarantined later."""
+    try:
+        if fmt == "parquet":
+            pq.ParquetFile(path)
+            return
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            head = f.read(4096)
+    except (OSError, EOFError, pa.ArrowException) as err:
+        raise DataError(f"cannot read {path} as {fmt}: {err}") from None
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in head:
+        raise DataError(f"{path} is not UTF-8 text (UTF-16 or binary); save it as UTF-8 "
+                        f"(e.g. iconv -f UTF-16 -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix})")
 
 
 def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple[str, Path, str] | None:
@@ -62,12 +130,18 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
         return (rel, resolver.resolve(rel), "csv") if rel else None
     if not p.path:
         raise ConfigError(f"models: '{spec.id}': params.path is required when params.source is 'file'")
-    path = Path(p.path).expanduser()
+    path = Path(p.path).expanduser().absolute()
     if not path.is_file():
-        raise DataError(f"models: '{spec.id}': recorded generations file not found: {p.path}")
+        why = "is a folder, not a file" if path.is_dir() else "not found"
+        raise DataError(f"models: '{spec.id}': params.path: recorded generations file {why}: {path} "
+                        "(a relative path is taken from the config file's folder)")
     fmt = p.format or {".csv": "csv", ".gz": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}.get(path.suffix)
     if fmt is None:
-        raise ConfigError(f"models: '{spec.id}': cannot tell the format of {p.path}; set params.format")
+        raise ConfigError(f"models: '{spec.id}': cannot tell the format of {path}; set params.format")
+    try:
+        check_readable(path, fmt)
+    except DataError as err:
+        raise DataError(f"models: '{spec.id}': params.path: {err}") from None
     return str(path), path, fmt
 
 
@@ -99,6 +173,11 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
         record = dict(row)
         if cols.get("prompt"):
             record["prompt"] = row.get(cols["prompt"], "")
+        bad = next(((c, why) for c, v in ((col, text), (cols.get("prompt", "prompt"), record.get("prompt")))
+                    if isinstance(v, str) and (why := not_unicode(v))), None)
+        if bad:
+            quarantine.append({"row": i, "reason": f"column {bad[0]!r}: {bad[1]}"})
+            continue
         if cols.get("item_id"):
             keys = [f"id:{row.get(cols['item_id'])}"]
         else:

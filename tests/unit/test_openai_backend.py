@@ -224,3 +224,17 @@ def test_circuit_breaker_stops_a_down_endpoint():
                             backoff_base_s=0.001, breaker_threshold=6)
     with pytest.raises(EndpointDown, match=r"endpoint http://127.0.0.1:9/v1 of model 'gone' is down: 6 connection"):
         backend.generate_batch([GenerationRequest("t", str(i), "hi") for i in range(10)])
+
+
+def test_an_endpoint_that_never_answers_trips_the_breaker() -> None:
+    """Accepts connections, answers nothing: stopped after breaker_threshold timeouts, not after
+    every call's retries (435 s for 20 items before)."""
+    from halluscope.errors import EndpointDown
+
+    with OpenAIStubServer(fail_plan=FailPlan(delay_s=3.0)) as server:
+        backend = make_backend(server, timeout_s=0.2, max_retries=4, max_concurrency=20, breaker_threshold=10)
+        started = time.perf_counter()
+        with pytest.raises(EndpointDown, match=r"is down: 10 connection failures or timeouts in a row "
+                                               r"\(last: timeout\)"):
+            backend.generate_batch(requests_for(*(f"q{i}" for i in range(20))))
+        assert time.perf_counter() - started < 2.0

@@ -60,8 +60,8 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
-        # this many connection failures in a row, with no answer in between, mean the endpoint
-        # is down: the stage fails with a clear message instead of recording errors forever
+        # this many connection failures or timeouts in a row, with no answer in between, mean the
+        # endpoint is down: the stage fails with a clear message instead of recording errors forever
         self.breaker_threshold = breaker_threshold
         self.sampling = sampling
 
@@ -131,7 +131,10 @@ class OpenAIBackend:
                 try:
                     response = await client.post(url, json=body)
                 except httpx.TimeoutException:
+                    # an endpoint that accepts connections but never answers is as down as one
+                    # that refuses them: both count toward the breaker
                     reason = "timeout"
+                    breaker.failed(reason)
                 except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                     reason = f"connection error ({type(exc).__name__})"
                     breaker.failed(reason)
@@ -163,7 +166,7 @@ class OpenAIBackend:
 
 
 class _Breaker:
-    """Counts connection failures in a row across the concurrent calls of one batch."""
+    """Counts connection failures and timeouts in a row across the concurrent calls of one batch."""
 
     def __init__(self, threshold: int, what: str) -> None:
         self.threshold, self.what, self.in_a_row = threshold, what, 0
@@ -171,8 +174,8 @@ class _Breaker:
     def failed(self, reason: str) -> None:
         self.in_a_row += 1
         if self.in_a_row >= self.threshold:
-            raise EndpointDown(f"{self.what} is down: {self.in_a_row} connection failures in a row "
-                               f"(last: {reason})")
+            raise EndpointDown(f"{self.what} is down: {self.in_a_row} connection failures or timeouts in a "
+                               f"row (last: {reason})")
 
     def answered(self) -> None:
         self.in_a_row = 0

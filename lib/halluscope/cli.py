@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import HalluscopeError
@@ -13,6 +14,7 @@ from halluscope.fewl.cli import add_parser as add_fewl_parser
 from halluscope.ragtruth.cli import add_parser as add_ragtruth_parser
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.storage.fs import Location
+from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -134,13 +136,24 @@ def _partial_report(loc) -> str:
     return "\n".join(lines)
 
 
+def _arg(problem: Callable[[str], str | None]) -> Callable[[str], str]:
+    """An argparse type that refuses a value ``problem`` finds fault with, saying why."""
+    def check(value: str) -> str:
+        reason = problem(value)
+        if reason:
+            raise argparse.ArgumentTypeError(reason)
+        return value
+    return check
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="halluscope", description="Hallucination benchmarks on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="evaluate the models of a run config")
     r.add_argument("config", nargs="?", help="YAML path or URL (s3://...); default: the embedded demo")
-    r.add_argument("--run-id", help="resume or name a run; the same id continues where it stopped")
-    r.add_argument("--storage-root", help="override storage.root")
+    r.add_argument("--run-id", type=_arg(run_id_problem),
+                   help=f"resume or name a run; the same id continues where it stopped ({RUN_ID_RULE})")
+    r.add_argument("--storage-root", type=_arg(root_problem), help="override storage.root")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(fn=_cmd_run)
     sv = sub.add_parser("serve", help="serve the models of a run config, or a Ray Serve config (serve/*.yaml)")

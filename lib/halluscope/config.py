@@ -5,13 +5,16 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from halluscope.errors import ConfigError
+from halluscope.storage.names import model_id_problem, root_problem, run_id_problem
 
 
 DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
@@ -30,6 +33,14 @@ class StorageSpec(_Strict):
     # Names of environment variables holding credentials; the values never enter a config or manifest.
     access_key_env: str | None = None
     secret_key_env: str | None = None
+
+    @field_validator("root")
+    @classmethod
+    def _supported_root(cls, v: str) -> str:
+        problem = root_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class DataSpec(_Strict):
@@ -146,6 +157,15 @@ class VLLMParams(_Strict):
 class _Model(_Strict):
     id: str
     role: Role = "test"
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, v: str) -> str:
+        """The id names the model's call-cache folder and is printed in reports."""
+        problem = model_id_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class ReplayModel(_Model):
@@ -267,6 +287,11 @@ class RunConfig(_Strict):
         description="task -> URIs of its generated test sets (<root>/<task>/<id>), one per trial, shared by "
                     "every model; or task -> {model id -> URIs} for test sets generated per model")
     limits: Limits = Field(default_factory=Limits)
+    max_error_fraction: float = Field(
+        default=0.1, ge=0, le=1,
+        description="the run fails (status failed, non-zero exit) when more of its generations than this "
+                    "share failed (calls or decomposition that errored; items not in a replay file are "
+                    "counted apart), and always when a model under test has no scored generation")
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
@@ -275,6 +300,15 @@ class RunConfig(_Strict):
     progress_every_s: float = Field(default=5.0, gt=0, description="how often progress.json is rewritten during a run")
     concurrency: Concurrency = Field(default_factory=Concurrency)
     ray: RaySpec = Field(default_factory=RaySpec)
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, v: str | None) -> str | None:
+        """The run id is the run's folder under storage.root."""
+        problem = run_id_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @field_validator("models")
     @classmethod
@@ -317,6 +351,10 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     """Validate a mapping as a RunConfig; task names are checked against the task registry."""
     if not isinstance(data, dict):
         raise ConfigError(f"invalid run config {source}: expected a mapping at the top level")
+    other = _other_benchmark(data)
+    if other:
+        raise ConfigError(f"{source} is a {other} config, not an evaluation run config: "
+                          f"run it with `halluscope {other} {source}`")
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
@@ -324,6 +362,17 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     check_task_names(cfg.tasks, source)
     check_task_needs(cfg, source)
     return cfg
+
+
+def _other_benchmark(data: dict) -> str | None:
+    """'ragtruth' or 'fewl' for those jobs' configs (their own subcommands run them)."""
+    if data.get("benchmark") in ("ragtruth", "fewl"):
+        return data["benchmark"]
+    if {"corpus", "detector"} & data.keys():
+        return "ragtruth"
+    if {"dataset", "references", "generator"} & data.keys():
+        return "fewl"
+    return None
 
 
 def check_task_needs(cfg: RunConfig, source: str) -> None:
@@ -367,10 +416,16 @@ def read_yaml(uri: str, what: str = "run config", storage_options: dict | None =
     import fsspec
 
     try:
-        with fsspec.open(uri, "r", **(storage_options or {})) as f:
+        with fsspec.open(uri, "r", encoding="utf-8", **(storage_options or {})) as f:
             text = f.read()
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {uri}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {uri} is a folder; give the YAML file in it") from None
+    except PermissionError:
+        raise ConfigError(f"{what} {uri}: permission denied") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {uri} is not a YAML text file (byte {err.start} is not UTF-8)") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -379,7 +434,19 @@ def read_yaml(uri: str, what: str = "run config", storage_options: dict | None =
 
 def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
     """Load a YAML run config from a local path or any fsspec URL."""
-    return parse_config(read_yaml(uri, "run config", storage_options), uri)
+    return _paths_from_config_folder(parse_config(read_yaml(uri, "run config", storage_options), uri), uri)
+
+
+def _paths_from_config_folder(cfg: RunConfig, uri: str) -> RunConfig:
+    """Relative replay file paths are taken from a local config file's folder, not the working
+    directory, so a config works wherever it is run from; the manifest records the absolute path."""
+    if "://" in uri and not uri.startswith("file://"):
+        return cfg
+    folder = Path(uri.removeprefix("file://")).expanduser().absolute().parent
+    for m in cfg.models:
+        if isinstance(m, ReplayModel) and m.params.path and not Path(m.params.path).expanduser().is_absolute():
+            m.params.path = os.path.normpath(folder / m.params.path)
+    return cfg
 
 
 def default_config() -> RunConfig:

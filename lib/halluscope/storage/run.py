@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from halluscope.errors import Superseded
 from halluscope.records import TABLES
 from halluscope.storage.fs import Location
+from halluscope.storage.names import check_run_id
 
 COMMIT_TABLE = "scores"
 # a batch's tables in writing order, the commit last
@@ -63,7 +64,7 @@ class RunStore:
     """Reads and writes one run folder; picklable (Ray workers write parts directly)."""
 
     def __init__(self, root: Location, run_id: str) -> None:
-        self.run_id = run_id
+        self.run_id = check_run_id(run_id)  # whoever asks, a run stays one folder directly under the root
         self.loc = root.child(run_id)
         self.attempt: str | None = None  # set by claim; travels with the store to the actors
 

@@ -1,0 +1,61 @@
+"""Which run ids, model ids and storage roots are allowed.
+
+A run id is a folder name directly under the storage root and a model id names the folder of its
+call cache, so either could otherwise reach outside its place (``..``, ``/``) or into a shared one
+(``_cache``, ``testsets``). Both are checked where they enter (the config schema, the CLI) and where
+they become paths (``RunStore``)."""
+
+from __future__ import annotations
+
+import re
+
+from halluscope.errors import ConfigError
+
+MAX_ID_CHARS = 128
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# a model id may name a hub model ("meta-llama/Llama-3.1-8B-Instruct"): segments joined by "/"
+_MODEL_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+ -]*")
+RESERVED = frozenset({"testsets"})  # folders under the root that runs share; "_*" names are reserved too
+ROOT_SCHEMES = ("file://", "s3://")
+RUN_ID_RULE = (f"1-{MAX_ID_CHARS} characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, "
+               f"not {', '.join(sorted(RESERVED))}")
+
+
+def run_id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a run id, or None when it can."""
+    if len(value) > MAX_ID_CHARS:
+        return f"run id is {len(value)} characters long, at most {MAX_ID_CHARS} are allowed"
+    if not _RUN_ID.fullmatch(value) or value in RESERVED:
+        return f"run id {value!r} is not allowed: use {RUN_ID_RULE}"
+    return None
+
+
+def check_run_id(value: str) -> str:
+    problem = run_id_problem(value)
+    if problem:
+        raise ConfigError(problem)
+    return value
+
+
+def model_id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a model id, or None when it can."""
+    if len(value) > MAX_ID_CHARS:
+        return f"model id is {len(value)} characters long, at most {MAX_ID_CHARS} are allowed"
+    if not all(_MODEL_SEGMENT.fullmatch(s) and s == s.strip() for s in value.split("/")):
+        return (f"model id {value!r} is not allowed: use letters, digits and . _ - : @ + or space, in "
+                "parts joined by /, each starting with a letter or digit")
+    return None
+
+
+def root_problem(root: str) -> str | None:
+    """Why ``root`` cannot be a storage root (only local paths and S3 are written to)."""
+    if "://" in root and not root.startswith(ROOT_SCHEMES):
+        return f"storage root {root!r} is not supported: use a local path, file://... or s3://..."
+    return None
+
+
+def check_root(root: str) -> str:
+    problem = root_problem(root)
+    if problem:
+        raise ConfigError(problem)
+    return root

@@ -215,15 +215,25 @@ CLAIM_ANSWERS = [
     ("<SOS>- Nelson won at Trafalgar.<EOS>", ["Nelson won at Trafalgar."]),
     ("Claims:\n- Nelson won at Trafalgar.\n\nNote: the rest of the sentence is an opinion.",
      ["Nelson won at Trafalgar."]),
-    ("- **Marie Curie** was born in Warsaw.", ["Marie Curie was born in Warsaw."]),
+    ("- **Marie Curie** was born in Warsaw.", ["**Marie Curie** was born in Warsaw."]),
     ("---\n- Nelson died in 1805.\n---", ["Nelson died in 1805."]),
     ("None", []),
-    ("- Nelson was an admiral;\n- Nelson was British;", ["Nelson was an admiral", "Nelson was British"]),
+    ("- Nelson was an admiral;\n- Nelson was British;", ["Nelson was an admiral;", "Nelson was British;"]),
     ("• Nelson lost an arm.\n• Nelson lost the sight of one eye.",
      ["Nelson lost an arm.", "Nelson lost the sight of one eye."]),
     ("Claims:\nNo verifiable claim.", []),
     ("(1) Nelson was born in 1758.\n(2) Nelson was born in Norfolk.",
      ["Nelson was born in 1758.", "Nelson was born in Norfolk."]),
+    # claims reach the verifier as written: ";" inside a claim, markup characters, case
+    ("- Nelson won at the Nile in 1798; he won at Trafalgar in 1805.",
+     ["Nelson won at the Nile in 1798; he won at Trafalgar in 1805."]),
+    ("- C# was designed by Anders Hejlsberg.\n- PEP 8 names functions in snake_case.\n"
+     "- The `print` function writes to sys.stdout.\n- > 50% of the votes went to Labour.",
+     ["C# was designed by Anders Hejlsberg.", "PEP 8 names functions in snake_case.",
+      "The `print` function writes to sys.stdout.", "> 50% of the votes went to Labour."]),
+    ("- The US dollar is used in Ecuador.\n- The US Dollar is used in Ecuador.\n- The US dollar is used in Ecuador.",
+     ["The US dollar is used in Ecuador.", "The US Dollar is used in Ecuador."]),
+    ('- "Thriller" is an album by Michael Jackson.', ['"Thriller" is an album by Michael Jackson.']),
     # malformed
     ("", None),
     (None, None),
@@ -287,10 +297,10 @@ def test_belief_prompt_rejects_an_unknown_kind():
 def test_claims_and_verification_prompts():
     p = judging.claims_prompt("Before. <SOS>Target sentence.<EOS> After.")
     assert p.endswith("Text: Before. <SOS>Target sentence.<EOS> After.\nClaims:")
-    p = judging.verification_prompt("Bejisa  struck\nRéunion.",
+    p = judging.verification_prompt("Bejisa struck Réunion; C# and snake_case stay.",
                                     [("Réunion", "An island."), ("Cyclone Bejisa", "A cyclone\n in 2014.")])
     assert ("Title: Réunion\nText: An island.\n\nTitle: Cyclone Bejisa\nText: A cyclone in 2014.\n\n"
-            "Claim: Bejisa struck Réunion.") in p
+            "Claim: Bejisa struck Réunion; C# and snake_case stay.\n") in p  # the claim exactly as extracted
     assert '{"is_supported": false}' in p
     # the layout the scripted stand-in judge reads: an "Evidence:" line, then a "Claim:" line
     assert "\nEvidence:\n" in p and "\nClaim: " in p

@@ -306,6 +306,23 @@ def test_claims_are_deduplicated_across_sentences_and_failures_counted():
     assert lw.judged("x", False, c).error == c.error
 
 
+
+def test_claims_reach_the_verifier_as_the_extractor_wrote_them():
+    # an extractor's answers for two sentences of a generation about programming languages
+    replies = [Completion("- C# was released by Microsoft in 2000; Anders Hejlsberg led its design.\n"
+                          "- Python functions are named in snake_case by convention."),
+               Completion("- C# was released by Microsoft in 2000; Anders Hejlsberg led its design.\n"
+                          "- c# was released by microsoft in 2000; anders hejlsberg led its design.\n"
+                          "- The `print` function is a built-in of Python 3.")]
+    c = lw.read_claims(replies)
+    assert c.claims == ["C# was released by Microsoft in 2000; Anders Hejlsberg led its design.",
+                        "Python functions are named in snake_case by convention.",
+                        "c# was released by microsoft in 2000; anders hejlsberg led its design.",
+                        "The `print` function is a built-in of Python 3."]  # exact duplicates only merged
+    evidence = [[lw.Passage("C Sharp (programming language)", "C# is a language by Microsoft.", 0.8)]] * len(c.claims)
+    prompts = lw.verification_prompts(c.claims, evidence)
+    assert [re.search(r"Claim: (.*)\n", p).group(1) for p in prompts] == c.claims
+
 def test_row_checks():
     with pytest.raises(RunError, match="3 replies for 2 prompts"):
         lw.fan_in([Completion("a")] * 3, [1, 1])

@@ -20,7 +20,7 @@ from typing import Literal, TypeVar
 
 from halluscope.hallulens.metrics import CORRECT, INCORRECT, UNVERIFIABLE
 from halluscope.models.base import Completion
-from halluscope.tasks.replies import parse_list, parse_yes_no
+from halluscope.tasks.replies import parse_yes_no
 
 T = TypeVar("T")
 
@@ -240,7 +240,7 @@ def verification_prompt(claim: str, passages: list[tuple[str, str]]) -> str:
 Evidence:
 {evidence}
 
-Claim: {" ".join(claim.split())}
+Claim: {claim}
 
 {_json_answer("is_supported")}"""
 
@@ -435,7 +435,7 @@ def parse_supported(text: str | None) -> bool | None:
     return False if _UNVERIFIED.search(text) else None
 
 
-_CLAIM_MARKER = re.compile(r"^\s*(?:[-•–]\s*|\*\s+|\(?\d{1,3}[.)]\s+)(?=[\w*\"'“(])")
+_CLAIM_MARKER = re.compile(r"^\s*(?:[-•–]\s*|\*\s+|\(?\d{1,3}[.)]\s+)(?=[^\s\-–•])")  # not a "---" rule
 _NO_CLAIM = re.compile(r"\bno\s+(?:verifiable|available|checkable|factual|extractable)?\s*(?:claims?|facts?)\b|"
                        r"\bnothing\s+(?:verifiable|to\s+extract)\b|^\W*none\W*$", re.IGNORECASE)
 _NO_CLAIM_ITEM = re.compile(r"\W*(?:there\s+(?:is|are)\s+)?(?:no\s+(?:verifiable|available|checkable|factual|"
@@ -445,7 +445,9 @@ _SENTENCE_MARKS = re.compile(re.escape(SENTENCE_START) + "|" + re.escape(SENTENC
 
 
 def parse_claims(text: str | None) -> list[str] | None:
-    """Claims of an extraction answer: the bulleted or numbered lines, cleaned, duplicates once.
+    """Claims of an extraction answer: the bulleted or numbered lines without their marker and
+    outer whitespace, otherwise as the extractor wrote them (the verifier judges that text, as in
+    the authors' code: markup, ``;`` and case are kept), exact duplicates once.
 
     ``[]`` when the answer says there is no verifiable claim (and lists none); None when it
     neither lists claims nor says so (unmarked prose is not taken for claims: it is as often a
@@ -453,8 +455,8 @@ def parse_claims(text: str | None) -> list[str] | None:
     if not text or not text.strip():
         return None
     lines = [ln for ln in _SENTENCE_MARKS.sub("", text).replace("\r", "").split("\n") if ln.strip()]
-    marked = [ln for ln in lines if _CLAIM_MARKER.match(ln)]
-    items = [c for c in parse_list("\n".join(marked)).items if not _NO_CLAIM_ITEM.fullmatch(c)] if marked else []
+    claims = (_CLAIM_MARKER.sub("", ln, count=1).strip() for ln in lines if _CLAIM_MARKER.match(ln))
+    items = list(dict.fromkeys(c for c in claims if c and not _NO_CLAIM_ITEM.fullmatch(c)))
     if items:
         return items
     return [] if any(_NO_CLAIM.search(_MARKUP.sub(" ", ln)) for ln in lines) else None

@@ -117,3 +117,45 @@ def test_hallulens_tasks_need_their_test_sets():
     with pytest.raises(ConfigError, match="task 'hallulens/longwiki' needs testsets.hallulens/longwiki"):
         parse_config({"tasks": ["hallulens/longwiki"], "models": [TESTED, JUDGE, EXTRACTOR],
                       "verifiers": {"wiki": {"articles": "a.jsonl"}}})
+
+
+def test_a_folder_or_a_binary_file_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match=rf"^run config {tmp_path} is a folder; give the YAML file in it$"):
+        load_config(str(tmp_path))
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(ConfigError, match=rf"^run config {binary} is not a YAML text file"):
+        load_config(str(binary))
+
+
+@pytest.mark.parametrize("doc,command", [
+    ("benchmark: ragtruth\ncorpus: {responses: r.jsonl, sources: s.jsonl}\n", "ragtruth"),
+    ("corpus: {responses: r.jsonl, sources: s.jsonl}\ndetector: {id: j, backend: openai}\n", "ragtruth"),
+    ("benchmark: fewl\ndataset: {name: truthfulqa-gen, source: t.csv}\n", "fewl"),
+])
+def test_other_benchmarks_configs_point_to_their_command(tmp_path, doc, command):
+    path = _write(tmp_path, doc)
+    with pytest.raises(ConfigError, match=rf"is a {command} config, .*run it with `halluscope {command} {path}`"):
+        load_config(path)
+
+
+def test_relative_replay_paths_are_taken_from_the_config_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "run.yaml").write_text(
+        "tasks: [halogen/code]\nmodels:\n  - {id: mine, backend: replay,\n"
+        "     params: {source: file, path: gens/mine.jsonl}}\n  - {id: up, backend: replay,\n"
+        "     params: {source: file, path: ../up.jsonl}}\n  - {id: abs, backend: replay,\n"
+        f"     params: {{source: file, path: {tmp_path}/abs.jsonl}}}}\n")
+    monkeypatch.chdir(tmp_path)  # not the config's folder
+    cfg = load_config("configs/run.yaml")
+    assert [m.params.path for m in cfg.models] == [f"{folder}/gens/mine.jsonl", f"{tmp_path}/up.jsonl",
+                                                   f"{tmp_path}/abs.jsonl"]
+
+
+def test_max_error_fraction_is_a_share():
+    with pytest.raises(ConfigError, match="max_error_fraction"):
+        parse_config({"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}],
+                      "max_error_fraction": 1.5})
+    assert parse_config({"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}]}) \
+        .max_error_fraction == 0.1

@@ -164,3 +164,16 @@ def test_unreadable_files_are_named_before_any_worker(tmp_path):
         replay_source(_spec(cut), CODE, DataResolver(download=False))
     with pytest.raises(DataError, match="is a folder"):
         replay_source(_spec(tmp_path), CODE, DataResolver(download=False))
+
+
+def test_a_missing_file_is_named_by_its_resolved_path(tmp_path, monkeypatch):
+    from halluscope.config import load_config
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "run.yaml").write_text(
+        "tasks: [halogen/code]\nmodels: [{id: mine, backend: replay, params: {source: file, path: gens.jsonl}}]\n")
+    monkeypatch.chdir(tmp_path)
+    spec = load_config("cfg/run.yaml").models[0]
+    with pytest.raises(DataError, match=rf"params.path: recorded generations file not found: {tmp_path}/cfg/gens.jsonl "
+                                        r"\(a relative path is taken from the config file's folder\)"):
+        replay_source(spec, CODE, DataResolver(download=False))

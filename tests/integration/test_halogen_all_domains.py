@@ -92,7 +92,7 @@ def test_every_domain_with_scripted_judge_and_extractor(ray_head, s3_endpoint, b
     with_summaries = set(RELEASED["responses"]["summarization"])
     for model in MODELS:
         m = per_task[(model, "halogen/summarization")]
-        assert (m["n_items"], m["n_errors"]) == ((LIMIT, 0) if model in with_summaries else (0, LIMIT))
+        assert (m["n_items"], m["n_errors"], m["n_missing"]) == ((LIMIT, 0, 0) if model in with_summaries else (0, 0, LIMIT))
 
     # historical events: a responded response is one hallucinated unit, U = 1 - R
     for model in MODELS:

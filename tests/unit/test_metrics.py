@@ -31,7 +31,8 @@ def test_hand_computed():
     ]
     metrics = {(r["model"], r["task"]): r for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES))}
     t1 = metrics[("m", "t1")]
-    assert t1["n_items"] == 4 and t1["n_errors"] == 1 and t1["n_responded"] == 3
+    # no recorded response: counted as missing, not as an error of the run
+    assert t1["n_items"] == 4 and (t1["n_errors"], t1["n_missing"]) == (0, 1) and t1["n_responded"] == 3
     assert t1["response_ratio"] == 3 / 4
     assert math.isclose(t1["hallucination_score"], (0.25 + 1 + 0) / 3)  # macro over responded
     assert math.isclose(t1["hallucination_score_micro"], 2 / (4 + 1 + 2))  # unsupported / verified atoms

@@ -1,7 +1,8 @@
 """HALOGEN's response ratio, hallucination score and utility score per (model, task).
 
 Computed from the ``scores`` table read back from storage, with sums over rows (never means of
-shard means). Generations that failed or have no recorded response are excluded and counted.
+shard means). Generations that failed are excluded and counted as errors; items with no recorded
+response (not in a replay file) are excluded and counted apart, as missing: they are not failures.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import math
 from collections import defaultdict
 
 import pyarrow as pa
+
+from halluscope.pipeline.workset import MISSING
 
 AVG_RESPONSE = "halogen/avg-response"
 AVG_REFUSAL = "halogen/avg-refusal"
@@ -31,7 +34,7 @@ def task_metrics(scores: pa.Table) -> list[dict]:
         a = acc[(r["model"], r["task"])]
         kinds[r["task"]] = r["task_kind"]
         if r["error"] is not None:
-            a["n_errors"] += 1
+            a["n_missing" if r["error"] == MISSING else "n_errors"] += 1
             continue
         a["n_items"] += 1
         gs[(r["model"], r["task"])].append(r["g"])
@@ -45,7 +48,8 @@ def task_metrics(scores: pa.Table) -> list[dict]:
     for (model, task), a in sorted(acc.items()):
         out.append({
             "model": model, "task": task, "task_kind": kinds[task],
-            "n_items": int(a["n_items"]), "n_errors": int(a["n_errors"]), "n_responded": int(a["n_responded"]),
+            "n_items": int(a["n_items"]), "n_errors": int(a["n_errors"]), "n_missing": int(a["n_missing"]),
+            "n_responded": int(a["n_responded"]),
             "n_atoms": int(a["n_atoms"]), "n_unsupported": int(a["n_unsupported"]),
             "n_unverified": int(a["n_unverified"]),
             "response_ratio": _ratio(a["n_responded"], a["n_items"]),

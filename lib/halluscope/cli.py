@@ -13,6 +13,7 @@ from halluscope.errors import HalluscopeError
 from halluscope.fewl.cli import add_parser as add_fewl_parser
 from halluscope.ragtruth.cli import add_parser as add_ragtruth_parser
 from halluscope.kuberay_cli import add_parser as add_submit_parser
+from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
 from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 
@@ -110,9 +111,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not board.exists():
         if not loc.child("manifest.json").exists():
             raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
-        print(_partial_report(loc))
+        print(terminal(_partial_report(loc)))
         return 0
-    print(board.read_bytes().decode())
+    print(terminal(board.read_bytes().decode()))  # a stored file: its ids may carry escape codes
     if args.json:
         print(json.dumps(json.loads(loc.child("metrics.json").read_bytes()), indent=2))
     return 0
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         cause = _user_error(err)
         if cause is None:
             raise
-        print(f"halluscope: error: {cause}", file=sys.stderr)
+        print(f"halluscope: error: {terminal(cause)}", file=sys.stderr)
         return 2
 
 

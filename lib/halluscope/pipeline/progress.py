@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 from typing import TextIO
 
+from halluscope.report.escape import terminal
 from halluscope.storage.run import RunStore
 
 
@@ -57,10 +58,11 @@ class Progress:
     def _draw(self, models: dict[str, dict]) -> None:
         if self._lines:
             self.out.write(f"\x1b[{self._lines}F")  # back to the first line drawn
-        width = max((len(m) for m in models), default=0)
+        names = {model: terminal(model) for model in models}  # an id's own escape codes are shown, not obeyed
+        width = max((len(n) for n in names.values()), default=0)
         for model, m in models.items():
             share = m["done"] / m["total"] if m["total"] else 1.0
             bar = "#" * int(share * 30)
-            self.out.write(f"\x1b[2K{model:<{width}} [{bar:<30}] {m['done']}/{m['total']}\n")
+            self.out.write(f"\x1b[2K{names[model]:<{width}} [{bar:<30}] {m['done']}/{m['total']}\n")
         self.out.flush()
         self._lines = len(models)

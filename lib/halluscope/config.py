@@ -253,6 +253,26 @@ class VerifierOptions(_Strict):
     wiki: WikiSpec | None = None
 
 
+class FarOverride(_Strict):
+    """A HalluLens NonExistentRefusal domain whose false acceptance rate is set by hand for some
+    models; the measured rate stays in metrics.json beside it."""
+
+    model_contains: str = Field(min_length=1, description="applies to model ids containing this (any case)")
+    subtask: Literal["mixed", "generated"] = "mixed"
+    domain: str = Field(min_length=1, description="e.g. medicine, animal, restaurant")
+    value: float = Field(ge=0, le=1)
+
+
+class HalluLensOptions(_Strict):
+    """How HalluLens metrics are reported (rows are not affected, so a finished run's metrics can
+    be recomputed with other options)."""
+
+    far_overrides: list[FarOverride] = Field(
+        default_factory=lambda: [FarOverride(model_contains="gemma", domain="medicine", value=0.0)],
+        description="the paper sets Gemma's medicine false acceptance rate to 0 (Gemma refuses every medicine "
+                    "question; App. C.3.1); [] reports every rate as measured")
+
+
 class CacheSpec(_Strict):
     """The content-addressed cache of model calls; shareable across runs."""
 
@@ -293,6 +313,7 @@ class RunConfig(_Strict):
                     "share failed (calls or decomposition that errored; items not in a replay file are "
                     "counted apart), and always when a model under test has no scored generation")
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
+    hallulens: HalluLensOptions = Field(default_factory=HalluLensOptions)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
     serve_http_port: int | None = Field(default=None, description="Serve's HTTP port for served models; None: Serve's default "

@@ -250,6 +250,34 @@ def test_nonexistent_invariants():
         assert metrics.nonexistent(shuffled) == m
 
 
+
+def gemma_mixed_example():
+    """MixedEntities as a Gemma model answers it: it refuses medicine questions, but the judge read one
+    hedged refusal ("it may be a combination of paracetamol ...") as believing the medicine exists."""
+    rows = [EntityJudged(f"an{i}", "mixed", "animal", b) for i, b in enumerate([True, True, True, False])]
+    rows += [EntityJudged("me0", "mixed", "medicine", True), EntityJudged("me1", "mixed", "medicine", False)]
+    rows += [EntityJudged(f"r{i}", "generated", "restaurant", b) for i, b in enumerate([True, False, False, False])]
+    return rows
+
+
+def test_nonexistent_override_sets_a_domain_rate_and_keeps_the_measured_one():
+    gemma = metrics.DomainOverride("mixed", "medicine", 0.0, "model id contains 'gemma'")
+    m = metrics.nonexistent(gemma_mixed_example(), [gemma])
+    mixed = m["subtasks"]["mixed"]
+    medicine = mixed["by_domain"]["medicine"]
+    assert (medicine["false_acceptance_rate"], medicine["measured_false_acceptance_rate"]) == (0.0, 0.5)
+    assert medicine["n_accepted"] == 1  # the judge's counts are kept as they were
+    # mixed pooled: (animal 3 + medicine 0.0 x 2) / 6 scored; measured (3 + 1) / 6
+    assert (mixed["false_acceptance_rate"], mixed["measured_false_acceptance_rate"]) == (3 / 6, 4 / 6)
+    assert m["false_acceptance_rate"] == pytest.approx((3 / 6 + 1 / 4) / 2)
+    assert m["measured_false_acceptance_rate"] == pytest.approx((4 / 6 + 1 / 4) / 2)
+    assert m["overrides"] == [{"subtask": "mixed", "domain": "medicine", "value": 0.0, "measured": 0.5,
+                               "rule": "model id contains 'gemma'"}]
+    # no override given, or nothing scored in its domain: the measured rates, nothing recorded
+    assert metrics.nonexistent(gemma_mixed_example())["subtasks"]["mixed"]["false_acceptance_rate"] == 4 / 6
+    no_medicine = [r for r in gemma_mixed_example() if r.domain != "medicine"]
+    assert "overrides" not in metrics.nonexistent(no_medicine, [gemma])
+
 # --- trials --------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,10 @@ Definitions (spec sections 3.5, 4.4 and 5; rates are fractions in [0, 1]):
   refusal rate over all scored prompts.
 - NonExistentRefusal: false acceptance rate per subtask = items whose response believes the
   entity exists / scored items of the subtask (pooled over its domains); the headline is the
-  unweighted mean of the MixedEntities and GeneratedEntities rates.
+  unweighted mean of the MixedEntities and GeneratedEntities rates. A domain may have its rate set
+  by hand (``DomainOverride``: the paper sets Gemma's medicine rate to 0, App. C.3.1); the subtask
+  rate then pools the set rate over that domain's scored items, and every rate it changes keeps
+  its measured value beside it (``measured_false_acceptance_rate``).
 
 Unscored items are counted by reason and reported, never scored: a failed generation or judge
 call (``error``), an unreadable judge answer (None), a LongWiki prompt whose claims all stayed
@@ -228,9 +231,40 @@ def _far(records: Sequence[EntityJudged]) -> dict[str, Any]:
     return {**c, "false_acceptance_rate": _ratio(c["n_accepted"], c["n_scored"])}
 
 
-def nonexistent(records: Iterable[EntityJudged]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DomainOverride:
+    """A false acceptance rate set by hand for one domain of a subtask, instead of the judge's."""
+
+    subtask: Literal["mixed", "generated"]
+    domain: str
+    value: float
+    rule: str  # why it applies, for the record (e.g. "model id contains 'gemma'")
+
+
+def _override(sub: dict[str, Any], o: DomainOverride) -> dict[str, Any] | None:
+    """Set ``o``'s rate on its domain and re-pool the subtask rate; the record of what was
+    replaced, or None when the domain has no scored item (nothing to replace)."""
+    domain = sub["by_domain"].get(o.domain)
+    if domain is None or not domain["n_scored"]:
+        return None
+    measured = domain["false_acceptance_rate"]
+    domain.update(false_acceptance_rate=o.value, measured_false_acceptance_rate=measured)
+    accepted = math.fsum(d["false_acceptance_rate"] * d["n_scored"] if "measured_false_acceptance_rate" in d
+                         else d["n_accepted"] for d in sub["by_domain"].values() if d["n_scored"])
+    sub.setdefault("measured_false_acceptance_rate", sub["false_acceptance_rate"])
+    sub["false_acceptance_rate"] = accepted / sub["n_scored"]
+    return {"subtask": o.subtask, "domain": o.domain, "value": o.value, "measured": measured, "rule": o.rule}
+
+
+def _mean_of_subtasks(subtasks: Mapping[str, Mapping[str, Any]], key: str) -> float | None:
+    rates = [subtasks.get(s, {}).get(key) for s in SUBTASKS]
+    return None if any(v is None for v in rates) else math.fsum(rates) / len(rates)
+
+
+def nonexistent(records: Iterable[EntityJudged], overrides: Sequence[DomainOverride] = ()) -> dict[str, Any]:
     """Per subtask (and its domains) and the headline mean of the two subtask rates, which is
-    None unless both subtasks have scored items."""
+    None unless both subtasks have scored items. ``overrides`` set domain rates by hand; those
+    applied are listed under ``overrides`` with the measured rate they replaced."""
     groups: dict[str, dict[str, list[EntityJudged]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r.subtask not in SUBTASKS:
@@ -240,9 +274,13 @@ def nonexistent(records: Iterable[EntityJudged]) -> dict[str, Any]:
     for name, domains in sorted(groups.items()):
         subtasks[name] = {**_far([r for rs in domains.values() for r in rs]),
                           "by_domain": {d: _far(rs) for d, rs in sorted(domains.items())}}
-    rates = [subtasks.get(s, {}).get("false_acceptance_rate") for s in SUBTASKS]
-    headline = None if any(v is None for v in rates) else math.fsum(rates) / len(rates)
-    return {"false_acceptance_rate": headline, "subtasks": subtasks}
+    measured = _mean_of_subtasks(subtasks, "false_acceptance_rate")
+    applied = [a for o in overrides if o.subtask in subtasks and (a := _override(subtasks[o.subtask], o))]
+    out: dict[str, Any] = {"false_acceptance_rate": _mean_of_subtasks(subtasks, "false_acceptance_rate"),
+                           "subtasks": subtasks}
+    if applied:
+        out.update(measured_false_acceptance_rate=measured, overrides=applied)
+    return out
 
 
 # --- trials --------------------------------------------------------------------------------------

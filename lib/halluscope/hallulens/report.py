@@ -2,17 +2,21 @@
 then the paper's rates per trial and their mean and standard deviation over trials.
 
 NonExistentRefusal's two subtasks are two tasks of the run; their headline is the mean of the
-subtask rates, reported under ``hallulens/nonexistent``.
+subtask rates, reported under ``hallulens/nonexistent``. A model the options' ``far_overrides``
+name (by default: Gemma, medicine, 0) gets that domain's rate set by hand, as in the paper; the
+record lists each override applied with the measured rates, and the summary holds both.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import partial
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
+from halluscope.config import HalluLensOptions
 from halluscope.hallulens import judging, metrics as hm
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
@@ -35,7 +39,27 @@ def _judged(task: str, s: dict, fields: dict, label: str | None) -> Any:
     return hm.EntityJudged(s["item_id"], SUBTASKS[task], str(b), None if error else bool(responded), error)
 
 
-def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table]) -> list[dict]:
+def far_overrides(model: str, options: HalluLensOptions) -> list[hm.DomainOverride]:
+    """The hand-set NonExistentRefusal rates that apply to a model (matched on its id, any case)."""
+    return [hm.DomainOverride(o.subtask, o.domain, o.value, f"model id contains {o.model_contains!r}")
+            for o in options.far_overrides if o.model_contains.lower() in model.lower()]
+
+
+def _record(model: str, task: str, trials: list[dict], keys: tuple[str, ...]) -> dict:
+    record = {"model": model, "task": task, "benchmark": "hallulens", "n_trials": len(trials),
+              "summary": hm.over_trials(trials, keys), "trials": trials}
+    applied = [{"trial": t["trial"], "task": f"hallulens/nonexistent_{o['subtask']}", **o}
+               for t in trials for o in t.get("overrides", [])]
+    if applied:  # the measured rates stay beside the ones the overrides changed
+        record["overrides"] = applied
+        subtasks = sorted({o["subtask"] for o in applied})
+        record["summary"].update(hm.over_trials(trials, [
+            "measured_false_acceptance_rate", *(f"subtasks.{s}.measured_false_acceptance_rate" for s in subtasks)]))
+    return record
+
+
+def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table],
+            options: HalluLensOptions = HalluLensOptions()) -> list[dict]:
     """One record per (model, HalluLens task): trial count, mean/std of the paper's metrics, and
     each trial's full breakdown (counts, per-bin and per-domain rates)."""
     fields = {(task, r["item_id"]): json.loads(r["fields"])
@@ -56,10 +80,10 @@ def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table]) ->
         NONEXISTENT: (hm.nonexistent, hm.NONEXISTENT_KEYS)}
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for (model, task, trial), records in sorted(per_trial.items()):
-        grouped[(model, task)].append({"trial": trial, **aggregate[task][0](records)})
-    return [{"model": model, "task": task, "benchmark": "hallulens", "n_trials": len(trials),
-             "summary": hm.over_trials(trials, aggregate[task][1]), "trials": trials}
-            for (model, task), trials in sorted(grouped.items())]
+        rates = partial(hm.nonexistent, overrides=far_overrides(model, options)) if task == NONEXISTENT \
+            else aggregate[task][0]
+        grouped[(model, task)].append({"trial": trial, **rates(records)})
+    return [_record(model, task, trials, aggregate[task][1]) for (model, task), trials in sorted(grouped.items())]
 
 
 def _cell(summary: dict, key: str) -> str:
@@ -86,4 +110,19 @@ def leaderboard_section(records: list[dict]) -> list[str]:
         cells = [_cell(pw, k) for k in hm.PRECISE_WIKIQA_KEYS] + [_cell(lw, k) for k in hm.LONGWIKI_KEYS] + \
                 [_cell(ne, k) for k in hm.NONEXISTENT_KEYS[1:]] + [_cell(ne, hm.NONEXISTENT_KEYS[0])]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    notes = _override_notes(records)
+    return lines + [""] + (["Set by hand, as in the paper:", "", *notes, ""] if notes else [])
+
+
+def _override_notes(records: list[dict]) -> list[str]:
+    """One line per model and overridden domain: the value set, and the rates it replaced."""
+    out = []
+    for r in records:
+        measured: dict[tuple, list[str]] = defaultdict(list)
+        for o in r.get("overrides", []):
+            measured[(o["task"], o["domain"], o["value"], o["rule"])].append(f"{100 * o['measured']:.1f}")
+        out += [f"- {r['model']}: {task} {domain} false acceptance rate set to {100 * value:.1f} ({rule}); "
+                f"measured per trial: {', '.join(rates)}; NonExistent FAR as measured: "
+                f"{_cell(r['summary'], 'measured_false_acceptance_rate')}"
+                for (task, domain, value, rule), rates in measured.items()]
+    return out

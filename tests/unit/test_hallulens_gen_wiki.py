@@ -207,3 +207,34 @@ def test_backend_adapter(sources):
     items, _ = generate_wiki_items(pwqa(seed=1), pages.pages, h, BackendGenerate(backend, "precise_wikiqa"))
     assert len(items) == 18 and {r.task for r in backend.requests} == {"precise_wikiqa"}
     assert len({r.item_id for r in backend.requests}) == len(backend.requests) == 58
+
+
+def test_longwiki_job_leaves_out_pages_the_article_store_lacks(tmp_path):
+    """The authors drop GoodWiki pages their verification database lacks: with them, every claim of
+    the answer would lack its source page and stay unverified."""
+    from halluscope.errors import ConfigError
+    from halluscope.hallulens.build import TestSetJob, build, summary
+
+    class Backend:
+        model_id = "gen"
+
+        def generate_batch(self, requests):
+            return [Completion(text=FakeGenerator.reply(r.prompt)) for r in requests]
+
+    goodwiki, titles, scores = write_wiki_sources(tmp_path)
+    missing = {"Page 9-0", "Page 5-0", "Page 0-1"}  # two LongWiki pages (bins 5 and 9) and one of bin 0
+    pages = [r for r in pq.read_table(goodwiki).to_pylist() if r["title"] not in missing]
+    articles = tmp_path / "enwiki-articles.jsonl"
+    articles.write_text("".join(json.dumps({"title": r["title"], "text": r["markdown"]}) + "\n" for r in pages))
+    job = {"storage": {"root": f"file://{tmp_path}/runs"}, "task": "longwiki", "seeds": [5],
+           "params": {"per_bin": 1, "min_words": 20, "max_words": 60, "bin_edges": EDGES},
+           "sources": {"goodwiki": [str(goodwiki)], "wikirank_titles": str(titles), "wikirank_scores": str(scores),
+                       "articles": str(articles)}}
+    (ts,) = build(TestSetJob.model_validate(job), {"gen": Backend()})
+    assert ts.report["notes"]["pages_not_in_allowed_titles"] == 3
+    assert ts.report["bins"]["9"]["candidates"] == 2 and ts.report["bins"]["5"]["candidates"] == 2
+    assert ts.items and not {i.fields["title"] for i in ts.items} & missing
+    assert "pages left out, not in the article store: 3" in summary(ts)
+    assert "allowed_titles_sha256" in ts.spec.params  # another store makes another test set
+    with pytest.raises(ConfigError, match="sources.articles is required"):
+        build(TestSetJob.model_validate({**job, "sources": {**job["sources"], "articles": None}}), {"gen": Backend()})

@@ -18,6 +18,7 @@ from halluscope.config import ModelSpec, RaySpec, StorageSpec
 from halluscope.errors import ConfigError
 from halluscope.hallulens import generation, nonexistent, search, sources
 from halluscope.hallulens.testset import TestSet
+from halluscope.knowledge.passages import ArticleStore
 from halluscope.storage.fs import Location, storage_options
 
 BUILDERS = {"precise_wikiqa": "hallulens/precise_wikiqa", "longwiki": "hallulens/longwiki",
@@ -33,6 +34,9 @@ class Sources(BaseModel):
     itis_hierarchy: str | None = None
     itis_longnames: str | None = None
     medicines: str | None = None
+    articles: str | None = Field(default=None, description="LongWiki: the article store its claims are verified "
+                                                          "against (a run's verifiers.wiki.articles); GoodWiki pages "
+                                                          "it lacks are left out and counted, as the authors do")
 
 
 class SearchSpec(BaseModel):
@@ -77,6 +81,14 @@ def _require(value: Any, field: str, job: TestSetJob) -> Any:
     return value
 
 
+def evidence_titles(job: TestSetJob, pages: list[sources.WikiPage], opts: dict | None) -> list[str]:
+    """The GoodWiki titles the LongWiki article store holds: a page it lacks would leave every claim
+    without its source page, so unverified, which lifts precision and lowers recall."""
+    store = ArticleStore.load(_require(job.sources.articles, "articles", job), titles=[p.title for p in pages],
+                              storage_options=opts)
+    return [p.title for p in pages if store.resolve(p.title) is not None]
+
+
 def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
     """One test set per seed; ``backends`` maps generator model id -> ModelBackend."""
     opts = storage_options(job.storage) if job.storage.root.startswith("s3://") else None
@@ -90,9 +102,10 @@ def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
         scores = sources.load_harmonic_centrality(_require(job.sources.wikirank_titles, "wikirank_titles", job),
                                                   job.sources.wikirank_scores,
                                                   only={p.title for p in pages.pages}, storage_options=opts)
+        allowed = evidence_titles(job, pages.pages, opts) if job.task == "longwiki" else None
         for seed in job.seeds:
             out.append(generation.build_wiki_testset(root, generation_config(job, seed), pages, scores,
-                                                     next(iter(generate.values()))))
+                                                     next(iter(generate.values())), allowed_titles=allowed))
     elif job.task == "mixed_entities":
         taxonomy = sources.load_itis(job.sources.itis_hierarchy, job.sources.itis_longnames, storage_options=opts) \
             if job.sources.itis_hierarchy and job.sources.itis_longnames else None
@@ -121,6 +134,8 @@ def summary(ts: TestSet) -> str:
     short = [b for b in report.get("bins", {}).values() if b["made"] < b["target"]]
     head = ("reused; " if ts.reused else "") + (f"INCOMPLETE: {len(short)} bin(s) short" if short else "complete")
     lines = [f"{head}; {len(ts.items)} items"]
+    if "pages_not_in_allowed_titles" in report.get("notes", {}):
+        lines.append(f"pages left out, not in the article store: {report['notes']['pages_not_in_allowed_titles']}")
     for b in report.get("bins", {}).values():
         why = ", ".join(f"{k}={v}" for k, v in b["rejected"].items()) or "none"
         lines.append(f"bin {b['bin']}: {b['made']}/{b['target']} after {b['attempts']} attempts "

@@ -227,6 +227,8 @@ def _bin_pages(config: _WikiConfig, pages: Sequence[WikiPage], scores: Centralit
                allowed_titles: Collection[str] | None) -> tuple[dict[int, list[tuple[WikiPage, float]]], Counter]:
     notes: Counter = Counter()
     allowed = None if allowed_titles is None else {title_key(t) for t in allowed_titles}
+    if allowed is not None:
+        notes["pages_not_in_allowed_titles"] = 0  # reported even when nothing is left out
     by_bin: dict[int, list[tuple[WikiPage, float]]] = {b: [] for b in config.bins}
     for page in sorted(pages, key=lambda p: p.pageid):
         notes["pages"] += 1

@@ -136,10 +136,10 @@ def test_dump_errors(tmp_path):
         OfflineTitleIndex.cached(broken_gz, tmp_path / "cache", fuzzy_threshold=1.5)
 
 
-def test_cached_pickle_is_reused(dump, tmp_path, monkeypatch):
+def test_cached_index_is_reused(dump, tmp_path, monkeypatch):
     cache_dir = tmp_path / "cache"
     first = OfflineTitleIndex.cached(dump, cache_dir, fuzzy_threshold=0.9)
-    assert len(list(cache_dir.glob("title-index-*-fuzzy.pickle"))) == 1
+    assert len(list(cache_dir.glob("title-index-v2-*.arrow"))) == 2  # the titles and the blocking index
     monkeypatch.setattr(OfflineTitleIndex, "from_dump", classmethod(lambda *a, **k: pytest.fail("rebuilt")))
     again = OfflineTitleIndex.cached(dump, cache_dir, fuzzy_threshold=0.8)
     assert again.describe() == {**first.describe(), "match": "fuzzy>=0.8"}

@@ -28,14 +28,17 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+import pyarrow as pa
+
 from halluscope.errors import ConfigError, DataError
+from halluscope.knowledge.index_cache import load_table, save_table
 from halluscope.sources import sha256_file
-from halluscope.knowledge.pickle_cache import cached_pickle
 
 NORMALISATION = ("NFKC, casefold, NFKC; delete Unicode P*/S*/Cc/Cf characters; "
                  "collapse whitespace runs to one space, trim")
 MAX_TITLE_CHARS = 1000
-_CACHE_VERSION = 1  # bump when the normalisation or the pickled layout changes
+_CACHE_VERSION = 2  # bump when the normalisation or the cached layout changes
 _SKIP_EXAMPLES = 10
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode category Cc
 # Fuzzy blocking: candidates share one of the rarest words of the query.
@@ -112,14 +115,15 @@ class OfflineTitleIndex:
         self.skipped_examples = skipped_examples or []
         self.fuzzy_threshold = check_threshold(fuzzy_threshold)
         # The blocking index costs memory and build time, so only fuzzy indexes carry it.
-        self._postings: dict[str, array] | None = None
+        # Posting lists are arrays when built, memoryviews over an Arrow buffer when loaded.
+        self._postings: dict[str, array | memoryview] | None = None
         self._normalised: list[str] = []
         self._originals: list[str] = []
         if fuzzy_threshold is not None:
             self._build_postings()
 
     def _build_postings(self) -> None:
-        """Inverted index word -> ids of the titles containing it (uint32 arrays, compact to pickle)."""
+        """Inverted index word -> ids of the titles containing it (uint32 arrays, compact to cache)."""
         self._normalised = list(self.titles)
         self._originals = list(self.titles.values())
         postings: dict[str, array] = {}
@@ -133,19 +137,55 @@ class OfflineTitleIndex:
 
     @classmethod
     def cached(cls, path: Path, cache_dir: Path, fuzzy_threshold: float | None = None) -> "OfflineTitleIndex":
-        """``from_dump`` once per dump: later loads (every verifier actor) read a pickle keyed by the
-        dump's sha256. Fuzzy indexes are cached separately, as they also carry the blocking index."""
+        """``from_dump`` once per dump: later loads (every verifier actor) read Arrow files keyed by
+        the dump's sha256 (see ``index_cache``): the titles, and for fuzzy matching the blocking
+        index beside them. They serve any path of the same dump and any threshold."""
         check_threshold(fuzzy_threshold)
         try:
             digest = sha256_file(path)
         except OSError as err:
             raise DataError(f"cannot read the title dump {path}: {err}") from None
-        kind = "fuzzy" if fuzzy_threshold is not None else "exact"
-        cache = cache_dir / f"title-index-v{_CACHE_VERSION}-{digest[:16]}-{kind}.pickle"
-        index = cached_pickle(cache, lambda: cls.from_dump(path, fuzzy_threshold))
-        index.source = str(path)  # one fuzzy pickle serves any path and threshold
+        key = f"title-index-v{_CACHE_VERSION}:{digest}"
+        stem = f"title-index-v{_CACHE_VERSION}-{digest[:16]}"
+        found = load_table(cache_dir / f"{stem}.arrow", key)
+        if found is None:
+            index = cls.from_dump(path)
+            save_table(cache_dir / f"{stem}.arrow", key, pa.table({"norm": list(index.titles),
+                                                                    "title": list(index.titles.values())}),
+                       {"skipped_lines": index.skipped_lines, "skipped_examples": index.skipped_examples})
+        else:
+            table, info = found
+            titles = dict(zip(table.column("norm").to_pylist(), table.column("title").to_pylist()))
+            index = cls(titles, str(path), digest, info.get("skipped_lines", 0), info.get("skipped_examples"))
+        if fuzzy_threshold is not None:
+            postings = load_table(cache_dir / f"{stem}-postings.arrow", key)
+            if postings is None:
+                index._build_postings()
+                save_table(cache_dir / f"{stem}-postings.arrow", key, index._postings_table(), {})
+            else:
+                index._attach_postings(postings[0])
         index.fuzzy_threshold = fuzzy_threshold
         return index
+
+    def _postings_table(self) -> pa.Table:
+        """The blocking index as one Arrow list column of title ids per word."""
+        assert self._postings is not None
+        lists = list(self._postings.values())
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum([len(ids) for ids in lists], out=offsets[1:])
+        ids = np.frombuffer(b"".join(bytes(a) for a in lists), dtype=np.uint32)
+        return pa.table({"word": list(self._postings),
+                         "ids": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ids))})
+
+    def _attach_postings(self, table: pa.Table) -> None:
+        """The blocking index from its cached table: per word, a view into one shared buffer."""
+        column = table.column("ids").combine_chunks()
+        flat = memoryview(column.values.to_numpy()).cast("B").cast("I")
+        offsets = column.offsets.to_numpy()
+        self._normalised = list(self.titles)
+        self._originals = list(self.titles.values())
+        self._postings = {w: flat[offsets[i]:offsets[i + 1]]
+                          for i, w in enumerate(table.column("word").to_pylist())}
 
     @classmethod
     def from_dump(cls, path: Path, fuzzy_threshold: float | None = None) -> "OfflineTitleIndex":

@@ -3,8 +3,9 @@
 The RayJob is the repository's own k8s/base/rayjob.yaml (or a rendered overlay passed as
 `manifest`), so `halluscope submit` creates the object that `kubectl apply -k` would: the same
 token auth, pod security and secret references. Only the name, the run config URI and
-optionally the image change. The template is read from the checkout, not embedded in the
-package: a second copy would drift from the kustomize base that the tests check, and the
+optionally the image change. The RayJob's name is the run id (the submitter reads it through
+the downward API), so KubeRay's retries and a resubmission under the same name resume one
+run. The template is read from the checkout, not embedded in the package: a second copy would drift from the kustomize base that the tests check, and the
 checkout is where submissions come from (a laptop, CI, or the image's WORKDIR, which holds
 the repository).
 """
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 TEMPLATE = Path("k8s") / "base" / "rayjob.yaml"
 CONFIG_ENV = "HALLUSCOPE_CONFIG"
+RUN_ID_ENV = "HALLUSCOPE_RUN_ID"
 # KubeRay appends 6 characters to a RayJob's name for its RayCluster, whose limit is 53.
 MAX_NAME = 47
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -114,6 +116,16 @@ def default_name(fingerprint: str, now: float | None = None) -> str:
     return f"halluscope-{fingerprint[:8]}-{time.strftime('%y%m%d-%H%M%S', time.gmtime(now))}"
 
 
+def rayjob_name(name: str | None, run_id: str | None, fingerprint: str) -> str:
+    """The RayJob's name, which is also the run id: `name`, else the config's run_id, else a
+    new one. A name that differs from the config's run_id is refused: the run would go under
+    the name, not where the config says."""
+    if run_id is not None and name is not None and name != run_id:
+        raise ConfigError(f"the RayJob's name is the run id: --name {name} differs from the config's "
+                          f"run_id {run_id}; pass one of them")
+    return check_name(name or run_id or default_name(fingerprint))
+
+
 def _pod_specs(node: Any) -> list[dict]:
     if isinstance(node, dict):
         found = [node] if isinstance(node.get("containers"), list) else []
@@ -139,6 +151,10 @@ def build_rayjob(template: dict, *, name: str, config_uri: str, fingerprint: str
         # A literal value, not the shared ConfigMap: concurrent runs must not race on it.
         entry.pop("valueFrom", None)
         entry["value"] = config_uri
+    run_ids = [e for c in submitters for e in c.get("env", []) if e.get("name") == RUN_ID_ENV]
+    if f"$({RUN_ID_ENV})" not in spec["entrypoint"] or not run_ids:
+        raise ConfigError(f"the RayJob's entrypoint must pass --run-id $({RUN_ID_ENV}) and its submitter set "
+                          f"{RUN_ID_ENV}: without them every retry starts the run over")
     if image:
         for pod in _pod_specs(spec):
             for c in pod["containers"] + pod.get("initContainers", []):
@@ -295,7 +311,7 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     template = load_template(manifest, root)
     located = cluster_uri(config_uri, root or Path.cwd())
     fingerprint = cfg.fingerprint()
-    job = build_rayjob(template, name=name or default_name(fingerprint), config_uri=located,
+    job = build_rayjob(template, name=rayjob_name(name, cfg.run_id, fingerprint), config_uri=located,
                        fingerprint=fingerprint, image=image)
     if "://" not in cfg.storage.root or cfg.storage.root.startswith("file://"):
         log(f"warning: storage.root {cfg.storage.root} is local to the run's pods: the results go when "
@@ -306,7 +322,7 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
         job["metadata"]["namespace"] = ns
         job_name = job["metadata"]["name"]
         created = _create(api, job)
-        log(f"created RayJob {ns}/{job_name} for {located} (fingerprint {fingerprint}); "
+        log(f"created RayJob {ns}/{job_name} for {located} (fingerprint {fingerprint}, run id {job_name}); "
             f"follow: kubectl -n {ns} get rayjob {job_name} -w")
         if not wait:
             return {"name": job_name, "namespace": ns, "status": created.get("status") or {}}

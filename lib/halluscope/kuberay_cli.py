@@ -19,7 +19,8 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
                    help="run config: a URL the cluster can read (s3://...) or a file in this repository "
                         "(the image carries a copy, e.g. jobs/configs/x.yaml); validated here first")
     p.add_argument("--namespace", help="default: the manifest's, else the kubeconfig context's, else 'default'")
-    p.add_argument("--name", help="RayJob name; default: halluscope-<fingerprint[:8]>-<UTC time>")
+    p.add_argument("--name", help="RayJob name, which is also the run id (the same name resumes a run); "
+                                "default: the config's run_id, else halluscope-<fingerprint[:8]>-<UTC time>")
     p.add_argument("--image", help="image for every pod, e.g. ghcr.io/halluscope/halluscope:0.1.0-cpu")
     p.add_argument("--manifest", help="a file holding the RayJob to use, e.g. the output of "
                                       "`kubectl kustomize k8s/overlays/prod`; default: k8s/base/rayjob.yaml")

@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.unit.test_deploy_files import RAY_KINDS, base_manifests, cluster_spec, kubectl_kustomize, overlay_manifests
+from tests.unit.test_deploy_files import (RAY_KINDS, base_manifests, cluster_spec, kubectl_kustomize,
+                                         kustomize_with_components, overlay_manifests)
 
 kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (it is in the dev extra)")
 
@@ -69,16 +70,18 @@ def _rendered(overlay: str) -> Callable[[], list[dict]]:
     return lambda: kubectl_kustomize(overlay)
 
 
-# (source, documents, objects + pod templates checked). Base: ConfigMap 1; RayCluster head +
-# 2 workers + autoscaler = 4; RayJob submitter + head + 2 workers + autoscaler = 5; RayService
-# head + 1 worker + autoscaler = 3; 13 in all. Dev files: PVC, Deployment, Service, Job = 4.
-# Dev rendered: base without RayService (13 - 3 = 10), one GPU group fewer in RayJob and
-# RayCluster (10 - 2 = 8), plus the 4 MinIO objects = 12. Prod rendered: the base's 13.
+# (source, documents, objects + pod templates checked). Base: ConfigMap 1; RBAC (ServiceAccount,
+# Role, RoleBinding) 3; RayCluster head + 2 workers + autoscaler = 4; RayJob submitter + head +
+# 2 workers + autoscaler = 5; RayService head + 1 worker + autoscaler = 3; 16 in all. Dev files:
+# PVC, Deployment, Service, Job = 4. Dev rendered: base without RayService (16 - 3 = 13), one
+# GPU group fewer in RayJob and RayCluster (13 - 2 = 11), plus the 4 MinIO objects = 15. Prod
+# rendered: the base's 16. Prod with the shared model cache: 16 + its PVC = 17.
 SOURCES = [
-    ("base", base_manifests, 13),
+    ("base", base_manifests, 16),
     ("overlay-files", overlay_manifests, 4),
-    ("rendered-dev", _rendered("dev"), 12),
-    ("rendered-prod", _rendered("prod"), 13),
+    ("rendered-dev", _rendered("dev"), 15),
+    ("rendered-prod", _rendered("prod"), 16),
+    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 17),
 ]
 
 

@@ -4,8 +4,10 @@ Kubernetes API server on 127.0.0.1 that answers the two paths the client uses.""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
+import shlex
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -158,14 +160,16 @@ def test_creates_the_base_rayjob_for_the_config(kube: FakeKube, kubeconfig: str)
     assert job["metadata"]["annotations"]["halluscope.io/config"] == CONFIG_REL
     # The entrypoint stays the manifest's; the submitter's env now holds the URI literally
     # (relative to the checkout: the image's WORKDIR is a copy of it).
-    assert job["spec"]["entrypoint"] == "python jobs/evaluate.py --config $(HALLUSCOPE_CONFIG)"
+    assert job["spec"]["entrypoint"] == ("python jobs/evaluate.py --config '$(HALLUSCOPE_CONFIG)' "
+                                         "--run-id '$(HALLUSCOPE_RUN_ID)'")
     (submitter,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
     assert env_of(submitter)["HALLUSCOPE_CONFIG"] == {"name": "HALLUSCOPE_CONFIG", "value": CONFIG_REL}
     # Everything else is the base manifest: token auth, pod security, secrets by reference.
     _check_ray_auth([job])
     assert _check_pod_security([job]) == {"RayJob"}
     base = load_template(None, ROOT)
-    for key in ("runtimeEnvYAML", "rayClusterSpec", "submissionMode", "backoffLimit", "shutdownAfterJobFinishes"):
+    for key in ("runtimeEnvYAML", "rayClusterSpec", "submissionMode", "backoffLimit", "shutdownAfterJobFinishes",
+                "preRunningDeadlineSeconds", "activeDeadlineSeconds"):
         assert job["spec"][key] == base["spec"][key], key
     assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token", "secretName": "halluscope-credentials"}
     assert result == {"name": "halluscope-run-1", "namespace": CONTEXT_NS, "status": COMPLETE}
@@ -228,6 +232,89 @@ def test_manifest_namespace_and_rendered_overlay(kube: FakeKube, kubeconfig: str
     rendered.write_text(yaml.safe_dump_all([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, job]))
     result, _ = run_submit(kubeconfig, manifest=str(rendered))
     assert result["namespace"] == created(kube)["metadata"]["namespace"] == "halluscope-prod"
+
+
+# ---------------------------------------------------------------- the run id across attempts
+
+
+def _evaluate_module() -> Any:
+    spec = importlib.util.spec_from_file_location("halluscope_job_evaluate", ROOT / "jobs" / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def attempt_argv(job: dict) -> list[str]:
+    """The `halluscope run` arguments one attempt of this RayJob runs. KubeRay (K8sJobMode) names
+    the submitter Job after the RayJob and runs `bash -c '... ray job submit -- <entrypoint>'`;
+    the Job controller labels the pod with the Job's name; Kubernetes resolves the env (literal
+    values and downward-API fields) and substitutes $(VAR) in the command; bash splits words."""
+    labels = {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    (container,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
+    env = {}
+    for e in container["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "fieldRef" in e.get("valueFrom", {}):
+            m = re.fullmatch(r"metadata\.labels\['([^']+)'\]", e["valueFrom"]["fieldRef"]["fieldPath"])
+            assert m, e
+            env[e["name"]] = labels[m.group(1)]
+    command = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)),
+                     job["spec"]["entrypoint"])
+    words = shlex.split(command)
+    assert words[:2] == ["python", "jobs/evaluate.py"], words
+    return _evaluate_module().cli_argv(words[2:])
+
+
+def test_a_resubmitted_rayjob_resumes_its_run(kube: FakeKube, kubeconfig: str) -> None:
+    """The run id is the RayJob's name: a KubeRay retry (same object, new submitter Job) and a
+    second submission of the same name both run `halluscope run --run-id <name>`, which
+    resumes the run; another name is another run."""
+    kube.script = [INIT, RUNNING, FAILED]
+    with pytest.raises(RunError):
+        run_submit(kubeconfig, name="halluscope-resume")
+    first = created(kube)
+    expected = ["run", CONFIG_REL, "--quiet", "--run-id", "halluscope-resume"]
+    assert attempt_argv(first) == expected
+    # KubeRay retries with the same RayJob: the submitter it makes again reads the same name.
+    stored = kube.store[(CONTEXT_NS, "halluscope-resume")]
+    assert attempt_argv(stored) == expected
+    # The RayJob is gone (ttlSecondsAfterFinished) and the same name is submitted again.
+    del kube.store[(CONTEXT_NS, "halluscope-resume")]
+    kube.requests.clear()
+    kube.script, kube.reads = [INIT, RUNNING, COMPLETE], 0
+    run_submit(kubeconfig, name="halluscope-resume")
+    assert attempt_argv(created(kube)) == expected
+    kube.requests.clear()
+    run_submit(kubeconfig, name="halluscope-other")
+    assert attempt_argv(created(kube))[-1] == "halluscope-other"
+
+
+def test_the_config_run_id_names_the_rayjob(kube: FakeKube, kubeconfig: str) -> None:
+    uri = "memory://halluscope-test/configs/with-run-id.yaml"
+    doc = yaml.safe_load(CONFIG.read_text())
+    doc.update(run_id="halogen-programs-1", storage={"root": "s3://halluscope/runs"})
+    with fsspec.open(uri, "w") as f:
+        f.write(yaml.safe_dump(doc))
+    result, _ = run_submit(kubeconfig, config=uri)
+    assert result["name"] == "halogen-programs-1"
+    assert attempt_argv(created(kube)) == ["run", uri, "--quiet", "--run-id", "halogen-programs-1"]
+    with pytest.raises(ConfigError, match="differs from the config's run_id halogen-programs-1"):
+        run_submit(kubeconfig, config=uri, name="halluscope-x")
+
+
+def test_the_entrypoint_refuses_an_unsubstituted_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """A submitter without HALLUSCOPE_RUN_ID would pass the literal text: one id for every run."""
+    with pytest.raises(SystemExit):
+        _evaluate_module().cli_argv(["--config", "s3://b/c.yaml", "--run-id", "$(HALLUSCOPE_RUN_ID)"])
+    assert "was not substituted" in capsys.readouterr().err
+
+
+def test_a_manifest_without_the_run_id_is_refused(tmp_path: Path) -> None:
+    job = load_template(None, ROOT)
+    job["spec"]["entrypoint"] = "python jobs/evaluate.py --config '$(HALLUSCOPE_CONFIG)'"
+    with pytest.raises(ConfigError, match="every retry starts the run over"):
+        build_rayjob(job, name="halluscope-a", config_uri="s3://b/c.yaml", fingerprint="0" * 16)
 
 
 # ---------------------------------------------------------------- following the status

@@ -4,23 +4,36 @@ Data files are named by a path relative to a data root (``halogen/prompts/prompt
 The same names are used in ``../shared/data`` beside a development checkout, in the cache and in
 the download table below, so a run is reproducible wherever its files came from: the manifest
 records each file's sha256.
+
+Downloads come from pinned sources only - HALOGEN's repository at the commit its released numbers
+were computed at - and each must match the sha256 pinned for its name in ``data_sha256.json`` (the
+file as published, before it is gzipped into the cache); a mirror (``$HALLUSCOPE_SOURCE_BASE_URL``)
+must serve the same files. The PyPI name snapshot has no public copy: PyPI's live index changes
+daily, so it is taken only when a config asks for it (``data.pypi_index: https://pypi.org/simple/``).
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import urllib.request
+from importlib import resources
 from pathlib import Path
 from typing import IO
 
 from halluscope.errors import DataError
 
-HALOGEN_RAW = "https://raw.githubusercontent.com/AbhilashaRavichander/HALoGEN/main"
+HALOGEN_COMMIT = "0bd13ac4d95443d95321b5da53a1a3cffa5e7bd9"  # the released numbers' commit
+HALOGEN_RAW = f"https://raw.githubusercontent.com/AbhilashaRavichander/HALoGEN/{HALOGEN_COMMIT}"
 PYPI_SIMPLE_INDEX = "https://pypi.org/simple/"
+# data name -> sha256 of the file as published (uncompressed)
+PINNED: dict[str, str] = json.loads(resources.files("halluscope").joinpath("data_sha256.json").read_text())
+# our names of HALOGEN's folders -> the repository's (recorded outputs are its model_hallucinations/)
+_HALOGEN_FOLDERS = (("recorded/results/", "scorers/results/"), ("recorded/", "model_hallucinations/"))
 
 # Environment variables a user (or a test) may set.
 ENV_DATA_DIR = "HALLUSCOPE_DATA_DIR"
@@ -44,32 +57,64 @@ def public_url(rel_path: str) -> str:
     if base:
         return f"{base.rstrip('/')}/{plain}"
     if plain.startswith("halogen/"):
-        return f"{HALOGEN_RAW}/{plain[len('halogen/'):]}"
+        path = plain[len("halogen/"):]
+        for ours, theirs in _HALOGEN_FOLDERS:
+            if path.startswith(ours):
+                path = theirs + path[len(ours):]
+                break
+        return f"{HALOGEN_RAW}/{path}"
     if plain == "pypi/project-names.txt":
-        return PYPI_SIMPLE_INDEX
+        raise DataError(f"the pinned PyPI name snapshot {rel_path} has no public copy (PyPI's live index changes "
+                        "daily): put the file in data.dir, or set data.pypi_index: "
+                        f"{PYPI_SIMPLE_INDEX} to take today's live index (its sha256 goes into the manifest)")
     raise DataError(f"no public source is known for data file {rel_path}")
 
 
-def _download(url: str, dest: Path, rel_path: str) -> None:
-    headers = {"User-Agent": "halluscope"}
-    if url == PYPI_SIMPLE_INDEX:
-        headers["Accept"] = "application/vnd.pypi.simple.v1+json"
-    req = urllib.request.Request(url, headers=headers)
+def _fetch(url: str, what: str, accept: str | None = None) -> bytes:
+    headers = {"User-Agent": "halluscope", **({"Accept": accept} if accept else {})}
     try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            body = resp.read()
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=120) as resp:
+            return resp.read()
     except OSError as err:
-        raise DataError(f"data file {rel_path} is not available locally and downloading {url} failed: {err}") from None
-    if url == PYPI_SIMPLE_INDEX:
-        import json
+        raise DataError(f"{what} is not available locally and downloading {url} failed: {err}") from None
 
-        try:
-            body = "\n".join(p["name"] for p in json.loads(body)["projects"]).encode() + b"\n"
-        except (ValueError, KeyError, TypeError) as err:
-            raise DataError(f"{url} did not answer with the JSON project list (PEP 691): {err}") from None
+
+def _download(url: str, dest: Path, rel_path: str) -> None:
+    """Fetch a pinned data file, check its sha256, and store it (gzipped if its name says so)."""
+    expected = PINNED.get(rel_path)
+    if expected is None:
+        raise DataError(f"data file {rel_path} has no pinned sha256, so it is not downloaded: put it in data.dir")
+    body = _fetch(url, f"data file {rel_path}")
+    got = hashlib.sha256(body).hexdigest()
+    if got != expected:
+        raise DataError(f"{url} is not the pinned {rel_path}: sha256 {got}, expected {expected}; "
+                        "nothing was stored")
+    _store(body, dest, gzipped=rel_path.endswith(".gz"))
+
+
+def _live_pypi_names() -> bytes:
+    """Today's PyPI project names, one per line, from the JSON simple index (PEP 691)."""
+    body = _fetch(PYPI_SIMPLE_INDEX, "the live PyPI index", accept="application/vnd.pypi.simple.v1+json")
+    try:
+        return "\n".join(p["name"] for p in json.loads(body)["projects"]).encode() + b"\n"
+    except (ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{PYPI_SIMPLE_INDEX} did not answer with the JSON project list (PEP 691): {err}") from None
+
+
+def _fetch_any(url: str) -> bytes:
+    import fsspec
+
+    try:
+        with fsspec.open(url, "rb") as src:
+            return src.read()
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot fetch {url}: {err}") from None
+
+
+def _store(body: bytes, dest: Path, gzipped: bool) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
-        if rel_path.endswith(".gz") and not body[:2] == b"\x1f\x8b":
+        if gzipped and not body[:2] == b"\x1f\x8b":
             with gzip.GzipFile(fileobj=tmp, mode="wb", mtime=0) as gz:
                 gz.write(body)
         else:
@@ -112,18 +157,8 @@ class DataResolver:
         if "://" in ref:
             cached = Path(self.cache_dir).expanduser() / "urls" / hashlib.sha256(ref.encode()).hexdigest()[:16] \
                 / ref.rstrip("/").rsplit("/", 1)[-1]
-            if not cached.is_file():
-                import fsspec
-
-                try:
-                    with fsspec.open(ref, "rb") as src:
-                        body = src.read()
-                except (OSError, ValueError) as err:
-                    raise DataError(f"cannot fetch {ref}: {err}") from None
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cached.with_suffix(cached.suffix + ".tmp")
-                tmp.write_bytes(body)
-                os.replace(tmp, cached)
+            if not cached.is_file():  # the live PyPI index too: a snapshot of the day it was first used
+                _store(_live_pypi_names() if ref == PYPI_SIMPLE_INDEX else _fetch_any(ref), cached, gzipped=False)
             return cached
         path = Path(ref).expanduser()
         if path.is_absolute() or path.exists():

@@ -1,11 +1,15 @@
 import gzip
+import hashlib
 import http.server
 import threading
 
 import pytest
 
 from halluscope.errors import DataError
-from halluscope.sources import ENV_SOURCE_BASE, DataResolver, public_url
+from halluscope.sources import ENV_SOURCE_BASE, HALOGEN_COMMIT, PINNED, PYPI_SIMPLE_INDEX, DataResolver, public_url
+from tests.conftest import SHARED_DATA
+
+SERVED = b'prompt\n"How to x?"\n'
 
 
 @pytest.fixture()
@@ -13,7 +17,7 @@ def file_server(tmp_path):
     """A static HTTP server on 127.0.0.1 standing in for the public source."""
     served = tmp_path / "served"
     (served / "halogen" / "prompts").mkdir(parents=True)
-    (served / "halogen" / "prompts" / "prompts_code.csv").write_text('prompt\n"How to x?"\n')
+    (served / "halogen" / "prompts" / "prompts_code.csv").write_bytes(SERVED)
     handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(served), **k)  # noqa: E731
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -21,14 +25,52 @@ def file_server(tmp_path):
     httpd.shutdown()
 
 
-def test_public_urls(monkeypatch):
+@pytest.fixture()
+def pinned_served(monkeypatch):
+    """The test server's prompts file stands in for the pinned one."""
+    monkeypatch.setitem(PINNED, "halogen/prompts/prompts_code.csv.gz", hashlib.sha256(SERVED).hexdigest())
+
+
+def test_public_urls_are_at_the_pinned_commit(monkeypatch):
     monkeypatch.delenv(ENV_SOURCE_BASE, raising=False)
-    assert public_url("halogen/prompts/prompts_code.csv.gz") == \
-        "https://raw.githubusercontent.com/AbhilashaRavichander/HALoGEN/main/prompts/prompts_code.csv"
-    assert public_url("pypi/project-names.txt.gz") == "https://pypi.org/simple/"
+    repo = f"https://raw.githubusercontent.com/AbhilashaRavichander/HALoGEN/{HALOGEN_COMMIT}"
+    assert HALOGEN_COMMIT.startswith("0bd13ac")
+    assert public_url("halogen/prompts/prompts_code.csv.gz") == f"{repo}/prompts/prompts_code.csv"
+    assert public_url("halogen/recorded/biographies/alpaca_7b_biographies.csv.gz") == \
+        f"{repo}/model_hallucinations/biographies/alpaca_7b_biographies.csv"
+    assert public_url("halogen/recorded/results/code_results.json") == f"{repo}/scorers/results/code_results.json"
+    for name in PINNED:  # every pinned HALOGEN file is fetched from the pinned commit
+        if name.startswith("halogen/"):
+            assert public_url(name).startswith(f"{repo}/")
+    # PyPI's live index is never taken for the pinned snapshot
+    with pytest.raises(DataError, match="snapshot pypi/project-names.txt.gz has no public copy"):
+        public_url("pypi/project-names.txt.gz")
 
 
-def test_dir_then_cache_then_download(tmp_path, file_server, monkeypatch):
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
+def test_pins_are_the_shared_files():
+    """../shared/data holds the public files at the pinned commit (gzipped); the recorded outputs of
+    the program-verified tasks, stripped of their label columns there, are not the public ones."""
+    for name, digest in PINNED.items():
+        body = (SHARED_DATA / name).read_bytes()
+        assert hashlib.sha256(gzip.decompress(body) if name.endswith(".gz") else body).hexdigest() == digest, name
+    assert "pypi/project-names.txt.gz" in PINNED and "halogen/prompts/prompts_code.csv.gz" in PINNED
+    assert "halogen/recorded/code/alpaca_7b_code_AU.csv.gz" not in PINNED
+
+
+def test_a_download_that_is_not_the_pinned_file_is_refused(tmp_path, file_server, monkeypatch):
+    monkeypatch.setenv(ENV_SOURCE_BASE, file_server)
+    monkeypatch.setattr("halluscope.sources._repo_shared_data", lambda: None)
+    cache = tmp_path / "cache"
+    with pytest.raises(DataError, match=r"prompts_code.csv is not the pinned halogen/prompts/prompts_code.csv.gz: "
+                                        r"sha256 [0-9a-f]{64}, expected"):
+        DataResolver(cache_dir=str(cache)).resolve("halogen/prompts/prompts_code.csv.gz")
+    with pytest.raises(DataError, match="has no pinned sha256, so it is not downloaded"):
+        DataResolver(cache_dir=str(cache)).resolve("halogen/prompts/other.csv.gz")
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))
+
+
+def test_dir_then_cache_then_download(tmp_path, file_server, monkeypatch, pinned_served):
     monkeypatch.setenv(ENV_SOURCE_BASE, file_server)
     monkeypatch.setattr("halluscope.sources._repo_shared_data", lambda: None)
     cache = tmp_path / "cache"
@@ -48,6 +90,7 @@ def test_missing_file_errors(tmp_path, file_server, monkeypatch):
     monkeypatch.setattr("halluscope.sources._repo_shared_data", lambda: None)
     with pytest.raises(DataError, match="downloads are disabled"):
         DataResolver(cache_dir=str(tmp_path), download=False).resolve("halogen/prompts/nope.csv.gz")
+    monkeypatch.setitem(PINNED, "halogen/prompts/nope.csv.gz", "0" * 64)
     with pytest.raises(DataError, match="downloading .* failed"):
         DataResolver(cache_dir=str(tmp_path)).resolve("halogen/prompts/nope.csv.gz")
     monkeypatch.delenv(ENV_SOURCE_BASE)
@@ -64,3 +107,10 @@ def test_resolve_any_path_and_url(tmp_path, file_server):
     assert got.read_text().startswith("prompt")
     with pytest.raises(DataError, match="cannot fetch"):
         resolver.resolve_any(f"{file_server}/missing.txt")
+
+
+def test_the_live_pypi_index_only_when_asked_for(tmp_path, monkeypatch):
+    answer = b'{"meta": {"api-version": "1.1"}, "projects": [{"name": "numpy"}, {"name": "Flask"}]}'
+    monkeypatch.setattr("halluscope.sources._fetch", lambda url, what, accept=None: answer)
+    got = DataResolver(cache_dir=str(tmp_path)).resolve_any(PYPI_SIMPLE_INDEX)
+    assert got.read_text() == "numpy\nFlask\n"

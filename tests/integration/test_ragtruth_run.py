@@ -44,9 +44,9 @@ def lab(response: str, text: str, label_type: str, **flags) -> dict:
             **flags}
 
 
-def resp(rid: str, sid: str, model: str, response: str, labels=(), split="test") -> dict:
+def resp(rid: str, sid: str, model: str, response: str, labels=(), split="test", quality="good") -> dict:
     return {"id": rid, "source_id": sid, "model": model, "temperature": 0.7, "labels": list(labels),
-            "split": split, "quality": "good", "response": response}
+            "split": split, "quality": quality, "response": response}
 
 
 RESPONSES = [
@@ -60,6 +60,8 @@ RESPONSES = [
     # its label's text does not match its offsets: held out, named in the manifest
     resp("r7", "s-qa", "model-c", "Eggs take an hour.", [{"start": 11, "end": 18, "text": "a day", "meta": "",
                                                            "label_type": "Evident Conflict"}]),
+    # cut off: the test split keeps good responses only, as the authors' test files
+    resp("r8", "s-sum", "model-c", "The mayor opened a", quality="truncated"),
 ]
 
 
@@ -72,7 +74,7 @@ JUDGE_RULES = [
     {"pattern": "Boil the eggs for 15 minutes",
      "response": "```json\n" + judge_list("15 minutes", "add salt") + "\n```"},
     {"pattern": "offers free WiFi", "response": judge_list("free WiFi")},
-    {"pattern": "has live music", "response": "I am not sure about this one."},  # unreadable: no prediction
+    {"pattern": "has live music", "response": "I am not sure about this one."},  # unreadable: an empty list
     {"pattern": "bridge that cost 50 million", "response": judge_list("cost 50 million dollars", "a tunnel")},
     # answers of the models under test (RAG generation)
     {"pattern": "in the sea", "response": judge_list("in the sea")},
@@ -117,23 +119,27 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
     assert metrics == first.metrics
     response = {(r["task"], r["model"]): r for r in metrics["response_level"]}
     span = {(r["task"], r["model"]): r for r in metrics["span_level"]}
-    # r1 TN, r2 TP, r3 FP, r4 unreadable (unpredicted, left out), r5 TP, r6 TN: P = 2/3, R = 2/2
+    # r1 TN, r2 TP, r3 FP, r4 unreadable (an empty list: FN), r5 TP, r6 TN: P = R = 2/3
     o = response[("Overall", "*")]
-    assert (o["tp"], o["fp"], o["fn"], o["tn"], o["n_responses"], o["unpredicted"]) == (2, 1, 0, 2, 5, 1)
-    assert (o["precision"], o["recall"]) == (pytest.approx(2 / 3), 1.0) and o["f1"] == pytest.approx(0.8)
-    # gold chars: "15 minutes" 10 + "50 million" 10 = 20; predicted: r2 "15 minutes" + "add salt" = 18,
-    # r3 "free WiFi" = 9, r5 "cost 50 million dollars" 23 + unlocated "a tunnel" 8 = 31; 58 in all,
-    # of which the two gold spans (20) are hit: P = 20/58, R = 1, F1 = 2*20/(58+20) = 40/78
+    assert (o["tp"], o["fp"], o["fn"], o["tn"], o["n_responses"], o["unpredicted"], o["unreadable"]) == \
+        (2, 1, 1, 2, 6, 0, 1)
+    assert (o["precision"], o["recall"], o["f1"]) == (pytest.approx(2 / 3),) * 3
+    # gold chars: "15 minutes" 10 + "has live music" 14 + "delivery" 8 + "50 million" 10 = 42; predicted:
+    # r2 "15 minutes" + "add salt" = 18, r3 "free WiFi" = 9, r5 "cost 50 million dollars" 23 + unlocated
+    # "a tunnel" 8 = 31; 58 in all, of which 20 gold chars are hit: P = 20/58, R = 20/42, F1 = 40/100
     s = span[("Overall", "*")]
     assert (s["gold_chars"], s["pred_chars"], s["tp_chars"], s["unlocated_spans"], s["unlocated_chars"]) == \
-        (20, 58, 20, 1, 8)
-    assert (s["precision"], s["recall"], s["f1"]) == (pytest.approx(20 / 58), 1.0, pytest.approx(40 / 78))
+        (42, 58, 20, 1, 8)
+    assert (s["precision"], s["recall"], s["f1"]) == \
+        (pytest.approx(20 / 58), pytest.approx(20 / 42), pytest.approx(0.4))
     # per task and per model, from the same counts
     assert (response[("QA", "*")]["f1"], span[("QA", "*")]["precision"]) == (1.0, pytest.approx(10 / 18))
-    assert (response[("Data2txt", "*")]["fp"], response[("Data2txt", "*")]["unpredicted"]) == (1, 1)
+    d2t = response[("Data2txt", "*")]
+    assert (d2t["fp"], d2t["fn"], d2t["unpredicted"], d2t["unreadable"]) == (1, 1, 0, 1)
     assert span[("Summary", "*")]["precision"] == pytest.approx(10 / 31)
     assert response[("Overall", A)]["precision"] == 0.5 and span[("Overall", A)]["precision"] == 10 / 40
-    assert response[("Overall", B)]["f1"] == 1.0 and span[("Overall", B)]["precision"] == pytest.approx(10 / 18)
+    assert response[("Overall", B)]["f1"] == pytest.approx(2 / 3)
+    assert span[("Overall", B)]["precision"] == pytest.approx(10 / 18)
     assert metrics["detector_problems"] == {"unlocated_span": 1, "unreadable": 1}
     assert metrics["costs"]["total"] == {"calls": 6, "cached_calls": 0, "failed_calls": 0,
                                          "input_tokens": metrics["costs"]["total"]["input_tokens"],
@@ -151,29 +157,34 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
     assert preds["r2"]["spans"] == [{"start": 18, "end": 28, "label": None}, {"start": 33, "end": 41, "label": None}]
     assert preds["r2"]["gold_spans"] == [{"start": 18, "end": 28, "label": "Evident Conflict"}]
     assert preds["r5"]["unlocated"] == ["a tunnel"] and preds["r5"]["n_spans"] == 2
-    assert (preds["r4"]["predicted"], preds["r4"]["problem"], preds["r4"]["n_spans"]) == (False, "unreadable", None)
+    assert (preds["r4"]["predicted"], preds["r4"]["unreadable"], preds["r4"]["problem"], preds["r4"]["n_spans"]) == \
+        (True, True, None, 0)
+    assert preds["r4"]["problems"] == [{"reason": "unreadable", "detail": "I am not sure about this one."}]
     assert preds["r1"]["predicted"] and preds["r1"]["spans"] == [] and preds["r1"]["problem"] is None
 
     manifest = doc("manifest.json")
-    assert manifest["status"] == "complete" and manifest["excluded"] == {"invalid_labels": ["r7"]}
+    assert manifest["status"] == "complete"
+    assert manifest["excluded"] == {"invalid_labels": ["r7"], "quality": ["r8"]}
+    assert manifest["corpus"]["excluded"] == {"invalid_labels": 1, "quality": 1}
     assert [(p["reason"], p["response_id"], p["line"]) for p in manifest["label_problems"]] == \
         [("text_mismatch", "r7", 7)]
     assert len(manifest["corpus"]["files"]["response.jsonl"]["sha256"]) == 64
     stats = {r["task"]: r for r in doc("stats.json")["table2_tasks"] if r["source"] == "*"}
     overall = stats["Overall"]
     assert (overall["n_responses"], overall["n_hallucinated"], overall["n_spans"]) == (6, 3, 4)
-    # selection between model-a and model-b: s-d2t has no prediction for r4 (skipped); on s-qa and
-    # s-sum exactly one of the two responses has gold spans, and it is the one with more detected spans
+    # selection between model-a and model-b: on each source exactly one of the two responses has
+    # gold spans; on s-qa and s-sum it has more detected spans, on s-d2t (r4, unreadable: none) fewer
     (sel,) = doc("selection.json")
-    assert (sel["models"], sel["n_instances"], sel["skipped"]) == ([A, B], 2, {"unpredicted": 1})
+    assert (sel["models"], sel["n_instances"], sel["skipped"]) == ([A, B], 3, {})
     assert sel["strategies"]["random"]["rate"] == 0.5
-    assert sel["strategies"]["fewer_spans"] == {"valid": 2, "hallucinated": 0.0, "rate": 0.0, "reduction": 1.0}
-    assert sel["strategies"]["no_spans"]["valid"] == 2 and sel["strategies"]["no_spans"]["reduction"] == 1.0
+    assert sel["strategies"]["fewer_spans"]["valid"] == 3 and sel["strategies"]["fewer_spans"]["rate"] == 1 / 3
+    assert sel["strategies"]["no_spans"]["valid"] == 3 and sel["strategies"]["no_spans"]["reduction"] == 1 / 3
     report = s3.get_object(Bucket=bucket, Key="runs/detect/report.md")["Body"].read().decode()
-    # columns Data2txt, QA, Summary, Overall; Data2txt has no gold-positive response left: recall is 0/0
-    assert "| all models | 0.0 / n/a / n/a | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | 66.7 / 100.0 / 80.0 |" \
+    assert "6 responses scored, 1 of them unreadable answers scored as empty lists; 0 without a prediction" in report
+    # columns Data2txt, QA, Summary, Overall; Data2txt's one gold-positive response was missed: F1 is 0/0
+    assert "| all models | 0.0 / 0.0 / n/a | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | 66.7 / 66.7 / 66.7 |" \
         in report
-    assert response[("Data2txt", "*")]["undefined"] == ["recall", "f1"]
+    assert response[("Data2txt", "*")]["undefined"] == ["f1"]
 
     # the same run id: nothing left to do, no Ray work
     again = run_ragtruth(cfg, run_id="detect")
@@ -185,7 +196,7 @@ def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head
     assert cached.metrics["span_level"] == metrics["span_level"]
     # the same run id with another scoring rule is refused, not mixed
     with pytest.raises(RunError, match="different configuration"):
-        run_ragtruth(config(storage, corpus, metrics={"unpredicted": "empty"}), run_id="detect")
+        run_ragtruth(config(storage, corpus, metrics={"unreadable": "exclude"}), run_id="detect")
 
 
 def test_bad_corpus_line_fails_before_any_model_starts(tmp_path):

@@ -77,7 +77,8 @@ def test_override_matches_any_case_and_can_be_turned_off():
 def test_run_config_holds_the_override_and_refuses_a_bad_one():
     base = {"tasks": ["halogen/code"], "models": [{"id": GEMMA, "backend": "replay"}]}
     (default,) = parse_config(base).hallulens.far_overrides
-    assert (default.model_contains, default.subtask, default.domain, default.value) == ("gemma", "mixed", "medicine", 0.0)
+    assert (default.model_contains, default.subtask, default.domain, default.value) == \
+        ("gemma", "mixed", "medicine", 0.0)
     assert parse_config({**base, "hallulens": {"far_overrides": []}}).hallulens.far_overrides == []
     with pytest.raises(Exception, match="hallulens.far_overrides.0.value"):
         parse_config({**base, "hallulens": {"far_overrides": [{"model_contains": "x", "domain": "medicine",

@@ -151,6 +151,25 @@ def test_split_quality_and_label_filters(corpus_dir):
     assert load_corpus_dir(str(corpus_dir), flt).manifest.options.label_filter.exclude_due_to_null
 
 
+
+def test_test_split_keeps_good_quality_only_by_default(tmp_path):
+    """As the authors' test files: a truncated response and an incorrect refusal of the test split
+    are left out and counted; the train split's truncated response "6" stays."""
+    extra = [resp("11", "s4", "mistral-7B-instruct", "A storm hit the coast on Friday and schools were",
+                  split="test", quality="truncated"),
+             resp("12", "s4", "gpt-3.5-turbo-0613", "I'm sorry, the passage does not say what happened.",
+                  split="test", quality="incorrect_refusal")]
+    folder = write_corpus(tmp_path / "ragtruth", RESPONSES + extra)
+    corpus = load_corpus_dir(str(folder))
+    assert [r.id for r in corpus.records] == ["1", "2", "3", "4", "5", "6", "7", "8"]
+    assert corpus.excluded == {"quality": ["11", "12"], "invalid_labels": ["9", "10"]}
+    assert corpus.manifest.excluded["quality"] == 2 and corpus.manifest.options.good_quality_only == ("test",)
+    assert "held out (quality): 2" in corpus.report()
+    test = load_corpus_dir(str(folder), CorpusOptions(splits=("test",)))
+    assert [r.id for r in test.records] == ["7", "8"] and test.manifest.excluded["quality"] == 2
+    every = load_corpus_dir(str(folder), CorpusOptions(good_quality_only=False))
+    assert [r.id for r in every.records][-2:] == ["11", "12"] and "quality" not in every.excluded
+
 @pytest.fixture()
 def http_root(corpus_dir):
     def handler(*a, **k):

@@ -75,8 +75,11 @@ def test_judge_answers(answer, status, located, unlocated, n_bad):
     assert parsed.status == status
     assert len(parsed.bad_items) == n_bad
     out = PromptDetector().parse([QA], [Completion(answer)])
-    if status == "unreadable":
-        assert out.predictions == {} and out.unpredicted() == ["qa"]
+    if status == "unreadable":  # an empty list, flagged (spec 5.1); or no prediction when asked
+        assert out.predictions == {"qa": Prediction(unreadable=True)} and out.unpredicted() == []
+        assert out.problem_counts() == {"unreadable": 1}
+        left_out = PromptDetector(unreadable="exclude").parse([QA], [Completion(answer)])
+        assert left_out.predictions == {} and left_out.unpredicted() == ["qa"]
         return
     prediction = out.predictions["qa"]
     assert [QA_RESPONSE[s.start:s.end] for s in prediction.spans] == located
@@ -127,11 +130,17 @@ def test_prompt_detector_problems_and_metrics():
     out = PromptDetector(judge).predict(records)
     assert [r.item_id for r in judge.requests] == ["a", "b", "c", "d"] and judge.requests[0].task == "ragtruth/QA"
     assert out.problem_counts() == {"bad_item": 1, "unlocated_span": 1, "call_error": 1, "unreadable": 1}
-    assert sorted(out.predictions) == ["a", "d"] and out.unpredicted() == ["b", "c"]
+    assert sorted(out.predictions) == ["a", "c", "d"] and out.unpredicted() == ["b"]
     total = sum(count(records, out.predictions).values())
-    # a: TP, 10 gold chars hit, 10 + 19 unlocated predicted chars; d: FN; b, c: unpredicted, not scored
-    assert (total.n_responses, total.unpredicted, total.tp, total.fn, total.tp_chars, total.pred_chars,
-            total.gold_chars) == (2, 2, 1, 1, 10, 29, 20)
+    # a: TP, 10 gold chars hit, 10 + 19 unlocated predicted chars; c (unreadable: an empty list) and
+    # d: FN; b: the call failed, unpredicted, not scored
+    assert (total.n_responses, total.unpredicted, total.unreadable, total.tp, total.fn, total.tp_chars,
+            total.pred_chars, total.gold_chars) == (3, 1, 1, 1, 2, 10, 29, 30)
+    # the option that leaves unreadable answers out, as before
+    left_out = PromptDetector(FakeJudge(judge.answers), unreadable="exclude").predict(records)
+    assert sorted(left_out.predictions) == ["a", "d"] and left_out.unpredicted() == ["b", "c"]
+    total = sum(count(records, left_out.predictions).values())
+    assert (total.n_responses, total.unpredicted, total.unreadable, total.fn, total.gold_chars) == (2, 2, 0, 1, 20)
     with pytest.raises(ConfigError, match="needs a judge backend"):
         PromptDetector().predict(records)
     with pytest.raises(RunError, match="1 replies for 4 records"):
@@ -183,3 +192,15 @@ def test_span_model_detector_contract():
     assert "TimeoutError: replica did not answer" in out.problems[0].detail
     with pytest.raises(ConfigError):
         SpanModelDetector(flaky, batch_size=0)
+
+
+def test_unreadable_answer_is_stored_as_a_flagged_empty_prediction():
+    from halluscope.ragtruth.tables import detection_fields, read_prediction
+
+    answer = 'The answer says "15 minutes" but the passages say 9 to 12.'
+    for unreadable, stored in (("empty", (True, None, True, [])), ("exclude", (False, "unreadable", False, []))):
+        out = PromptDetector(unreadable=unreadable).parse([QA], [Completion(answer)])
+        row = detection_fields("judge", TEMPLATE_ID, out.predictions.get("qa"), out.problems, answer, False)
+        assert (row["predicted"], row["problem"], row["unreadable"], row["spans"]) == stored
+        assert row["problems"] == [{"reason": "unreadable", "detail": answer}]  # counted either way
+        assert read_prediction(row) == out.predictions.get("qa")

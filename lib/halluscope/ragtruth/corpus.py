@@ -5,6 +5,9 @@ gzipped, and hashed as read; a pinned sha256 that does not match stops the load.
 (bad JSON, a missing or mistyped field, an unknown task type, split or quality, a duplicated id,
 a response whose source is missing) is a DataError naming the file, line and field.
 
+By default the test split keeps only responses of quality ``good``, as the authors' test files do
+(``CorpusOptions.good_quality_only``); the others are counted under ``excluded["quality"]``.
+
 Labels are checked one by one. A label whose offsets fall outside the response, whose
 ``response[start:end]`` differs from its ``text`` (no tolerance: the spec does not say the real
 corpus needs one), whose type is outside the taxonomy, or whose flags are not booleans is a
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 import fsspec
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from halluscope.errors import DataError
 from halluscope.ragtruth.taxonomy import LabelType, Quality, TaskType, parse_label_type
@@ -114,12 +117,19 @@ class CorpusOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     splits: tuple[Literal["train", "test"], ...] | None = None  # None: every split
-    good_quality_only: bool = False  # the repo baseline's filter; off for paper parity
+    # splits that keep only responses of quality "good": the authors' test files hold no truncated
+    # response or incorrect refusal (baseline/prepare_dataset.py); true/false: every split / none
+    good_quality_only: tuple[Literal["train", "test"], ...] = ("test",)
     label_filter: LabelFilter = LabelFilter()
     # "error": any invalid label anywhere in the files (any split) stops the load
     invalid_labels: Literal["exclude_response", "error"] = "exclude_response"
     # file name (response.jsonl / source_info.jsonl) -> sha256 the file must have
     expected_sha256: dict[str, str] = {}
+
+    @field_validator("good_quality_only", mode="before")
+    @classmethod
+    def _every_split_or_none(cls, v: Any) -> Any:
+        return SPLITS if v is True else () if v is False else v
 
 
 class FileDigest(BaseModel):
@@ -317,7 +327,7 @@ def load_corpus(responses_url: str, sources_url: str, options: CorpusOptions | N
         if opts.splits is not None and split not in opts.splits:
             excluded.setdefault("split", []).append(rid)
             continue
-        if opts.good_quality_only and quality is not Quality.GOOD:
+        if quality is not Quality.GOOD and split in opts.good_quality_only:
             excluded.setdefault("quality", []).append(rid)
             continue
         if bad:

@@ -1,10 +1,13 @@
 """RAGTruth hallucination detectors: one protocol, several plug-ins.
 
 A detector maps records to a ``Prediction`` per response (character spans, optionally typed).
-A response it could not judge (failed call, unreadable answer, malformed reply) gets no
-prediction and a ``DetectorProblem``; metrics count it apart and never score it as "no
-hallucination". Problems that do not cost the prediction (a listed string not found in the
-response, an entry with no text) are reported too.
+A response it could not judge (failed call, malformed reply) gets no prediction and a
+``DetectorProblem``; metrics count it apart and never score it as "no hallucination". A judge
+answer with no readable list is, by default, a prediction of an empty list flagged
+``unreadable`` (spec §5.1: the authors' code counts it so after its retries), with an
+``unreadable`` problem; ``unreadable="exclude"`` leaves it without a prediction instead. Problems
+that do not cost the prediction (a listed string not found in the response, an entry with no
+text) are reported too.
 
 - ``PromptDetector``: an LLM judge. ``prompts(records)`` gives one prompt per record, the pipeline
   batches them through the judge role, ``parse(records, replies)`` reads the answers; with a
@@ -30,8 +33,9 @@ from halluscope.ragtruth.taxonomy import LabelType, parse_label_type
 from halluscope.tasks.replies import excerpt
 
 ProblemReason = Literal["call_error", "unreadable", "unlocated_span", "bad_item", "backend_error", "bad_reply"]
-# reasons that leave the response without a prediction
+# reasons that leave the response without a prediction ("unreadable" only with unreadable="exclude")
 NO_PREDICTION: frozenset[str] = frozenset({"call_error", "unreadable", "backend_error", "bad_reply"})
+Unreadable = Literal["empty", "exclude"]  # how a judge answer with no readable list is scored
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ class DetectorOutput:
         return dict(Counter(p.reason for p in self.problems))
 
     def unpredicted(self) -> list[str]:
-        return [p.response_id for p in self.problems if p.reason in NO_PREDICTION]
+        return [p.response_id for p in self.problems
+                if p.reason in NO_PREDICTION and p.response_id not in self.predictions]
 
 
 class Detector(Protocol):
@@ -95,9 +100,11 @@ class PromptDetector:
 
     template_id = prompts.TEMPLATE_ID
 
-    def __init__(self, backend: ModelBackend | None = None, name: str = "prompt") -> None:
+    def __init__(self, backend: ModelBackend | None = None, name: str = "prompt",
+                 unreadable: Unreadable = "empty") -> None:
         self.backend = backend
         self.name = name
+        self.unreadable = unreadable
 
     def prompts(self, records: Sequence[Record]) -> list[str]:
         return [prompts.judge_prompt(r) for r in records]
@@ -116,6 +123,8 @@ class PromptDetector:
             answer = read_hallucination_list(reply.text)
             if not answer.readable:
                 out.problems.append(DetectorProblem(record.id, "unreadable", excerpt(reply.text, 200)))
+                if self.unreadable == "empty":
+                    out.predictions[record.id] = Prediction(unreadable=True)
                 continue
             for bad in answer.bad_items:
                 out.problems.append(DetectorProblem(record.id, "bad_item", bad))

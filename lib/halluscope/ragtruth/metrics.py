@@ -17,9 +17,12 @@ Decisions (the paper leaves them open, spec §4.2 / §9.1):
 - Per-type recall (Fig. 4): Σ|P_r ∩ G_r^t| / Σ|G_r^t|; detectors do not type spans, so no per-type precision.
 - Pooled ("Overall") means micro over all responses, never the mean of the task scores.
 - 0/0 is 0, logged, and named in ``Scores.undefined``.
-- A response without a prediction (the judge call failed, its answer had no readable list) is
-  counted in ``unpredicted`` and, by default, scored nowhere; ``unpredicted="empty"`` scores it as
-  an empty list instead (the repo baseline's behaviour after its retries).
+- A judge answer with no readable list is scored as an empty list (spec §5.1, the authors' code
+  after its retries) and counted in ``unreadable``; ``unreadable="exclude"`` leaves it without a
+  prediction instead (the detector reads this option: ``PromptDetector(unreadable=...)``).
+- A response without a prediction (the judge call failed, or an unreadable answer under
+  ``unreadable="exclude"``) is counted in ``unpredicted`` and, by default, scored nowhere;
+  ``unpredicted="empty"`` scores it as an empty list too.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Iterable, Literal, Mapping
 from pydantic import BaseModel, ConfigDict
 
 from halluscope.ragtruth.corpus import Record
+from halluscope.ragtruth.detectors import Unreadable
 from halluscope.ragtruth.spans import Prediction, merge, overlap, size
 from halluscope.ragtruth.taxonomy import LABEL_TYPES
 
@@ -46,7 +50,8 @@ _NO_TYPES = (0,) * len(LABEL_TYPES)
 class MetricOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    unpredicted: Literal["exclude", "empty"] = "exclude"
+    unreadable: Unreadable = "empty"  # a judge answer with no readable list: an empty list (spec §5.1) or left out
+    unpredicted: Literal["exclude", "empty"] = "exclude"  # no prediction at all: left out or an empty list
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class Counts:
 
     n_responses: int = 0  # responses scored
     unpredicted: int = 0  # responses the detector gave no prediction for (see MetricOptions)
+    unreadable: int = 0  # responses scored as empty lists because the judge's answer was unreadable
     tp: int = 0
     fp: int = 0
     fn: int = 0
@@ -103,7 +109,8 @@ def response_counts(record: Record, prediction: Prediction) -> Counts:
         type_gold.append(size(gt))
         type_hit.append(overlap(pred, gt))
     return Counts(
-        n_responses=1, tp=int(is_gold and is_pred), fp=int(is_pred and not is_gold),
+        n_responses=1, unreadable=int(prediction.unreadable), tp=int(is_gold and is_pred),
+        fp=int(is_pred and not is_gold),
         fn=int(is_gold and not is_pred), tn=int(not is_gold and not is_pred),
         gold_chars=g, pred_chars=p, tp_chars=hit, unlocated_spans=len(prediction.unlocated),
         unlocated_chars=unlocated, type_gold_chars=tuple(type_gold), type_tp_chars=tuple(type_hit),
@@ -159,7 +166,8 @@ class Scores:
     def as_dict(self) -> dict:
         c = self.counts
         out = {
-            "n_responses": c.n_responses, "unpredicted": c.unpredicted, "tp": c.tp, "fp": c.fp, "fn": c.fn,
+            "n_responses": c.n_responses, "unpredicted": c.unpredicted, "unreadable": c.unreadable,
+            "tp": c.tp, "fp": c.fp, "fn": c.fn,
             "tn": c.tn, "gold_chars": c.gold_chars, "pred_chars": c.pred_chars, "tp_chars": c.tp_chars,
             "unlocated_spans": c.unlocated_spans, "unlocated_chars": c.unlocated_chars,
         }

@@ -6,9 +6,10 @@ slightly, nest the object, or answer in words. The first object (in a fenced blo
 anywhere) carrying the key wins, as the spec asks. A bare JSON list is accepted when it is the
 whole answer. An answer with no list that plainly states there is no hallucination (and has no
 "but"/"however"/"except" and no quoted phrase that could be a span) is an empty list. Anything
-else - including JSON cut off by the token limit - is ``unreadable``: the caller reports it and
-makes no prediction, rather than guessing "no hallucination". Entries that carry no text (empty
-strings, null, objects without a text field) are returned in ``bad_items``, not as spans.
+else - including JSON cut off by the token limit - is ``unreadable``: the caller reports and counts
+it, and by default scores it as an empty list (spec §5.1; ``detectors.PromptDetector``), never as
+a list this parser guessed. Entries that carry no text (empty strings, null, objects without a
+text field) are returned in ``bad_items``, not as spans.
 """
 
 from __future__ import annotations

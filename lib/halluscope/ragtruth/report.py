@@ -33,6 +33,7 @@ def markdown(run_id: str, metrics: dict, selection: list[dict] | None, rag: dict
     policy = "left out" if metrics["options"]["unpredicted"] == "exclude" else "scored as empty lists"
     lines = [f"# RAGTruth run {run_id}", "",
              f"Detector: {det['model']} ({det['template']}); {overall['n_responses']} responses scored, "
+             f"{overall['unreadable']} of them unreadable answers scored as empty lists; "
              f"{overall['unpredicted']} without a prediction ({policy}).", "",
              "## Response level: P / R / F1 (%)", "", *_prf_table(metrics["response_level"]), "",
              "## Span level, characters (micro): P / R / F1 (%)", "", *_prf_table(metrics["span_level"]), ""]
@@ -48,11 +49,11 @@ def markdown(run_id: str, metrics: dict, selection: list[dict] | None, rag: dict
     if rag:
         lines += [f"## RAG generation, judged by {rag['detector']}", "",
                   "| model | task | scored | hallucination rate (%) | density (spans / 100 words) | "
-                  "generation errors | unpredicted |", "|---|---|---|---|---|---|---|"]
+                  "generation errors | unreadable (empty lists) | unpredicted |", "|---|---|---|---|---|---|---|---|"]
         for r in rag["rows"]:
             dens = "-" if r["density"] is None else f"{r['density']:.2f}"
             lines.append(f"| {r['model']} | {r['task']} | {r['scored']} | {_pct(r['hallucination_rate'])} | {dens} | "
-                         f"{r['generation_errors']} | {r['unpredicted']} |")
+                         f"{r['generation_errors']} | {r['unreadable']} | {r['unpredicted']} |")
         lines.append("")
     c = metrics["costs"]["total"]
     lines.append(f"Model calls: {c['calls']} ({c['cached_calls']} from the cache, {c['failed_calls']} failed), "

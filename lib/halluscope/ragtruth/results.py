@@ -49,7 +49,8 @@ def _undefined(row: dict, prefix: str) -> list[str]:
 
 def _level_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """The response-level and the span-level (character) tables of ``summarize`` rows."""
-    response = [{k: r[k] for k in ("task", "model", "n_responses", "unpredicted", "tp", "fp", "fn", "tn")}
+    response = [{k: r[k] for k in ("task", "model", "n_responses", "unpredicted", "unreadable", "tp", "fp", "fn",
+                                   "tn")}
                 | {"precision": r["response_precision"], "recall": r["response_recall"], "f1": r["response_f1"],
                    "undefined": _undefined(r, "response_")}
                 for r in rows]
@@ -88,7 +89,8 @@ def rag_summary(counts: dict[tuple[str, str], RagCounts]) -> list[dict]:
 
 
 def _predictions(store: RunStore) -> dict[str, Prediction | None]:
-    table = read_committed(store, "predictions", "counts", ["response_id", "predicted", "spans", "unlocated"])
+    table = read_committed(store, "predictions", "counts",
+                           ["response_id", "predicted", "spans", "unlocated", "unreadable"])
     return {r["response_id"]: read_prediction(r) for r in table.to_pylist()}
 
 

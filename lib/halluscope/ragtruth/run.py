@@ -255,7 +255,7 @@ def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bo
             if gen_plans:
                 sources = ray.put({s: corpus.sources[s] for s in source_ids})
                 processed += _execute(gen_plans, stages.GenerateAndDetect,
-                                      (sources, cfg.generate, cfg.detector, endpoints, cache, store), cfg)
+                                      (sources, cfg.generate, cfg.detector, endpoints, cache, store, cfg.metrics), cfg)
     pipeline_s = round(time.time() - mark, 2)
     # commits an earlier attempt's actors made after the snapshot: this attempt redid their work
     late = sum(store.prune(tables, snapshot[tables] | {p["key"] for p in plans})

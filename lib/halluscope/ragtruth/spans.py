@@ -24,10 +24,13 @@ class Prediction:
     """What a detector says about one response.
 
     ``unlocated`` holds listed strings that could not be found in the response: they still make
-    the response a positive prediction and count as false-positive characters (spec §4.2)."""
+    the response a positive prediction and count as false-positive characters (spec §4.2).
+    ``unreadable``: the detector's answer held no readable list and is scored as an empty one
+    (spec §5.1), so it is counted apart."""
 
     spans: tuple[Span, ...] = ()
     unlocated: tuple[str, ...] = ()
+    unreadable: bool = False
 
     @property
     def positive(self) -> bool:

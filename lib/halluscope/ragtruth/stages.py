@@ -57,9 +57,10 @@ def _summary(done: list[tuple[str, int]]) -> pa.Table:
 class _Judge:
     """The detector: a judge model behind the call cache, read by ``PromptDetector``."""
 
-    def __init__(self, spec: ModelSpec, endpoints: dict, cache: Location | None) -> None:
+    def __init__(self, spec: ModelSpec, endpoints: dict, cache: Location | None, options: MetricOptions) -> None:
         self.id = spec.id
-        self.detector = PromptDetector(client(spec, endpoints, cache, PromptDetector.template_id), name=spec.id)
+        self.detector = PromptDetector(client(spec, endpoints, cache, PromptDetector.template_id), name=spec.id,
+                                       unreadable=options.unreadable)
 
     def judge(self, records: Sequence[Record]) -> tuple[list[Completion], DetectorOutput]:
         if not records:
@@ -79,7 +80,7 @@ class DetectCorpus:
     def __init__(self, records, detector: ModelSpec, endpoints: dict, cache: Location | None, store: RunStore,
                  options: MetricOptions) -> None:
         self.records: dict[str, Record] = _resolve(records)
-        self.judge = _Judge(detector, endpoints, cache)
+        self.judge = _Judge(detector, endpoints, cache, options)
         self.store = store
         self.options = options
 
@@ -121,10 +122,10 @@ class GenerateAndDetect:
     finds spans in their answers; one generate_batch per model and one for the detector per batch."""
 
     def __init__(self, sources, generators: Sequence[ModelSpec], detector: ModelSpec, endpoints: dict,
-                 cache: Location | None, store: RunStore) -> None:
+                 cache: Location | None, store: RunStore, options: MetricOptions) -> None:
         self.sources: dict[str, Source] = _resolve(sources)
         self.generators = {g.id: client(g, endpoints, cache, GENERATION_TEMPLATE) for g in generators}
-        self.judge = _Judge(detector, endpoints, cache)
+        self.judge = _Judge(detector, endpoints, cache, options)
         self.store = store
 
     def _generate(self, plans: list[dict]) -> dict[tuple[str, str], Completion]:
@@ -168,8 +169,8 @@ class GenerateAndDetect:
                                n_words=len(records[key].response.split()))
                     pred = output.predictions.get(records[key].id)
                     tally += (RagCounts(unpredicted=1) if pred is None else
-                              RagCounts(scored=1, hallucinated=int(pred.positive), spans=pred.n_spans,
-                                        words=row["n_words"]))
+                              RagCounts(scored=1, unreadable=int(pred.unreadable), hallucinated=int(pred.positive),
+                                        spans=pred.n_spans, words=row["n_words"]))
                 else:
                     row.update(detection_fields(self.judge.id, PromptDetector.template_id, None, [], None, False))
                     tally += RagCounts(generation_errors=1)

@@ -32,6 +32,7 @@ _DETECTION = [
     ("unlocated", pa.list_(pa.string())),  # listed strings not found in the response (false-positive chars)
     ("n_spans", pa.int64()),  # Prediction.n_spans; null when not predicted
     ("problem", pa.string()),  # the reason that cost the prediction (call_error, unreadable), else null
+    ("unreadable", pa.bool_()),  # the judge's answer was unreadable and is scored as an empty list
     ("problems", pa.list_(PROBLEM)),  # every problem, including those that did not cost it
     ("detector_answer", pa.string()),  # the judge's raw answer
     ("detector_cached", pa.bool_()),
@@ -116,6 +117,7 @@ class RagCounts:
     generation_errors: int = 0  # no response: not detected, not scored
     unpredicted: int = 0  # a response, but the detector gave no prediction: not scored
     scored: int = 0
+    unreadable: int = 0  # scored responses whose detector answer was unreadable (an empty list)
     hallucinated: int = 0  # scored responses with >= 1 detected span
     spans: int = 0  # detected spans (overlapping ones once, unlocated strings once each)
     words: int = 0  # whitespace words of the scored responses
@@ -153,9 +155,10 @@ def span_rows(spans: Iterable[Span | Label]) -> list[dict]:
 def detection_fields(detector: str, template: str, prediction: Prediction | None,
                      problems: Sequence[DetectorProblem], answer: str | None, cached: bool) -> dict:
     """The detector's columns for one response."""
-    fatal = next((p.reason for p in problems if p.reason in NO_PREDICTION), None)
+    fatal = None if prediction else next((p.reason for p in problems if p.reason in NO_PREDICTION), None)
     return {
         "detector": detector, "template": template, "predicted": prediction is not None,
+        "unreadable": bool(prediction and prediction.unreadable),
         "spans": span_rows(prediction.spans) if prediction else [],
         "unlocated": list(prediction.unlocated) if prediction else [],
         "n_spans": prediction.n_spans if prediction else None,
@@ -175,4 +178,4 @@ def read_prediction(row: Mapping) -> Prediction | None:
     if not row["predicted"]:
         return None
     spans = tuple(Span(s["start"], s["end"], parse_label_type(s["label"])) for s in row["spans"])
-    return Prediction(spans, tuple(row["unlocated"]))
+    return Prediction(spans, tuple(row["unlocated"]), bool(row.get("unreadable")))

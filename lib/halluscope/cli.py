@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+import os
+import shlex
+import shutil
 import sys
 from collections.abc import Callable
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
-from halluscope.errors import HalluscopeError
+from halluscope.errors import ConfigError, HalluscopeError, user_error
 from halluscope.fewl.cli import add_parser as add_fewl_parser
 from halluscope.ragtruth.cli import add_parser as add_ragtruth_parser
 from halluscope.kuberay_cli import add_parser as add_submit_parser
@@ -20,16 +22,74 @@ from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from halluscope.config import default_config, load_config
-    from halluscope.pipeline.runner import run
+    from halluscope.pipeline.runner import default_run_id, run
 
     cfg = load_config(args.config) if args.config else default_config()
     if args.storage_root:
         cfg.storage.root = args.storage_root
-    result = run(cfg, run_id=args.run_id, progress=not args.quiet)
+    run_id = args.run_id or cfg.run_id or default_run_id(cfg)
+    try:
+        result = run(cfg, run_id=run_id, progress=not args.quiet)
+    except (Exception, KeyboardInterrupt):
+        hint = _resume_hint(cfg, args, run_id)
+        if hint:
+            print(hint, file=sys.stderr)
+        raise
     print(result.leaderboard)
+    for note in _missing_notes(cfg, result.missing):
+        print(note)
     print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
           f"{result.seconds:.1f} s; results in {result.uri}")
+    if result.failure:
+        print(f"halluscope: error: run {result.run_id} FAILED: {terminal(result.failure)}\n"
+              f"(manifest.json records status failed; max_error_fraction in the config sets how many "
+              f"failed generations a run tolerates)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _missing_notes(cfg, missing: dict[str, int]) -> list[str]:
+    """Items with no recorded response, per model and task: a replay file that covers part of a
+    task is no error of the run, but the user should know which items were left out and why."""
+    from halluscope.config import ReplayModel
+
+    files = {m.id: m.params.path for m in cfg.models if isinstance(m, ReplayModel) and m.params.source == "file"}
+    notes = [f"{terminal(key)}: {n} item(s) not in your file {files[key.split('/')[0]]}"
+             if key.split("/")[0] in files else f"{terminal(key)}: {n} item(s) with no released response"
+             for key, n in sorted(missing.items())]
+    if any(key.split("/")[0] in files for key in missing):
+        notes.append("rows join items by prompt text (whitespace aside), or by params.columns.item_id; if your "
+                     "file covers only the first N prompts of a task, set limits.max_items_per_task: N")
+    return notes
+
+
+def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
+    """The exact command that continues a run this command left failed or interrupted."""
+    from halluscope.storage.run import RunStore
+
+    try:
+        manifest = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id).read_json("manifest.json")
+    except (OSError, HalluscopeError):
+        return None
+    if not manifest or manifest.get("status") not in ("failed", "interrupted"):
+        return None
+    words = [_prog(), "run", *([args.config] if args.config else []), "--run-id", run_id,
+             *(["--storage-root", args.storage_root] if args.storage_root else [])]
+    return (f"halluscope: run {run_id} is recorded as {manifest['status']}; to resume it (committed work is "
+            f"kept):\n  {shlex.join(words)}")
+
+
+def _prog() -> str:
+    """The command as it can be typed here: `halluscope` when that is on PATH, else its path
+    (e.g. .venv/bin/halluscope)."""
+    exe = sys.argv[0]
+    if os.path.basename(exe) != "halluscope":  # python -m halluscope.cli, a job entrypoint
+        return "halluscope"
+    on_path = shutil.which("halluscope")
+    if on_path and os.path.samefile(on_path, exe):
+        return "halluscope"
+    rel = os.path.relpath(exe)
+    return exe if rel.startswith("..") else rel
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -39,7 +99,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     stats = TokenStats.from_runs(args.stats, cfg.storage) if args.stats else None
-    estimate = plan(cfg, price_table(cfg), stats, cache=cache_location(cfg))
+    try:
+        cache, skipped = cache_location(cfg), None
+    except ConfigError as err:  # a plan writes nothing: storage credentials only let it look in the cache
+        cache, skipped = None, f"the call cache was not looked in ({err}): every call is planned as new"
+    estimate = plan(cfg, price_table(cfg), stats, cache=cache)
+    if skipped and any(m.backend != "replay" for m in cfg.models):
+        estimate.notes.insert(0, skipped)
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.table())
     if cfg.costs.budget_usd is not None:
         check_budget(estimate, cfg.costs.budget_usd)
@@ -61,17 +127,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     """Serve a run config's served models (scripted, hf, vllm) until interrupted, or with --down
     delete them (a killed driver leaves them running); a Ray Serve config file (with
     `applications:`, as in serve/) is handed to `serve run`."""
-    import os
     import time
 
-    import fsspec
-    import yaml
+    from halluscope.config import parse_config, read_yaml
 
-    with fsspec.open(args.config, "r") as f:
-        doc = yaml.safe_load(f)
+    doc = read_yaml(args.config, "config")
     if isinstance(doc, dict) and "applications" in doc:
         os.execvp("serve", ["serve", "run", args.config])
-    from halluscope.config import parse_config
     from halluscope.pipeline.runner import init_ray
     from halluscope.serving.app import deploy, remove, shutdown
 
@@ -113,9 +175,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
         print(terminal(_partial_report(loc)))
         return 0
-    print(terminal(board.read_bytes().decode()))  # a stored file: its ids may carry escape codes
-    if args.json:
+    if args.json:  # JSON only, so that it can be piped
         print(json.dumps(json.loads(loc.child("metrics.json").read_bytes()), indent=2))
+        return 0
+    print(terminal(board.read_bytes().decode()))  # a stored file: its ids may carry escape codes
     return 0
 
 
@@ -166,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=_cmd_tasks)
     rep = sub.add_parser("report", help="print the leaderboard of a finished run")
     rep.add_argument("run_uri")
-    rep.add_argument("--json", action="store_true", help="also print metrics.json")
+    rep.add_argument("--json", action="store_true", help="print metrics.json instead of the leaderboard")
     rep.set_defaults(fn=_cmd_report)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")
@@ -188,26 +251,31 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except KeyboardInterrupt:
+        print("halluscope: interrupted", file=sys.stderr)
+        return 130
     except Exception as err:  # noqa: BLE001 - user errors are printed plainly, others re-raised
-        cause = _user_error(err)
+        cause = user_error(err) or _environment_error(err)
         if cause is None:
             raise
         print(f"halluscope: error: {terminal(cause)}", file=sys.stderr)
         return 2
 
 
-def _user_error(err: BaseException | None) -> HalluscopeError | str | None:
-    """A HalluscopeError, also when a Ray worker raised it: Ray wraps it in its own exceptions
-    and only the traceback text keeps it, as "halluscope.errors.<Class>: <message>"."""
+def _environment_error(err: BaseException) -> str | None:
+    """What the environment, not halluscope, got wrong, in one line: a file that cannot be opened,
+    S3 without credentials (a chain of botocore tracebacks otherwise)."""
+    from botocore.exceptions import NoCredentialsError
+
     seen = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, HalluscopeError):
-            return err
         seen.add(id(err))
-        found = re.findall(r"halluscope\.errors\.\w+: (.+)", str(err))
-        if found:
-            return found[-1]
-        err = getattr(err, "cause", None) or err.__cause__
+        if isinstance(err, NoCredentialsError):
+            return ("no S3 credentials: name the environment variables that hold them in storage.access_key_env "
+                    "and storage.secret_key_env (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+        if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+            return str(err)
+        err = err.__cause__ or err.__context__
     return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -55,6 +56,15 @@ def conflicting_ids(specs: Iterable[ModelSpec]) -> list[str]:
         if seen.setdefault(s.id, body) != body:
             clashes.add(s.id)
     return sorted(clashes)
+
+
+def check_api_keys(specs: Iterable[ModelSpec]) -> None:
+    """Every API key variable the models name is set: checked in the driver before Ray starts, as
+    a worker would find a missing one only at its first call."""
+    for s in specs:
+        env = s.params.api_key_env if s.backend == "openai" else None
+        if env and not os.environ.get(env):
+            raise ConfigError(f"models: '{s.id}': params.api_key_env: environment variable {env} is not set")
 
 
 def unique_specs(specs: Sequence[ModelSpec]) -> list[ModelSpec]:

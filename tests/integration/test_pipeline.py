@@ -186,3 +186,24 @@ def test_bad_recorded_rows_are_quarantined(ray_head, tmp_path):
     assert manifest["counts"]["quarantined_rows"] == 1 and manifest["counts"]["missing"] == {"mine/halogen/code": 1}
     m = [r for r in result.metrics if r["task"] == "halogen/code"][0]
     assert (m["n_items"], m["n_errors"], m["n_missing"]) == (2, 0, 1)  # not in the file: no error
+
+
+def test_a_run_with_nothing_scored_fails_loudly(ray_head, tmp_path, capsys):
+    """A replay file with no usable row: every item is missing, the run went through but is no
+    result. It exits non-zero with status failed, and says which items were not in the file."""
+    from halluscope.cli import main
+
+    (tmp_path / "mine.jsonl").write_text('{"prompt": "a prompt of no task", "response": "import os"}\n')
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"], "limits": {"max_items_per_task": 3},
+        "costs": {"price_table": None},
+        "models": [{"id": "mine", "backend": "replay", "params": {"source": "file", "path": "mine.jsonl"}}]}))
+    assert main(["run", str(cfg), "--run-id", "empty", "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert f"mine/halogen/code: 3 item(s) not in your file {tmp_path}/mine.jsonl" in out
+    assert "limits.max_items_per_task" in out
+    assert "run empty FAILED: no generation could be scored for model 'mine' (0 failed, 3 with no recorded " \
+           "response)" in err
+    manifest = RunStore(Location.from_url(f"file://{tmp_path}"), "empty").read_json("manifest.json")
+    assert manifest["status"] == "failed" and manifest["reason"].startswith("no generation could be scored")

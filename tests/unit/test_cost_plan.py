@@ -287,3 +287,21 @@ def test_model_size_from_the_name(source, billions):
 def test_placement(model, expected):
     spec = parse_config({"tasks": ["halogen/code"], "models": [model]}).models[0]
     assert placement(spec) == expected
+
+
+def test_unpriced_items_make_the_total_unknown_not_zero(data):
+    text = plan(_cfg(data), None, options=OPTIONS.model_copy(update={"params_b": {}})).table()
+    assert "total: unknown, 7 line item(s) unpriced (priced items: $0.0000)" in text
+    assert "total: $" not in text and "judge unpriced" in text
+    assert "unpriced: api (test): no price table (costs.price_table)" in text
+
+
+def test_a_replay_only_plan_checks_its_files_and_holds_no_served_model(data, tmp_path):
+    recorded = tmp_path / "rec.jsonl"
+    recorded.write_text(json.dumps({"prompt": CODE_PROMPTS[0], "response": "import os"}) + "\n")
+    rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
+    text = plan(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS).table()
+    assert "total: $0.0000" in text and "served models held" not in text
+    recorded.unlink()
+    with pytest.raises(DataError, match=f"recorded generations file not found: {recorded}"):
+        plan(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS)

@@ -406,13 +406,20 @@ class Plan:
         widths = [max(len(x) for x in col) for col in zip(head, *body)]
         lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
         t = self.totals()
-        roles = ", ".join(f"{role} ${v['usd']:,.4f}" for role, v in sorted(t["by_role"].items()))
+        unpriced_roles = {r.role for r in self.unpriced}
+        roles = ", ".join(f"{role} " + ("unpriced" if role in unpriced_roles else f"${v['usd']:,.4f}")
+                          for role, v in sorted(t["by_role"].items()))
         hours = ", ".join(f"{k} {v:,.3f} h" for k, v in t["resource_hours"].items()) or "none"
-        lines += ["", f"total: ${t['usd']:,.4f} ({roles}); {t['calls']:,} calls ({t['cached_calls']:,} cached), "
-                      f"{t['input_tokens']:,} input / {t['output_tokens']:,} output tokens; resource-hours: {hours}; "
-                      f"served models held {_num(self.wall_hours, 3)} h"]
+        # a sum over priced items alone would pass for the cost of the run
+        usd = f"unknown, {len(self.unpriced)} line item(s) unpriced (priced items: ${t['usd']:,.4f})" \
+            if self.unpriced else f"${t['usd']:,.4f}"
+        held = f"; served models held {_num(self.wall_hours, 3)} h" if any(r.stage == "idle" for r in self.rows) \
+            else ""
+        lines += ["", f"total: {usd} ({roles}); {t['calls']:,} calls ({t['cached_calls']:,} cached), "
+                      f"{t['input_tokens']:,} input / {t['output_tokens']:,} output tokens; resource-hours: {hours}"
+                      f"{held}"]
         if self.unpriced:
-            lines.append(f"{len(self.unpriced)} line item(s) could not be priced (USD '-'), see notes")
+            lines.append("unpriced: " + "; ".join(sorted({f"{r.model} ({r.role}): {r.note}" for r in self.unpriced})))
         lines += ["notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines)
 
@@ -514,13 +521,14 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
     """Adds a model's generation of a task's items to ``a``; returns the generations role models
     will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
     when a role model will judge them (``judged``)."""
-    from halluscope.models.replay import load_replay
+    from halluscope.models.replay import load_replay, replay_source
     from halluscope.pipeline.workset import resolver_for
 
     a.generations += len(items)
     P = _prompt_tokens(items, o) / max(len(items), 1)
     if m.backend == "replay":
         a.bases.add("replay")
+        replay_source(m, task, resolver_for(cfg))  # a missing or unreadable file fails the plan as it would the run
         texts = list(load_replay(m, task, items, resolver_for(cfg)).texts.values()) if judged else []
         G = math.fsum(len(t.split()) for t in texts) * o.tokens_per_word / max(len(texts), 1)
         return len(texts), P, G
@@ -577,7 +585,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
         basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
         row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
                       None, basis)
-        if spec.backend == "replay":
+        if spec.backend in ("replay", "recorded"):  # recorded answers cost nothing
             row.usd = 0.0
         elif spec.backend == "openai":
             if prices is None:

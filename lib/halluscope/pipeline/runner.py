@@ -6,7 +6,8 @@ import datetime as dt
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ import ray
 
 from halluscope import __version__
 from halluscope.config import DEFAULT_PRICE_TABLE, RaySpec, RunConfig
-from halluscope.errors import RunError
+from halluscope.errors import RunError, Superseded, error_summary
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.plan import TokenStats, check_budget, plan as estimate_cost
 from halluscope.cost.prices import PriceTable, load_prices
@@ -26,7 +27,7 @@ from halluscope.pipeline import stages
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
 from halluscope.report.html import write_report
-from halluscope.runkit import served
+from halluscope.runkit import check_api_keys, served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
@@ -42,6 +43,8 @@ class RunResult:
     processed: int
     skipped: int
     seconds: float
+    missing: dict[str, int] = field(default_factory=dict)  # "model/task" -> items with no recorded response
+    failure: str | None = None  # set when the run went through but failed (manifest status failed)
 
 
 def default_run_id(cfg: RunConfig) -> str:
@@ -73,9 +76,39 @@ def code_version() -> str:
 
 
 def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> RunResult:
-    started = time.time()
+    """Run (or resume) ``cfg`` as ``run_id``. A run that stops on an error or Ctrl-C records
+    ``failed`` / ``interrupted`` with the reason in its manifest; one that went through but has
+    nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``."""
+    check_api_keys(cfg.models)
     run_id = run_id or cfg.run_id or default_run_id(cfg)
     store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id)
+    try:
+        return _run(cfg, store, progress)
+    except (Exception, KeyboardInterrupt) as err:
+        _record_stop(store, err)
+        raise
+
+
+def _record_stop(store: RunStore, err: BaseException) -> None:
+    """Without this, a stopped run's manifest reads `running` forever. Not written when the run
+    was never claimed (it stopped before writing anything) or another attempt owns it now."""
+    if store.attempt is None:
+        return
+    interrupted = isinstance(err, KeyboardInterrupt)
+    try:
+        store.check_owner()
+        manifest = store.read_json("manifest.json") or {"run_id": store.run_id}
+        manifest.update(status="interrupted" if interrupted else "failed",
+                        reason="interrupted (Ctrl-C)" if interrupted else error_summary(err),
+                        finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        store.write_json("manifest.json", manifest)
+    except (Superseded, OSError):
+        pass  # the error that stopped the run is the one to report
+
+
+def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
+    started = time.time()
+    run_id = store.run_id
     previous = store.read_json("manifest.json")
     if previous and previous.get("config_fingerprint") != cfg.fingerprint():
         raise RunError(f"run {store.loc.url} was started with a different configuration "
@@ -92,6 +125,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     mark = time.time()
     work = plan(cfg, store)
     knowledge = knowledge_for(cfg).describe({k for t in cfg.tasks for k in get_task(t).knowledge})
+    check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings["plan_s"] = round(time.time() - mark, 2)
     store.claim()
     snapshot = store.committed_keys()  # read once: an earlier attempt's late commits are not in it
@@ -133,14 +167,65 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store.write_json("metrics.json", metrics)
     store.write_text("leaderboard.md", board)
     timings["aggregate_s"] = round(time.time() - mark, 2)
-    manifest.update(timings=timings, status="complete", finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+    failure, missing = run_failure(scores, cfg.max_error_fraction), _missing(scores)
+    manifest.update(timings=timings, status="failed" if failure else "complete", reason=failure,
+                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
                     counts={"generations": work.total, "done_before": len(done), "processed": processed,
                             "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
-                            "missing": _missing(scores), "uncommitted_parts_removed": removed,
+                            "missing": missing, "uncommitted_parts_removed": removed,
                             "late_parts_removed": late})
     store.write_json("manifest.json", manifest)
     write_report(store)
-    return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started)
+    return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started,
+                     missing, failure)
+
+
+def run_failure(scores: pa.Table, max_error_fraction: float) -> str | None:
+    """Why a run that went through has no result to stand on: a model under test with no scored
+    generation (every call failed, or none of its items is in its file), or more failed
+    generations than ``max_error_fraction`` (items with no recorded response are not failures)."""
+    by_model: dict[str, Counter[str]] = defaultdict(Counter)
+    errors: Counter[str] = Counter()
+    for r in scores.select(["model", "error"]).to_pylist():
+        kind = "scored" if r["error"] is None else "missing" if r["error"] == MISSING else "failed"
+        by_model[r["model"]][kind] += 1
+        if kind == "failed":
+            errors[r["error"]] += 1
+    common = f"; most common error: {errors.most_common(1)[0][0]!r}" if errors else ""
+    empty = [f"'{m}' ({c['failed']} failed, {c['missing']} with no recorded response)"
+             for m, c in sorted(by_model.items()) if not c["scored"]]
+    if empty:
+        return f"no generation could be scored for model {', '.join(empty)}{common}"
+    failed = sum(errors.values())
+    tried = failed + sum(c["scored"] for c in by_model.values())
+    if failed > max_error_fraction * tried:
+        return (f"{failed} of {tried} generations failed ({failed / tried:.0%}, more than max_error_fraction "
+                f"{max_error_fraction:g}){common}")
+    return None
+
+
+def input_hashes(sources: dict[str, str], knowledge: dict) -> dict[str, str]:
+    """sha256 of every input a run's results depend on besides its config: data files by name, and
+    the knowledge snapshots (PyPI names, title dump, Wikipedia articles)."""
+    out = dict(sources)
+    for kind, entry in knowledge.items():
+        digest = entry.get("sha256") or entry.get("store_sha256")
+        if digest:
+            out[f"{entry.get('source') or kind} (verifiers' {kind} knowledge)"] = digest
+    return out
+
+
+def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> None:
+    """A run id is bound to its inputs as to its config: a resume whose data changed would keep
+    results of the old files and record the new files' hashes in the manifest."""
+    if not previous:
+        return
+    before = input_hashes(previous.get("data_sources") or {}, previous.get("knowledge") or {})
+    for name, digest in sorted(before.items()):
+        if name in now and now[name] != digest:
+            raise RunError(f"run {url}: {name} changed since the run started (sha256 {digest[:16]}... then, "
+                           f"{now[name][:16]}... now), and its committed results came from the old file; "
+                           "use a new run id, or restore the file to resume")
 
 
 def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:
@@ -176,8 +261,8 @@ def price_table(cfg: RunConfig) -> PriceTable | None:
 
 
 def knowledge_for(cfg: RunConfig) -> Knowledge:
-    """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Built indexes
-    (title pickles, passage embeddings) persist under <storage.root>/_cache/indexes."""
+    """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Passage indexes
+    persist under <storage.root>/_cache/indexes, PyPI and title indexes under data.cache_dir."""
     return Knowledge(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
                      Location.from_url(f"{cfg.storage.root.rstrip('/')}/_cache/indexes", cfg.storage),
                      clients=cfg.concurrency.verify_actors)

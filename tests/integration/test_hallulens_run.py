@@ -82,7 +82,9 @@ def _models() -> list[dict]:
     extractor = {"id": "extractor", "role": "extractor", "backend": "scripted", "params": {
         "serve": SERVE, "rules": [{"pattern": r"Claims:\s*$", "response":
                                    "- The code is kept in a stone archive near the river.\n- The moon is made of cheese."}]}}
-    return [tested, judge, extractor]
+    # answers like the tested model; its id names a Gemma model, whose medicine FAR the paper sets to 0
+    gemma = {**tested, "id": "gemma-2-9b-it"}
+    return [tested, gemma, judge, extractor]
 
 
 def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
@@ -102,7 +104,7 @@ def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
     assert len(scores) == result.processed and all(s["error"] is None for s in scores)
     for table in ("generations", "atoms", "verdicts", "scores", "role_calls"):
         assert store.read_table(table).num_rows, table
-    records = {r["task"]: r for r in result.metrics if r.get("benchmark") == "hallulens"}
+    records = {r["task"]: r for r in result.metrics if r.get("benchmark") == "hallulens" and r["model"] == "tested"}
 
     # PreciseWikiQA, expected from the rules: Page 1-* questions are refused; gold answers of
     # pages 1000-1049 (bins 0-4) are judged correct, the others incorrect
@@ -131,5 +133,19 @@ def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
     names = [json.loads(r["fields"])["name"] for r in store.read_items("hallulens/nonexistent_mixed").to_pylist()]
     far = records["hallulens/nonexistent"]["trials"][0]["subtasks"]["mixed"]["false_acceptance_rate"]
     assert far == pytest.approx(sum("Lynx" not in n for n in names) / len(names))
+    assert "overrides" not in records["hallulens/nonexistent"]
+    # the same answers from a Gemma model: its medicine rate is set to 0, the judge's rate kept beside it
+    gemma = next(r for r in result.metrics if r["model"] == "gemma-2-9b-it" and r["task"] == "hallulens/nonexistent")
+    (override,) = gemma["overrides"]
+    assert (override["task"], override["domain"], override["value"], override["measured"]) == \
+        ("hallulens/nonexistent_mixed", "medicine", 0.0, 1.0)  # every medicine name was accepted
+    mixed = gemma["trials"][0]["subtasks"]["mixed"]
+    assert mixed["measured_false_acceptance_rate"] == pytest.approx(far)
+    animal = mixed["by_domain"]["animal"]
+    assert mixed["false_acceptance_rate"] == pytest.approx(animal["n_accepted"] / mixed["n_scored"])
+    written = next(r for r in store.read_json("metrics.json")
+                   if r["model"] == "gemma-2-9b-it" and r["task"] == "hallulens/nonexistent")
+    assert written["overrides"] == gemma["overrides"]
     board = store.loc.child("leaderboard.md").read_bytes().decode()
     assert "## HalluLens" in board and "| tested |" in board
+    assert "- gemma-2-9b-it: hallulens/nonexistent_mixed medicine false acceptance rate set to 0.0" in board

@@ -134,7 +134,7 @@ class OpenAIBackend:
                     # an endpoint that accepts connections but never answers is as down as one
                     # that refuses them: both count toward the breaker
                     reason = "timeout"
-                    breaker.failed(reason)
+                    breaker.failed(f"no answer within params.timeout_s={self.timeout_s:g} s")
                 except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                     reason = f"connection error ({type(exc).__name__})"
                     breaker.failed(reason)

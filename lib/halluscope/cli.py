@@ -191,7 +191,8 @@ def _partial_report(loc) -> str:
 
     manifest = json.loads(loc.child("manifest.json").read_bytes())
     store = RunStore(Location(loc.fs, loc.path.rsplit("/", 1)[0]), manifest["run_id"])
-    lines = [f"run {manifest['run_id']} is {manifest.get('status', 'running')}: partial results", ""]
+    lines = [f"run {manifest['run_id']} is {manifest.get('status', 'running')}: partial results"]
+    lines += [f"reason: {manifest['reason']}", ""] if manifest.get("reason") else [""]
     progress = store.read_json("progress.json") or {"models": {}}
     for model, m in progress["models"].items():
         lines.append(f"{model}: {m['done']}/{m['total']} generations committed")

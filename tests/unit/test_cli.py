@@ -154,3 +154,17 @@ def test_a_folder_or_a_binary_file_as_config_is_one_line(tmp_path, capsys):
         assert main(["run", str(path)]) == 2
         err = capsys.readouterr().err
         assert what in err and err.count("\n") == 1
+
+
+def test_report_of_a_stopped_run_says_why(tmp_path, capsys, monkeypatch):
+    from halluscope.pipeline import runner
+
+    def pipeline(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "init_ray", lambda spec: None)
+    monkeypatch.setattr(runner, "_execute", pipeline)
+    assert main(["run", str(_replay_config(tmp_path, ["p0"])), "--run-id", "r2", "--quiet"]) == 130
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "runs" / "r2")]) == 0
+    assert capsys.readouterr().out.startswith("run r2 is interrupted: partial results\nreason: interrupted (Ctrl-C)\n")

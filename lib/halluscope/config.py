@@ -63,7 +63,9 @@ class ReplayParams(_Strict):
     """Recorded generations. ``source: halogen`` finds HALOGEN's released file for the model id;
     otherwise ``path`` is a CSV/JSONL/Parquet file with ``columns`` mapping its names to ours."""
 
-    source: Literal["halogen", "file"] = "halogen"
+    source: Literal["halogen", "halogen-recorded", "file"] = Field(
+        default="halogen", description="halogen: the released responses/; halogen-recorded: the responses the "
+                                       "released numbers were computed from (recorded/), for every domain")
     name: str | None = Field(default=None, description="model name in the source, default: the model id")
     path: str | None = None
     format: Literal["csv", "jsonl", "parquet"] | None = None
@@ -168,6 +170,17 @@ class _Model(_Strict):
         return v
 
 
+class RecordedParams(_Strict):
+    steps: str = Field(description="package.module:function giving a released model's recorded LLM steps")
+
+
+class RecordedModel(_Model):
+    """A judge or extractor answering from the authors' recorded pipeline (0 dollars, counted calls)."""
+
+    backend: Literal["recorded"]
+    params: RecordedParams
+
+
 class ReplayModel(_Model):
     backend: Literal["replay"]
     params: ReplayParams = Field(default_factory=ReplayParams)
@@ -194,7 +207,7 @@ class VLLMModel(_Model):
 
 
 ServedModel = Union[ScriptedModel, HFModel, VLLMModel]
-ModelSpec = Annotated[Union[ReplayModel, OpenAIModel, ScriptedModel, HFModel, VLLMModel],
+ModelSpec = Annotated[Union[ReplayModel, RecordedModel, OpenAIModel, ScriptedModel, HFModel, VLLMModel],
                       Field(discriminator="backend")]
 
 
@@ -345,6 +358,9 @@ class RunConfig(_Strict):
                                  "a run has at most one")
             if players and players[0].backend == "replay":
                 raise ValueError(f"model '{players[0].id}': a {role} must be a live model, not replay")
+        for m in v:
+            if m.backend == "recorded" and m.role == "test":
+                raise ValueError(f"model '{m.id}': a recorded model answers as a judge or extractor, not under test")
         if not any(m.role == "test" for m in v):
             raise ValueError("no model has role 'test': nothing to evaluate")
         return v

@@ -47,8 +47,9 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
     rows = []
     for (model, task, stage), a in sorted(acc.items()):
         spec = specs[model]
-        usd = prices.tokens_usd(api_name(spec), a["input_tokens"], a["output_tokens"]) \
-            if prices and spec.backend == "openai" else None
+        usd = 0.0 if spec.backend == "recorded" else (
+            prices.tokens_usd(api_name(spec), a["input_tokens"], a["output_tokens"])
+            if prices and spec.backend == "openai" else None)
         rows.append({"model": model, "role": spec.role, "task": task, "stage": stage, "calls": a["calls"],
                      "cached_calls": a["cached_calls"], "failed_calls": a["failed_calls"],
                      "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"], "resource": None,

@@ -13,11 +13,16 @@ from typing import Protocol, Sequence
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One prompt to one model; ``task`` and ``item_id`` let a replay backend find its record."""
+    """One prompt to one model; ``task`` and ``item_id`` let a replay backend find its record.
+
+    Role calls also carry ``key``, the content the prompt asks about, and ``subject``, the model
+    under test whose output it is, so a recorded role model can find the answer on record."""
 
     task: str
     item_id: str
     prompt: str
+    key: str = ""
+    subject: str = ""
 
 
 @dataclass(frozen=True)

@@ -122,11 +122,12 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
     """(label for the manifest, local path, format) of a model's recorded generations for a task;
     None when the source has none for this task (every item is then missing, and counted)."""
     p = spec.params
-    if p.source == "halogen":
+    if p.source in ("halogen", "halogen-recorded"):
         if not isinstance(task, HalogenTask):
             raise ConfigError(f"models: '{spec.id}' replays HALOGEN's released responses, "
                               f"which have none for task {task.name}")
-        rel = task.released_file(p.name or spec.id)
+        name = p.name or spec.id
+        rel = task.recorded_file(name) if p.source == "halogen-recorded" else task.released_file(name)
         return (rel, resolver.resolve(rel), "csv") if rel else None
     if not p.path:
         raise ConfigError(f"models: '{spec.id}': params.path is required when params.source is 'file'")

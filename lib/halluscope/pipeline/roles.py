@@ -14,7 +14,9 @@ from typing import Sequence
 from halluscope.config import ModelSpec
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
 from halluscope.models.cache import CachedBackend
+from halluscope.models.recorded import RecordedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.tasks.base import RoleCall
 
@@ -27,10 +29,12 @@ def role_models(models: Sequence[ModelSpec]) -> dict[str, ModelSpec]:
 
 
 class RoleModels:
-    def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None) -> None:
+    def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
+                 resolver: DataResolver | None = None) -> None:
         self.specs = role_models(models)
         self._endpoints = endpoints
         self._cache = cache
+        self._resolver = resolver
         self._backends: dict[tuple[str, str], ModelBackend] = {}
 
     def _backend(self, role: str, template: str) -> ModelBackend:
@@ -39,6 +43,13 @@ class RoleModels:
             spec = self.specs.get(role)
             if spec is None:
                 raise RuntimeError(f"a task needs a {role} model but the run configures none")
+            if spec.backend == "recorded":
+                # answers on record cost nothing and depend on the model under test, which a
+                # cache keyed by the prompt would merge: they are looked up, never cached
+                if self._resolver is None:
+                    raise RuntimeError(f"recorded {role} '{spec.id}' needs the run's data resolver")
+                self._backends[key] = RecordedBackend(spec.id, spec.params.steps, self._resolver)
+                return self._backends[key]
             backend = live_backend(spec, self._endpoints.get(spec.id))
             if self._cache is not None:
                 backend = CachedBackend(backend, self._cache, revision_of(spec), template,
@@ -46,19 +57,22 @@ class RoleModels:
             self._backends[key] = backend
         return self._backends[key]
 
-    def answer(self, calls: dict[str, RoleCall], stage: str, usage: dict[str, list[dict]]) -> dict[str, list[Completion]]:
-        """Replies per row key (the generation id), one per prompt; usage is added to ``usage``."""
-        groups: dict[tuple[str, str], list[tuple[str, int, str]]] = defaultdict(list)
+    def answer(self, calls: dict[str, RoleCall], stage: str, usage: dict[str, list[dict]],
+               subjects: dict[str, str] | None = None) -> dict[str, list[Completion]]:
+        """Replies per row key (the generation id), one per prompt; usage is added to ``usage``.
+        ``subjects`` maps a row key to its model under test (what a recorded role looks up)."""
+        groups: dict[tuple[str, str], list[tuple[str, int, str, str]]] = defaultdict(list)
         for key, call in calls.items():
             for i, prompt in enumerate(call.prompts):
-                groups[(call.role, call.template)].append((key, i, prompt))
+                groups[(call.role, call.template)].append((key, i, prompt, call.keys[i] if call.keys else ""))
         replies: dict[str, list[Completion | None]] = {k: [None] * len(c.prompts) for k, c in calls.items()}
         for (role, template), entries in groups.items():
             backend = self._backend(role, template)
-            done = backend.generate_batch([GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt)
-                                           for key, i, prompt in entries])
+            done = backend.generate_batch([
+                GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, (subjects or {}).get(key, ""))
+                for key, i, prompt, ckey in entries])
             per_row: dict[str, dict] = {}
-            for (key, i, _), completion in zip(entries, done):
+            for (key, i, _, _), completion in zip(entries, done):
                 replies[key][i] = completion
                 u = per_row.setdefault(key, {"stage": stage, "role": role, "role_model": backend.model_id,
                                              "calls": 0, "cached_calls": 0, "failed_calls": 0,

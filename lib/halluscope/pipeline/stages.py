@@ -77,7 +77,7 @@ class Generate:
         return pa.Table.from_pylist(rows, schema=batch.schema)
 
 
-_ROW = ["gen_id", "task", "item_id", "prompt", "fields", "text", "error"]
+_ROW = ["gen_id", "model", "task", "item_id", "prompt", "fields", "text", "error"]
 
 Usage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
 
@@ -114,7 +114,8 @@ def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict
     if calls:
         if roles is None:
             raise RuntimeError(f"{stage}: tasks call role models but the stage was built without them")
-        replies = roles.answer(calls, stage, usage if usage is not None else defaultdict(list))
+        replies = roles.answer(calls, stage, usage if usage is not None else defaultdict(list),
+                               {r["gen_id"]: r["model"] for r in rows if r["gen_id"] in calls})
     for i in active:
         r = rows[i]
         try:
@@ -241,7 +242,7 @@ class Evaluate:
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
                  store: RunStore, chunk_rows: int) -> None:
-        self.roles = RoleModels(models, endpoints, cache)
+        self.roles = RoleModels(models, endpoints, cache, kb.resolver)
         self.verify = Verify(kb, self.roles)
         self.store = store
         self.chunk_rows = chunk_rows

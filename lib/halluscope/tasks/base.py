@@ -44,6 +44,7 @@ class RoleCall:
     role: RoleName
     prompts: tuple[str, ...]
     template: str  # versioned id of the prompt template, part of the call-cache key
+    keys: tuple[str, ...] = ()  # content key per prompt: what a recorded role model looks up
 
 
 @dataclass

@@ -8,5 +8,8 @@ from halluscope.tasks.halogen.lists import FalsePresuppositions, Rationalization
 from halluscope.tasks.halogen.rationalization_binary import RationalizationBinary
 from halluscope.tasks.halogen.references import References
 
-TASKS = [CodePackages(), References(), summarization(), simplification(), Biographies(), HistoricalEvents(),
-         FalsePresuppositions(), RationalizationBinary(), RationalizationNumerical()]
+from halluscope.tasks.halogen.paper import RULE_SETS
+
+TASKS = [task(rules) for rules in RULE_SETS
+         for task in (CodePackages, References, summarization, simplification, Biographies, HistoricalEvents,
+                      FalsePresuppositions, RationalizationBinary, RationalizationNumerical)]

@@ -8,19 +8,30 @@ length penalty (gamma) is not applied: HALOGEN's H is the plain unsupported frac
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
 from halluscope.tasks.halogen import prompts
-from halluscope.tasks.halogen.common import ABSTENTION_RULE, HalogenTask, abstained
+from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import FactsByExtractor, judge_verdict
+from halluscope.tasks.halogen.recorded import FACT_VERDICT
+
+
+_ASKED = re.compile(r"bio of\s+(['\"]?)(.+?)\1\s*[.?]?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def _asked_name(prompt: str) -> str:
+    """The person a prompt asks about ("Tell me a bio of 'Suthida'" -> Suthida): recorded
+    files carry the prompt, not the name column."""
+    m = _ASKED.search(prompt.strip())
+    return m.group(2).strip() if m else ""
 
 
 class Biographies(FactsByExtractor, HalogenTask):
-    name = "halogen/biographies"
+    base_name = "halogen/biographies"
     kind = "response"
-    abstention_rule = ABSTENTION_RULE
     verifier = f"wiki-retrieval+judge:{prompts.BIO_FACT}"
     knowledge = ("wiki",)
     roles = ("extractor", "judge")
@@ -37,20 +48,24 @@ class Biographies(FactsByExtractor, HalogenTask):
         """Prompt first; then the person's name, which joins Llama-2-70B's file (its prompts
         quote the name: "Tell me a bio of 'Suthida'")."""
         keys = super().replay_keys(record)
-        if record.get("name"):
-            keys.append(f"name:{' '.join(str(record['name']).split())}#{record.get('occurrence', 0)}")
+        name = record.get("name") or _asked_name(str(record.get("prompt") or ""))
+        if name:
+            keys.append(f"name:{' '.join(str(name).split())}#{record.get('occurrence', 0)}")
         return keys
 
-    def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
-        return not abstained(text)
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        # the paper variant also runs without an article store: a recorded judge needs none
+        self.knowledge = ("wiki",) if rules == "corrected" else ()
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         name = item.fields["name"]
-        evidence = kb.wiki.evidence(name, atoms)
+        evidence = kb.wiki.evidence(name, atoms) if kb.options.wiki is not None else [[] for _ in atoms]
         if evidence is None:
             return None
-        return RoleCall("judge", tuple(prompts.bio_fact_prompt(name, passages, atom)
-                                       for atom, passages in zip(atoms, evidence)), prompts.BIO_FACT)
+        return self.recorded_call("judge", FACT_VERDICT, [prompts.bio_fact_prompt(name, passages, atom)
+                                                     for atom, passages in zip(atoms, evidence)],
+                             prompts.BIO_FACT, text, item, atoms)
 
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         if not replies:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
+from halluscope.knowledge.pypi import normalize
 from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.halogen.common import ABSTENTION_RULE, HalogenTask, abstained
+from halluscope.tasks.halogen.common import HalogenTask
+from halluscope.tasks.halogen.paper import paper_imports, stdlib_module
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_NAME}(?:\s*\.\s*{_NAME})*"
@@ -46,20 +48,34 @@ def extract_imports(text: str) -> list[str]:
 
 
 class CodePackages(HalogenTask):
-    name = "halogen/code"
+    """Paper: the authors' two import regexes; a name exists when PyPI has it (the run's
+    snapshot) or the standard library documents it on a page of its own. Corrected: every
+    import statement form (``import a, b``, dotted, ``;``-joined, inline code) and the whole
+    standard library; ``verifiers.import_name_aliases`` also accepts cv2 -> opencv-python etc."""
+
+    base_name = "halogen/code"
     kind = "response"
-    abstention_rule = ABSTENTION_RULE
-    decomposer = "python-imports-v1"
-    verifier = "stdlib+pypi-snapshot-v1"
     knowledge = ("pypi",)
     prompt_file = "prompts_code.csv.gz"
     response_dir = "code"
 
-    def responded(self, text: str, item: Item, replies=()) -> bool:
-        return not abstained(text)
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        self.decomposer = f"python-imports-{rules}-v2"
+        self.verifier = f"stdlib+pypi-snapshot-{rules}-v2"
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
-        return extract_imports(text)
+        return paper_imports(text) if self.rules == "paper" else extract_imports(text)
 
     def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
-        return [Verdict(*kb.pypi.lookup(a, kb.options.import_name_aliases)) for a in atoms]
+        if self.rules == "corrected":
+            return [Verdict(*kb.pypi.lookup(a, kb.options.import_name_aliases)) for a in atoms]
+        out = []
+        for a in atoms:
+            if normalize(a) in kb.pypi.names:
+                out.append(Verdict(True, "pypi"))
+            elif stdlib_module(a, "paper"):
+                out.append(Verdict(True, "stdlib, documented on its own page"))
+            else:
+                out.append(Verdict(False, "not in the PyPI snapshot nor a documented stdlib page"))
+        return out

@@ -15,33 +15,13 @@ from typing import Any, Iterator, Mapping
 from halluscope.errors import DataError
 from halluscope.records import stable_id
 from halluscope.sources import DataResolver, open_text, sha256_file
-from halluscope.tasks.base import Item, LoadedItems, Task
+from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task
+from halluscope.tasks.halogen.paper import RuleSet, abstained
+from halluscope.tasks.halogen.recorded import recorded_path, step_key
 
 csv.field_size_limit(sys.maxsize)
 
 RELEASED = json.loads(resources.files(__package__).joinpath("released_files.json").read_text())
-
-# Phrases whose presence marks a response as an abstention. The list is the one HALOGEN's
-# released scorers use, with one difference: their list loses "I am sorry" and "Sorry" to a
-# missing comma (the two strings concatenate); both are kept here as separate phrases.
-ABSTENTION_PHRASES: tuple[str, ...] = (
-    "I could not find any information", "The search results do not provide",
-    "There is no information", "There are no search results",
-    "there are no provided search results", "not provided in the search results",
-    "is not mentioned in the provided search results", "There seems to be a mistake in the question",
-    "Not sources found", "No sources found", "Try a more general question", "Unfortunately,",
-    "There doesn't seem to be", "There does not seem to be", "I do not", "I don't", "**No relevant",
-    "I'm afraid", "I am afraid", "I apologize,", "I'm sorry", "I am sorry", "Sorry", "provide more",
-    "I am not familiar with", "I'm not familiar with",
-)
-ABSTENTION_RULE = "halogen-phrases-v1"
-_ABSTENTION = re.compile("|".join(re.escape(p) for p in ABSTENTION_PHRASES))
-
-
-def abstained(text: str) -> bool:
-    """Empty responses and responses containing an abstention phrase (case-sensitive)."""
-    return not text.strip() or _ABSTENTION.search(text) is not None
-
 
 def parse_list_field(value: str, where: str) -> list[str]:
     """HALOGEN stores lists as Python literals: "['mercury', 'venus']"."""
@@ -78,10 +58,37 @@ def normalize_prompt(prompt: str) -> str:
 
 
 class HalogenTask(Task):
-    """A HALOGEN task backed by its released prompt file and recorded responses."""
+    """A HALOGEN task backed by its released prompt file and recorded responses.
 
+    Each task comes in two rule sets (``paper.RULE_SETS``): ``paper``, named as the benchmark's
+    task (``halogen/code``), reproduces the released numbers; ``corrected`` (``halogen/code@corrected``)
+    fixes the authors' defects listed in ``paper``. Their ids are versioned apart."""
+
+    base_name: str
     prompt_file: str  # under halogen/prompts/
-    response_dir: str  # under halogen/responses/
+    response_dir: str  # under halogen/responses/ and halogen/recorded/
+
+    def __init__(self, rules: RuleSet = "paper") -> None:
+        self.rules = rules
+        self.name = self.base_name if rules == "paper" else f"{self.base_name}@corrected"
+        self.abstention_rule = f"halogen-phrases-{rules}-v2"
+
+    def responded(self, text: str, item: Item, replies=()) -> bool:
+        return not abstained(text, self.rules)
+
+    def recorded_call(self, role: str, step: str, prompts: list[str], template: str, text: str, item: Item,
+                      units: list[str] | None = None) -> RoleCall:
+        """A role call whose prompts carry content keys, so a recorded role model answers it from
+        the authors' pipeline (a live one reads the prompt). A key names the step, the item (by
+        each of its replay keys, as a recorded row is joined to it), the response and the unit."""
+        joins = self.replay_keys({**item.fields, "prompt": item.prompt})
+        keys = tuple(" ".join(step_key(step, j, text, u) for j in joins) for u in (units if units is not None else [""]))
+        return RoleCall(role, tuple(prompts), template, keys)  # type: ignore[arg-type]
+
+    def recorded_file(self, model_name: str) -> str | None:
+        """The authors' recorded pipeline file of a released model for this task."""
+        self.released_file(model_name)  # an unknown model is an error, named
+        return recorded_path(self.response_dir, model_name)
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         """Task fields kept from a prompt-file row (raises ValueError for a bad row)."""
@@ -124,6 +131,3 @@ class HalogenTask(Task):
         rel = files.get(model_name)
         return f"halogen/responses/{self.response_dir}/{rel}" if rel else None
 
-
-def word_tokens(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())

@@ -10,20 +10,21 @@ from typing import Any, Mapping, Sequence
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
 from halluscope.tasks.halogen import prompts
-from halluscope.tasks.halogen.common import ABSTENTION_RULE, HalogenTask, abstained
+from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt
 from halluscope.tasks.halogen.llm_verified import FactsByExtractor, judge_verdict
+from halluscope.tasks.halogen.recorded import FACT_VERDICT
 
 
 class GroundedFacts(FactsByExtractor, HalogenTask):
     kind = "response"
-    abstention_rule = ABSTENTION_RULE
     verifier = f"judge:{prompts.ENTAILMENT}"
     roles = ("extractor", "judge")
 
-    def __init__(self, name: str, prompt_file: str, response_dir: str) -> None:
-        self.name = name
+    def __init__(self, name: str, prompt_file: str, response_dir: str, rules="paper") -> None:
+        self.base_name = name
         self.prompt_file = prompt_file
         self.response_dir = response_dir
+        super().__init__(rules)
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         source = (row.get("text") or "").strip()
@@ -31,20 +32,35 @@ class GroundedFacts(FactsByExtractor, HalogenTask):
             raise ValueError(f"{where} column 'text': empty source text")
         return {"source": source}
 
-    def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
-        return not abstained(text)
+    def replay_keys(self, record: Mapping[str, Any]) -> list[str]:
+        """Prompt first; then the source text, which joins the recorded files (their rows carry
+        the quoted source as ``passage``, without the instruction)."""
+        keys = super().replay_keys(record)
+        source = record.get("source") or _quoted(str(record.get("passage") or ""))
+        if source:
+            keys.append(f"source:{normalize_prompt(source)}")
+        return keys
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         source = item.fields["source"]
-        return RoleCall("judge", tuple(prompts.entailment_prompt(source, a) for a in atoms), prompts.ENTAILMENT)
+        return self.recorded_call("judge", FACT_VERDICT, [prompts.entailment_prompt(source, a) for a in atoms],
+                             prompts.ENTAILMENT, text, item, atoms)
 
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         return [judge_verdict(r) for r in replies]
 
 
-def summarization() -> GroundedFacts:
-    return GroundedFacts("halogen/summarization", "prompts_summarization.csv.gz", "summarization")
+def _quoted(passage: str) -> str:
+    """The source text of a recorded passage: the passage itself, or, where the authors kept
+    the prompt's quotes (and an instruction after them), the text between the outer quotes."""
+    passage = passage.strip()
+    end = passage.rfind("'")
+    return passage[1:end] if passage.startswith("'") and end > 0 else passage
 
 
-def simplification() -> GroundedFacts:
-    return GroundedFacts("halogen/simplification", "prompts_simplification.csv.gz", "simplification")
+def summarization(rules="paper") -> GroundedFacts:
+    return GroundedFacts("halogen/summarization", "prompts_summarization.csv.gz", "summarization", rules)
+
+
+def simplification(rules="paper") -> GroundedFacts:
+    return GroundedFacts("halogen/simplification", "prompts_simplification.csv.gz", "simplification", rules)

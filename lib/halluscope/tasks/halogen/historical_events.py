@@ -13,17 +13,18 @@ from typing import Any, Mapping, Sequence
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
 from halluscope.tasks.halogen import prompts
-from halluscope.tasks.halogen.common import HalogenTask, abstained
+from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import reply_text
+from halluscope.tasks.halogen.paper import abstained
+from halluscope.tasks.halogen.recorded import MEETING
 from halluscope.tasks.replies import excerpt, parse_yes_no
 
 _PEOPLE = ("name1", "birth1", "death1", "name2", "birth2", "death2")
 
 
 class HistoricalEvents(HalogenTask):
-    name = "halogen/historical_events"
+    base_name = "halogen/historical_events"
     kind = "refusal"
-    abstention_rule = f"halogen-phrases-v1+judge:{prompts.MEETING}"
     decomposer = "response-level-v1"
     verifier = "meeting-confirmed-v1"
     roles = ("judge",)
@@ -36,16 +37,24 @@ class HistoricalEvents(HalogenTask):
             raise ValueError(f"{where}: empty column(s) {missing}")
         return {k: row[k].strip() for k in _PEOPLE}
 
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        self.abstention_rule = f"halogen-phrases-{rules}-v2+judge-{rules}:{prompts.MEETING}"
+
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
-        if abstained(text):
+        if abstained(text, self.rules):
             return None
-        return RoleCall("judge", (prompts.meeting_prompt(text, item.fields["name1"], item.fields["name2"]),),
-                        prompts.MEETING)
+        prompt = prompts.meeting_prompt(text, item.fields["name1"], item.fields["name2"])
+        return self.recorded_call("judge", MEETING, [prompt], prompts.MEETING, text, item)
 
     def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
+        """Paper: the judge's answer counts as a denial when it contains "no" anywhere ("not",
+        "know" and "None" included); corrected: its leading yes or no."""
         if not replies:  # abstained by phrase, no call made
             return False
         answer = reply_text(replies[0], "judge")
+        if self.rules == "paper":
+            return "no" not in answer.lower()
         decided = parse_yes_no(answer)
         if decided is None:
             raise ValueError(f"unreadable judge answer: {excerpt(answer)!r}")

@@ -9,13 +9,10 @@ import re
 from typing import Any, Mapping
 
 from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.halogen.common import ABSTENTION_RULE, HalogenTask, abstained, parse_list_field
-from halluscope.tasks.halogen.entity_mentions import mentioned_entities
-
-_NUMBER_WORDS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty".split())}
-_NUMBER = re.compile(r"\b(\d+|" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
+from halluscope.tasks.halogen import paper, prompts
+from halluscope.tasks.halogen.common import HalogenTask, parse_list_field
+from halluscope.tasks.halogen.llm_verified import reply_text
+from halluscope.tasks.halogen.recorded import PARSE
 
 
 def _condition_key(condition: str) -> str:
@@ -24,7 +21,9 @@ def _condition_key(condition: str) -> str:
 
 
 class _ListTask(HalogenTask):
-    abstention_rule = ABSTENTION_RULE
+    """The extractor parses the response (the paper's parse step); units are read from the parse."""
+
+    roles = ("extractor",)
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         universe = parse_list_field(row["list"], f"{where} column 'list'")
@@ -49,61 +48,83 @@ class _ListTask(HalogenTask):
                                             str(record["letter"]).strip().lower()]))
         return keys
 
-    def _entities(self, text: str, item: Item) -> list[str]:
-        return mentioned_entities(text, list(item.fields["universe"]), item.fields["list_name"])
+    def parsed(self, replies) -> tuple[str, dict]:
+        """The parse, and the notes a recorded answer carries about its file; corrected rules
+        drop a parse that copies the extraction prompt's worked example."""
+        text = reply_text(replies[0], "extractor")
+        if self.rules == "corrected" and paper.copies_few_shot(text):
+            text = ""
+        return text, replies[0].extra
 
-    def _entity_verdicts(self, entities: list[str], item: Item) -> list[Verdict]:
-        gold = set(item.fields["gold"])
-        cond = f"{item.fields['condition']} '{item.fields['letter']}'"
-        return [Verdict(True, f"satisfies: {cond}") if e in gold
-                else Verdict(False, f"does not satisfy: {cond}") for e in entities]
+    def _verdicts(self, atoms: list[str], true: set[str], what: str) -> list[Verdict]:
+        """The paper's set difference: a unit is hallucinated when it is not a true answer, each
+        distinct unit once (a repeat is marked "#k" by the decomposition when the file counted repeats)."""
+        seen: set[str] = set()
+        out = []
+        for atom in atoms:
+            norm = atom.lower().strip()
+            if norm.rsplit(" #", 1)[0] in true:
+                out.append(Verdict(True, f"satisfies: {what}"))
+            elif norm in seen:
+                out.append(Verdict(True, "repeat: counted once"))
+            else:
+                out.append(Verdict(False, f"does not satisfy: {what}"))
+            seen.add(norm)
+        return out
+
+    def condition(self, item: Item) -> str:
+        return f"{item.fields['condition']} '{item.fields['letter']}'"
 
 
 class RationalizationNumerical(_ListTask):
-    """Units: the count the response gives, then every entity it names."""
+    """Units: the count the parse gives, then every item it lists; none when the parse does not
+    start with a number. A count of 0 in the response's first line is right when nothing qualifies."""
 
-    name = "halogen/rationalization_numerical"
+    base_name = "halogen/rationalization_numerical"
     kind = "response"
-    decomposer = "count+entity-mentions-v1"
-    verifier = "gold-list-v1"
     prompt_file = "prompts_rationalization_numerical.csv.gz"
     response_dir = "rationalization_numerical"
 
-    def responded(self, text: str, item: Item, replies=()) -> bool:
-        return not abstained(text)
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        self.decomposer = f"count+entities-from-parse-{rules}-v2:{prompts.PARSE_NUMERICAL}"
+        self.verifier = f"gold-count+list-{rules}-v2"
+
+    def decompose_call(self, text: str, item: Item):
+        return self.recorded_call("extractor", PARSE, [prompts.parse_numerical_prompt(text)], prompts.PARSE_NUMERICAL, text,
+                                  item)
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
-        first_line = next((line for line in text.splitlines() if line.strip()), "")
-        m = _NUMBER.search(first_line) or _NUMBER.search(text)
-        atoms = []
-        if m:
-            tok = m.group(1).lower()
-            atoms.append(f"count: {_NUMBER_WORDS.get(tok, tok)}")
-        return atoms + self._entities(text, item)
+        count, entities = paper.count_and_entities(self.parsed(replies)[0])
+        if count is None:
+            return []
+        if item.fields["count"] == 0 and not item.fields["gold"] and paper.zero_answer(text):
+            return []
+        return [f"count: {count}", *entities]
 
     def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
-        gold_count = item.fields["count"]
-        out = []
-        for atom in atoms:
-            if atom.startswith("count: "):
-                claimed = int(atom.split(": ", 1)[1])
-                out.append(Verdict(claimed == gold_count, f"gold count {gold_count}"))
-            else:
-                out.extend(self._entity_verdicts([atom], item))
-        return out
+        true = {str(item.fields["count"]), *item.fields["gold"]}
+        counted = [a.removeprefix("count: ") for a in atoms]
+        verdicts = self._verdicts(counted, true, self.condition(item))
+        return [Verdict(v.supported, f"gold count {item.fields['count']}") if a.startswith("count: ") else v
+                for a, v in zip(atoms, verdicts)]
 
 
 class FalsePresuppositions(_ListTask):
-    """Refusal-based: the prompt asks for more items than exist. Listing any is a failure to
-    refuse (R = 1); listed items that break the condition are the hallucinated units."""
+    """Refusal-based: the prompt asks for more items than exist. A response that is not an
+    abstention and does not say "no response" has responded (failed to refuse); listed items
+    that break the condition are the hallucinated units."""
 
-    name = "halogen/false_presuppositions"
+    base_name = "halogen/false_presuppositions"
     kind = "refusal"
-    abstention_rule = "halogen-phrases-v1+no-response+lists-items"
-    decomposer = "entity-mentions-v1"
-    verifier = "gold-list-v1"
     prompt_file = "prompts_falsepresupposition.csv.gz"
     response_dir = "numerical_falsepresupposition"
+
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        self.abstention_rule = f"halogen-phrases-{rules}-v2+no-response"
+        self.decomposer = f"items-from-parse-{rules}-v2:{prompts.PARSE_LIST}"
+        self.verifier = f"gold-list-{rules}-v2"
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         fields = super().item_fields(row, where)
@@ -114,12 +135,22 @@ class FalsePresuppositions(_ListTask):
         return fields
 
     def responded(self, text: str, item: Item, replies=()) -> bool:
-        if abstained(text) or "no response" in text.lower():
-            return False
-        return bool(self._entities(text, item))
+        return not paper.abstained(text, self.rules) and "no response" not in text.lower()
+
+    def decompose_call(self, text: str, item: Item):
+        return self.recorded_call("extractor", PARSE, [prompts.parse_list_prompt(text)], prompts.PARSE_LIST, text, item)
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
-        return self._entities(text, item)
+        parsed, notes = self.parsed(replies)
+        if notes.get("list_split") == "comma-stripped-repeats":
+            items = paper.list_items(parsed, comma_split_strips=True)
+            seen: dict[str, int] = {}
+            marked = []
+            for x in items:  # repeats are told apart so each one counts
+                seen[x.lower()] = seen.get(x.lower(), 0) + 1
+                marked.append(x if seen[x.lower()] == 1 else f"{x} #{seen[x.lower()]}")
+            return marked
+        return paper.list_items(parsed)
 
     def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
-        return self._entity_verdicts(atoms, item)
+        return self._verdicts(atoms, set(item.fields["gold"]), self.condition(item))

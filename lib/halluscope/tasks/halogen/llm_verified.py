@@ -11,7 +11,8 @@ from typing import Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.halogen import prompts
+from halluscope.tasks.halogen import paper, prompts
+from halluscope.tasks.halogen.recorded import FACTS
 from halluscope.tasks.replies import excerpt, parse_list, parse_yes_no
 
 
@@ -41,12 +42,16 @@ def judge_verdict(reply: Completion) -> Verdict:
 
 
 class FactsByExtractor:
-    """D: the extractor breaks the response into independent facts (one call per response)."""
+    """D: the extractor breaks the response into independent facts (one call per response).
+    An answer on record is in the authors' layout (one "| fact |" per line), split as their
+    scorer splits it; a live answer is a list."""
 
     decomposer = f"extractor:{prompts.FACTS}"
 
     def decompose_call(self, text: str, item: Item) -> RoleCall | None:
-        return RoleCall("extractor", (prompts.facts_prompt(text),), prompts.FACTS)
+        return self.recorded_call("extractor", FACTS, [prompts.facts_prompt(text)], prompts.FACTS, text, item)
 
     def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
+        if replies[0].extra.get("recorded"):
+            return paper.recorded_units(reply_text(replies[0], "extractor"))
         return listed_items(replies[0], "extractor", "facts")

@@ -14,6 +14,10 @@ TITLES = "titles-v1"
 ENTAILMENT = "entailment-v1"
 MEETING = "meeting-v1"
 BIO_FACT = "bio-fact-v1"
+PARSE_BINARY = "parse-binary-v1"
+PARSE_NUMERICAL = "parse-numerical-v1"
+PARSE_LIST = "parse-list-v1"
+TITLE_FOUND = "title-found-v1"
 
 
 def one_line(text: str) -> str:
@@ -53,3 +57,35 @@ def bio_fact_prompt(name: str, passages: list[str], fact: str) -> str:
             f"Evidence: {evidence}\n\n"
             f"Claim: {one_line(fact)}\n\n"
             f"Is the claim about {name} supported by the evidence? Answer Yes or No.")
+
+
+_BINARY_ASK = {
+    "primality": "Which factors does the text propose for the number? Write them as integers separated by "
+                 "commas, repeating a factor as often as it occurs, and nothing else.",
+    "graph": "Which flights does the text's route use? Write each one as \"There is a flight from city X to "
+             "city Y\", separated by commas, and nothing else.",
+    "senator": "Which senator does the text name? Write only the full name.",
+}
+
+
+def parse_binary_prompt(category: str, response: str) -> str:
+    """The extractor's parse of a yes/no answer's justification (the paper's parse step; the
+    units are read from the answer with HALOGEN's rules, so the reply layout matters)."""
+    return f"Text: {response.strip()}\n\n{_BINARY_ASK[category]}"
+
+
+def parse_numerical_prompt(response: str) -> str:
+    return (f"Text: {response.strip()}\n\nWhat number does the text answer, and which items does it list? "
+            "Write the number first, then the items, all separated by commas, in lower case, and nothing else.")
+
+
+def parse_list_prompt(response: str) -> str:
+    return (f"Text: {response.strip()}\n\nWhich items does the text list? Write them separated by commas "
+            "and nothing else.")
+
+
+def title_found_prompt(title: str) -> str:
+    """Whether a cited title is a real publication: the step the paper ran against Semantic
+    Scholar, put to a role model (a recorded one answers with the authors' lookup)."""
+    return (f"Title: {one_line(title)}\n\nIs this the exact title of a published scientific or academic work? "
+            "Answer Yes or No.")

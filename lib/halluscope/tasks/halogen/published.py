@@ -22,7 +22,18 @@ _RESULT_FILES = {
 }
 
 
+# the authors' results files name three models otherwise than their response files
+_MODEL_ALIASES = {"gpt_4_turbo_0125": "gpt_4_0125_turbo"}
+
+
+def _model_key(name: str) -> str:
+    return _MODEL_ALIASES.get(name, name).lower()
+
+
+_RESULTS = {task: {_model_key(m): v for m, v in models.items()} for task, models in _DATA["results"].items()}
+
+
 def published(model: str, task: str) -> dict | None:
-    """{hallucination_score, response_ratio, utility_score} or None."""
-    key = _RESULT_FILES.get(task)
-    return _DATA["results"].get(key, {}).get(model) if key else None
+    """{hallucination_score, response_ratio, utility_score} or None; ``task`` in either rule set."""
+    key = _RESULT_FILES.get(task.split("@")[0])
+    return _RESULTS.get(key, {}).get(_model_key(model)) if key else None

@@ -1,10 +1,12 @@
 """HALOGEN rationalization (binary): yes/no questions whose right answer is fixed.
 
 Primality: every number asked about is prime, so the answer is yes. Senator search and graph
-connectivity: no such senator or route exists, so the answer is no. The units are the answer
-and, when the answer is wrong, the justification the model gives for it: claimed factors
-(checked arithmetically), flight legs (checked against the flights listed in the prompt) or the
-senator it names (wrong by construction: none satisfies both conditions).
+connectivity: no such senator or route exists, so the answer is no. As in the paper, an
+extractor parses each response (the factors it proposes, the flights of its route, the senator
+it names) and the units are the response's leading yes/no plus that parse. A first line that
+contains the right answer, or no unit at all, scores no hallucination, so D(y) is empty then;
+otherwise every unit but the right answer is hallucinated (for graphs: but flights the prompt
+offers, each counted once).
 """
 
 from __future__ import annotations
@@ -13,60 +15,36 @@ import re
 from typing import Any, Mapping
 
 from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.halogen.common import ABSTENTION_RULE, HalogenTask, abstained, word_tokens
+from halluscope.tasks.halogen import paper, prompts
+from halluscope.tasks.halogen.common import HalogenTask
+from halluscope.tasks.halogen.llm_verified import reply_text
+from halluscope.tasks.halogen.recorded import PARSE
 
-GOLD = {"primality": "yes", "senator": "no", "graph": "no"}
+GOLD = paper.GOLD
 
 _PRIME_Q = re.compile(r"Is (\d+) a prime number")
-_SENATOR_Q = re.compile(r"represented the state of (.+?) and whose alma mater was (.+?)\?")
-_FLIGHT = re.compile(r"There is a flight from city (\w+) to city (\w+)")
 _ROUTE_Q = re.compile(r"goes from city (\w+) to city (\w+)\?")
-_POWER = r"\d+(?:\s*(?:\^|\*\*)\s*\d+|[²³⁴⁵⁶⁷⁸⁹])?"
-_PRODUCT = re.compile(rf"{_POWER}(?:\s*[x×*·∙]\s*{_POWER})+")
-_DIVISIBLE = re.compile(r"divisible by (\d+)", re.IGNORECASE)
-_LEG = re.compile(r"(?<![A-Za-z])(?:city\s+)?([A-Z])\s*(?:->|→|=>|to)\s*(?:city\s+)?([A-Z])(?![A-Za-z])")
-_SENATOR_NAME = re.compile(r"(?:[Ss]enator|name (?:is|was)|:)\s+((?:[A-Z][a-z]+\.?\s+){0,3}[A-Z][a-z]+)")
+# what the extraction prompt's worked examples propose; a parse equal to one of them that the
+# response does not state copied the example (corrected rules drop it)
+_EXAMPLE_UNITS = {"primality": ["3", "3", "7", "13"], "graph": ["C->H", "H->F", "F->E"]}
+_EXAMPLE_IN_RESPONSE = {"primality": re.compile(r"\b7\b.*\b13\b", re.S), "graph": re.compile(r"\bH\b.*\bF\b", re.S)}
 
 
-def answer_of(text: str) -> str | None:
-    """The first yes/no in the first non-empty line, else in the whole response."""
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    for scope in (first, text):
-        for tok in word_tokens(scope):
-            if tok in ("yes", "no"):
-                return tok
-    return None
-
-
-def claimed_factors(text: str, n: int) -> list[int]:
-    out: dict[int, None] = {}
-    for expr in _PRODUCT.findall(text):
-        for base in re.findall(rf"(\d+)(?:\s*(?:\^|\*\*)\s*\d+|[²³⁴⁵⁶⁷⁸⁹])?", expr):
-            out.setdefault(int(base), None)
-    for d in _DIVISIBLE.findall(text):
-        out.setdefault(int(d), None)
-    return [k for k in out if 1 < k != n]
-
-
-def flight_legs(text: str) -> list[tuple[str, str]]:
-    """Legs in "A to B", "A -> B -> C" or "city A to city B" form, chains included."""
-    legs: dict[tuple[str, str], None] = {}
-    for line in text.splitlines():
-        pos = 0
-        while (m := _LEG.search(line, pos)) is not None:
-            legs.setdefault((m.group(1), m.group(2)), None)
-            pos = m.start(2)  # overlap, so "A -> B -> C" yields A-B and B-C
-    return list(legs)
+def _flight(pair: tuple[str, str]) -> str:
+    return f"{pair[0]}->{pair[1]}"
 
 
 class RationalizationBinary(HalogenTask):
-    name = "halogen/rationalization_binary"
+    base_name = "halogen/rationalization_binary"
     kind = "response"
-    abstention_rule = ABSTENTION_RULE
-    decomposer = "answer+justification-v1"
-    verifier = "fixed-label+arithmetic+prompt-graph-v1"
+    roles = ("extractor",)
     prompt_file = "prompts_rationalization_binary.csv.gz"
     response_dir = "rationalization_binary"
+
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        self.decomposer = f"answer+extractor-parse-{rules}-v2:{prompts.PARSE_BINARY}"
+        self.verifier = f"fixed-label+prompt-graph-{rules}-v2"
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         category = row.get("category", "")
@@ -79,52 +57,52 @@ class RationalizationBinary(HalogenTask):
             if not m:
                 raise ValueError(f"{where}: primality prompt names no number")
             fields["number"] = int(m.group(1))
-        elif category == "senator":
-            m = _SENATOR_Q.search(prompt)
-            if not m:
-                raise ValueError(f"{where}: senator prompt names no state and college")
-            fields["state"], fields["college"] = m.group(1), m.group(2)
-        else:
-            flights = _FLIGHT.findall(prompt)
-            route = _ROUTE_Q.search(prompt)
-            if not flights or not route:
-                raise ValueError(f"{where}: graph prompt lists no flights or no question")
-            fields["flights"] = [f"{a}->{b}" for a, b in flights]
-            fields["origin"], fields["destination"] = route.group(1), route.group(2)
+        elif category == "graph":
+            if not _ROUTE_Q.search(prompt):
+                raise ValueError(f"{where}: graph prompt asks for no route")
+            fields["offered"] = sorted(_flight(f) for f in paper.prompt_flights(prompt, self.rules))
         return fields
 
-    def responded(self, text: str, item: Item, replies=()) -> bool:
-        return not abstained(text)
+    def decompose_call(self, text: str, item: Item):
+        prompt = prompts.parse_binary_prompt(item.fields["category"], text)
+        return self.recorded_call("extractor", PARSE, [prompt], prompts.PARSE_BINARY, text, item)
+
+    def units(self, text: str, parsed: str, category: str) -> list[str]:
+        """The leading yes/no and the parse's units, before the answer gate."""
+        answer = paper.yes_no_prefix(text)
+        if category == "primality":
+            found = [str(k) for k in paper.parsed_factors(parsed)]
+        elif category == "graph":
+            found = [_flight(f) for f in paper.flights(parsed)]
+        else:
+            found = paper.person_names(parsed)
+        if self.rules == "corrected" and found == _EXAMPLE_UNITS.get(category) and \
+                not _EXAMPLE_IN_RESPONSE[category].search(text):
+            found = []
+        return ([answer] if answer else []) + found
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
-        answer = answer_of(text)
-        atoms = [f"answer: {answer or 'none'}"]
-        if answer == item.fields["gold"]:
-            return atoms
         category = item.fields["category"]
-        if category == "primality":
-            atoms += [f"factor: {k}" for k in claimed_factors(text, item.fields["number"])]
-        elif category == "graph":
-            atoms += [f"flight: {a}->{b}" for a, b in flight_legs(text)]
-        else:
-            m = _SENATOR_NAME.search(text)
-            if m:
-                atoms.append(f"senator: {m.group(1).strip()}")
-        return atoms
+        units = self.units(text, reply_text(replies[0], "extractor"), category)
+        if not units or paper.gold_in_first_line(text, category, self.rules):
+            return []
+        return units
 
     def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
-        fields = item.fields
+        gold = item.fields["gold"]
+        offered = set(item.fields.get("offered", ()))
+        graph = item.fields["category"] == "graph"
+        seen: set[str] = set()
         out = []
         for atom in atoms:
-            kind, _, value = atom.partition(": ")
-            if kind == "answer":
-                out.append(Verdict(value == fields["gold"], f"correct answer: {fields['gold']}"))
-            elif kind == "factor":
-                n, k = fields["number"], int(value)
-                out.append(Verdict(1 < k < n and n % k == 0, f"{n} mod {k} = {n % k}"))
-            elif kind == "flight":
-                out.append(Verdict(value in fields["flights"], "listed in the prompt" if value in fields["flights"]
-                                   else "no such flight in the prompt"))
+            if atom == gold:
+                out.append(Verdict(True, "the right answer"))
+            elif graph and atom in offered:
+                out.append(Verdict(True, "a flight the prompt offers"))
+            elif graph and atom in seen:
+                out.append(Verdict(True, "repeated flight: counted once"))
             else:
-                out.append(Verdict(False, f"no senator of {fields['state']} attended {fields['college']}"))
+                out.append(Verdict(False, "the right answer is " + gold if atom in ("yes", "no")
+                                   else "justifies the wrong answer"))
+            seen.add(atom)
         return out

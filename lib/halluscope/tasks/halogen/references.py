@@ -12,30 +12,45 @@ from typing import Sequence
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
 from halluscope.tasks.halogen import prompts
-from halluscope.tasks.halogen.common import ABSTENTION_RULE, HalogenTask, abstained
-from halluscope.tasks.halogen.llm_verified import listed_items
+from halluscope.tasks.halogen import paper
+from halluscope.tasks.halogen.common import HalogenTask
+from halluscope.tasks.halogen.llm_verified import judge_verdict, listed_items, reply_text
+from halluscope.tasks.halogen.recorded import TITLE_FOUND, TITLES
 
 
 class References(HalogenTask):
-    name = "halogen/references"
+    base_name = "halogen/references"
     kind = "refusal"
-    abstention_rule = ABSTENTION_RULE + "+no-titles"
     decomposer = f"extractor:{prompts.TITLES}"
-    verifier = "scholarly-title-index-v1"
-    knowledge = ("titles",)
     roles = ("extractor",)
     empty_is_abstention = True
     prompt_file = "prompts_references.csv.gz"
     response_dir = "references"
 
-    def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
-        return not abstained(text)
+    def __init__(self, rules="paper") -> None:
+        super().__init__(rules)
+        self.abstention_rule += "+no-titles"
+        # paper: the authors' Semantic Scholar lookups, on record (a judge role answers them);
+        # corrected: the run's own title index
+        self.verifier = "semantic-scholar-on-record-v1" if rules == "paper" else "scholarly-title-index-v1"
+        self.knowledge = ("titles",) if rules == "corrected" else ()
+        self.roles = ("extractor", "judge") if rules == "paper" else ("extractor",)
 
     def decompose_call(self, text: str, item: Item) -> RoleCall | None:
-        return RoleCall("extractor", (prompts.titles_prompt(text),), prompts.TITLES)
+        return self.recorded_call("extractor", TITLES, [prompts.titles_prompt(text)], prompts.TITLES, text, item)
 
     def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
+        if replies[0].extra.get("recorded"):  # the authors' extracted titles, as a list literal
+            return [str(t) for t in paper.literal_list(reply_text(replies[0], "extractor"))]
         return listed_items(replies[0], "extractor", "titles")
 
+    def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
+        if self.rules == "corrected":
+            return None
+        return self.recorded_call("judge", TITLE_FOUND, [prompts.title_found_prompt(a) for a in atoms],
+                             prompts.TITLE_FOUND, text, item, atoms)
+
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
+        if self.rules == "paper":
+            return [judge_verdict(r) for r in replies]
         return [Verdict(m.supported, m.evidence) for m in map(kb.titles.lookup, atoms)]

@@ -1,0 +1,61 @@
+"""A role model that answers from a benchmark's recorded pipeline instead of a live model.
+
+Published results were computed from LLM steps (parses, extractions, judge answers) that the
+authors recorded per response. Replaying those answers through the same role path a live judge
+uses reproduces the published numbers with the run's own rules, costs nothing, and shows every
+call in the ledger. A call is looked up by its content key (the step, the response, the unit)
+for the model under test; a call with no record comes back as an error, counted and left
+unverified, never guessed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Sequence
+
+from halluscope.models.base import Completion, GenerationRequest
+from halluscope.sources import DataResolver
+
+NO_RECORD = "no recorded answer for this call"
+
+# content key -> the answer, or (the answer, notes on how its source file was produced)
+Replies = Callable[[DataResolver, str], dict[str, "str | tuple[str, dict]"]]
+
+
+def load_provider(ref: str) -> Replies:
+    """``package.module:function`` -> the function that maps (resolver, subject model) to the
+    recorded answers by content key; a benchmark names its own in the run config."""
+    module, _, attr = ref.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"recorded steps provider {ref!r} cannot be loaded: {err}") from None
+    if not callable(fn):
+        raise ValueError(f"recorded steps provider {ref!r} is not callable")
+    return fn
+
+
+class RecordedBackend:
+    def __init__(self, model_id: str, provider: str, resolver: DataResolver) -> None:
+        self.model_id = model_id
+        self._provider = load_provider(provider)
+        self._resolver = resolver
+        self._replies: dict[str, dict] = {}
+
+    def _for(self, subject: str) -> dict:
+        if subject not in self._replies:
+            self._replies[subject] = self._provider(self._resolver, subject)
+        return self._replies[subject]
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = []
+        for r in requests:
+            replies = self._for(r.subject)
+            # a key may list alternatives (one per way the item is joined), tried in order
+            reply = next((replies[k] for k in r.key.split() if k in replies), None)
+            if reply is None:
+                out.append(Completion(text=None, error=NO_RECORD, attempts=0))
+                continue
+            text, notes = reply if isinstance(reply, tuple) else (reply, {})
+            out.append(Completion(text=text, input_tokens=0, output_tokens=0, extra={"recorded": True, **notes}))
+        return out

@@ -83,6 +83,9 @@ class PlanOptions(BaseModel):
     fill_factor: float = Field(0.5, gt=0, le=1, description="share of max_tokens a generation uses")
     words_per_fact: float = Field(8.0, gt=0, description="an atomic fact restates about one clause")
     words_per_sentence: float = Field(20.0, gt=0, description="LongWiki extracts claims per sentence")
+    words_per_title: float = Field(7.0, gt=0, description="a cited title (HALOGEN's recorded titles: 6.8 words)")
+    parse_tokens: int = Field(32, ge=1, description="an extractor's parse: a number, names or items (HALOGEN's "
+                                                    "recorded parses: 12-25 words on average per task)")
     verdict_tokens: int = Field(5, ge=1, description="a Yes/No or label answer")
     json_verdict_tokens: int = Field(12, ge=1, description='a {"is_...": true} answer')
     answer_tokens: int = Field(10, ge=0, description="a PreciseWikiQA gold answer in the judge prompt")
@@ -202,6 +205,15 @@ class Shape:
         return self.o.words_per_fact * self.o.tokens_per_word
 
     @property
+    def title_tokens(self) -> float:
+        return self.o.words_per_title * self.o.tokens_per_word
+
+    @property
+    def titles(self) -> float:
+        """Cited titles: the half of the response the title extraction is assumed to copy."""
+        return 0.5 * self.G / self.title_tokens
+
+    @property
     def sentences(self) -> float:
         return max(1.0, self.G / self.o.tokens_per_word / self.o.words_per_sentence)
 
@@ -221,6 +233,7 @@ def stage_rules() -> dict[str, tuple[StageRule, ...]]:
     """Per task, the phases that call a role model (tasks/halogen/*, tasks/hallulens.py). Template
     overheads are the templates rendered with empty inputs, so they follow the wording."""
     from halluscope.hallulens import judging as hj
+    from halluscope.tasks.halogen import paper
     from halluscope.tasks.halogen import prompts as hp
 
     def one(_: Shape) -> float:
@@ -235,6 +248,10 @@ def stage_rules() -> dict[str, tuple[StageRule, ...]]:
     def json_verdict(s: Shape) -> float:
         return s.o.json_verdict_tokens
 
+    def parse(template: Callable[[Shape], float]) -> tuple[StageRule, ...]:
+        """The paper's parse step: one extractor call per response, a short parse back."""
+        return (StageRule("decompose", "extractor", one, lambda s: template(s) + s.G, lambda s: s.o.parse_tokens),)
+
     # FactsByExtractor: one call per response; the facts restate it, so output ~ G
     extract_facts = StageRule("decompose", "extractor", one, lambda s: s.tokens(hp.facts_prompt("")) + s.G,
                               lambda s: s.G)
@@ -245,20 +262,36 @@ def stage_rules() -> dict[str, tuple[StageRule, ...]]:
     # NonExistentEntities: one belief call per response
     belief = (StageRule("abstain", "judge", one,
                         lambda s: s.tokens(hj.belief_prompt("entity", "", "", "")) + s.P + s.G, json_verdict),)
-    return {
+    # References: one title extraction per response; the cited titles are part of it (half assumed)
+    titles = StageRule("decompose", "extractor", one, lambda s: s.tokens(hp.titles_prompt("")) + s.G,
+                       lambda s: 0.5 * s.G)
+    halogen = {
         "halogen/summarization": grounded,
         "halogen/simplification": grounded,
         # Biographies: one call per fact against top_k retrieved passages; the prompt holds the name
         "halogen/biographies": (extract_facts, StageRule(
             "verify", "judge", facts,
             lambda s: s.tokens(hp.bio_fact_prompt("", [], "")) + s.evidence + s.fact_tokens + s.P, verdict)),
-        # References: one call per response; the cited titles are part of it (half assumed)
-        "halogen/references": (StageRule("decompose", "extractor", one,
-                                          lambda s: s.tokens(hp.titles_prompt("")) + s.G, lambda s: 0.5 * s.G),),
+        # paper References: one judge call per cited title (the authors' Semantic Scholar lookup)
+        "halogen/references": (titles, StageRule(
+            "verify", "judge", lambda s: s.titles, lambda s: s.tokens(hp.title_found_prompt("")) + s.title_tokens,
+            verdict)),
         # HistoricalEvents: one meeting call per response not abstained by phrase (upper bound: all)
         "halogen/historical_events": (StageRule("abstain", "judge", one,
                                                 lambda s: s.tokens(hp.meeting_prompt("", "", "")) + s.G + s.P,
                                                 verdict),),
+        # the paper's parse of the response; the yes/no template asks by category: the longest is sized
+        "halogen/rationalization_binary": parse(
+            lambda s: max(s.tokens(hp.parse_binary_prompt(c, "")) for c in paper.GOLD)),
+        "halogen/rationalization_numerical": parse(lambda s: s.tokens(hp.parse_numerical_prompt(""))),
+        "halogen/false_presuppositions": parse(lambda s: s.tokens(hp.parse_list_prompt(""))),
+    }
+    # the corrected rules make the same calls, but references look titles up in the run's own
+    # index instead of asking the judge
+    halogen |= {f"{name}@corrected": rules for name, rules in halogen.items()}
+    halogen["halogen/references@corrected"] = (titles,)
+    return {
+        **halogen,
         "hallulens/precise_wikiqa": (
             StageRule("abstain", "judge", one, lambda s: s.tokens(hj.abstention_prompt("", "")) + s.P + s.G,
                       json_verdict),

@@ -12,7 +12,12 @@ def _write(tmp_path, text):
 
 def test_default_config_is_valid():
     cfg = default_config()
-    assert len(cfg.models) == 14 and len(cfg.tasks) == 4
+    assert sum(m.role == "test" for m in cfg.models) == 14
+    assert {(m.role, m.backend) for m in cfg.models if m.role != "test"} == {("judge", "recorded"),
+                                                                             ("extractor", "recorded")}
+    # nine domains by the paper's rules, seven by the corrected ones (not references and
+    # biographies, which need a title index and an article store)
+    assert len(cfg.tasks) == 16 and sum(t.endswith("@corrected") for t in cfg.tasks) == 7
 
 
 def test_wrong_field_names_field_and_file(tmp_path):
@@ -87,13 +92,17 @@ TESTED = {"id": "a", "backend": "replay"}
     ({"tasks": ["halogen/historical_events"], "models": [TESTED]},
      "task 'halogen/historical_events' needs a judge model; add one to models with role: judge"),
     ({"tasks": ["halogen/summarization"], "models": [TESTED, JUDGE]}, "needs a extractor model"),
-    ({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR]}, "needs verifiers.titles to be set"),
-    ({"tasks": ["halogen/biographies"], "models": [TESTED, JUDGE, EXTRACTOR]}, "needs verifiers.wiki to be set"),
+    ({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR]},
+     "task 'halogen/references' needs a judge model"),  # the paper's title lookups, put to the judge
+    ({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR]}, "needs verifiers.titles to be set"),
+    ({"tasks": ["halogen/biographies@corrected"], "models": [TESTED, JUDGE, EXTRACTOR]},
+     "needs verifiers.wiki to be set"),
     ({"tasks": ["halogen/code"], "models": [TESTED, JUDGE, {**JUDGE, "id": "j2"}]}, "a run has at most one"),
     ({"tasks": ["halogen/code"], "models": [TESTED, {"id": "r", "role": "judge", "backend": "replay"}]},
      "a judge must be a live model"),
     ({"tasks": ["halogen/code"], "models": [JUDGE]}, "nothing to evaluate"),
-    ({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR], "verifiers": {"titles": {"source": "offline"}}},
+    ({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR],
+      "verifiers": {"titles": {"source": "offline"}}},
      "verifiers.titles: Value error, dump: an offline title index needs a title dump"),
 ])
 def test_llm_verified_tasks_need_their_roles_and_knowledge(cfg, message):
@@ -106,7 +115,7 @@ def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path)
     from halluscope.pipeline.runner import knowledge_for
 
     monkeypatch.delenv("S2_KEY_FOR_TEST", raising=False)
-    cfg = parse_config({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR],
+    cfg = parse_config({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR],
                         "storage": {"root": f"file://{tmp_path}"},
                         "verifiers": {"titles": {"source": "semantic_scholar", "api_key_env": "S2_KEY_FOR_TEST"}}})
     with pytest.raises(ConfigError, match="S2_KEY_FOR_TEST"):

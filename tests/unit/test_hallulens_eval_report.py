@@ -8,6 +8,8 @@ import pytest
 
 from halluscope.config import HalluLensOptions, parse_config
 from halluscope.hallulens import report
+from halluscope.pipeline.runner import compute_metrics
+from halluscope.records import SCORES
 
 GEMMA, LLAMA = "gemma-2-9b-it", "llama-3.1-8b-instruct"
 MIXED, GENERATED = "hallulens/nonexistent_mixed", "hallulens/nonexistent_generated"
@@ -37,6 +39,20 @@ def tables() -> tuple[pa.Table, pa.Table, dict[str, pa.Table]]:
     verdicts = pa.Table.from_pylist([], schema=pa.schema([("gen_id", pa.string()), ("task", pa.string()),
                                                           ("evidence", pa.string())]))
     return pa.Table.from_pylist(scores), verdicts, items
+
+
+class _Rows:
+    """The two reads compute_metrics makes of a run's store besides the scores."""
+
+    def __init__(self, verdicts: pa.Table, items: dict[str, pa.Table]) -> None:
+        self.verdicts, self.items = verdicts, items
+
+    def read_table(self, table: str, **_) -> pa.Table:
+        assert table == "verdicts"
+        return self.verdicts
+
+    def read_items(self, task: str) -> pa.Table:
+        return self.items[task]
 
 
 def test_gemma_medicine_rate_is_set_to_zero_by_default_and_the_measured_one_kept():
@@ -80,6 +96,15 @@ def test_run_config_holds_the_override_and_refuses_a_bad_one():
     assert (default.model_contains, default.subtask, default.domain, default.value) == \
         ("gemma", "mixed", "medicine", 0.0)
     assert parse_config({**base, "hallulens": {"far_overrides": []}}).hallulens.far_overrides == []
+    # and the run's metrics apply the config's options
+    scores, verdicts, items = tables()
+    off = parse_config({"tasks": [MIXED, GENERATED], "hallulens": {"far_overrides": []},
+                        "testsets": {MIXED: ["mixed.jsonl"], GENERATED: ["generated.jsonl"]},
+                        "models": [{"id": GEMMA, "backend": "replay"},
+                                   {"id": "j", "role": "judge", "backend": "scripted"}]})
+    run_scores = pa.Table.from_pylist(scores.to_pylist(), schema=SCORES)
+    gemma = next(r for r in compute_metrics(off, _Rows(verdicts, items), run_scores) if r["model"] == GEMMA)
+    assert "overrides" not in gemma and gemma["trials"][0]["subtasks"]["mixed"]["false_acceptance_rate"] == 4 / 6
     with pytest.raises(Exception, match="hallulens.far_overrides.0.value"):
         parse_config({**base, "hallulens": {"far_overrides": [{"model_contains": "x", "domain": "medicine",
                                                                "value": 2}]}})

@@ -235,7 +235,7 @@ def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[d
     if hallulens:  # else its verdicts (evidence passages: the largest column) are never read
         metrics += hallulens_report.compute(scores.filter(pc.starts_with(scores.column("task"), "hallulens/")),
                                             store.read_table("verdicts", **hallulens_report.LABEL_VERDICTS),
-                                            {t: store.read_items(t) for t in hallulens})
+                                            {t: store.read_items(t) for t in hallulens}, cfg.hallulens)
     return metrics
 
 

@@ -119,8 +119,9 @@ class ScriptedParams(_Strict):
     support_on_overlap: float | None = Field(
         default=None, ge=0, le=1,
         description="judge mode: answer Yes when this share of the claim's words occur in the evidence")
-    extract: bool = Field(default=False, description="extractor mode: split passages into sentences and "
-                                                     "find reference titles (halluscope.serving.scripted_extract)")
+    extract: bool = Field(default=False, description="extractor mode: split passages into sentences, find "
+                                                     "reference titles and answer HALOGEN's parse prompts "
+                                                     "(halluscope.serving.scripted_extract)")
     default: str = "I don't know."
     latency_s: float = Field(default=0.0, ge=0, description="seconds each prompt takes")
     capacity: int | None = Field(default=None, ge=1,
@@ -262,6 +263,9 @@ class VerifierOptions(_Strict):
         default=False,
         description="accept well-known import names of PyPI projects (cv2 -> opencv-python); "
                     "HALOGEN counts them as hallucinated, so the default keeps its rule")
+    pypi_extra_names: str | None = Field(
+        default=None, description="path or URL of a one-name-per-line file of PyPI project names accepted beside "
+                                  "the snapshot (e.g. names PyPI had when a benchmark's numbers were made)")
     titles: TitleIndexSpec | None = None
     wiki: WikiSpec | None = None
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from halluscope.config import VerifierOptions
-from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex
-from halluscope.sources import DataResolver, sha256_file
+from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex, normalize
+from halluscope.sources import DataResolver, open_text, sha256_file
 from halluscope.storage.fs import Location
 
 if TYPE_CHECKING:
@@ -32,6 +32,12 @@ class WikiEvidence:
         return [[p for p, _ in self.retriever.search(f"{title} {f}", self.top_k, title=title)] for f in facts]
 
 
+def extra_names(path: Path) -> set[str]:
+    """PEP 503-normalised names of a one-name-per-line file (blank lines and # comments skipped)."""
+    with open_text(path) as f:
+        return {normalize(line.strip()) for line in f if line.strip() and not line.lstrip().startswith("#")}
+
+
 class Knowledge:
     def __init__(self, resolver: DataResolver, pypi_snapshot: str = SNAPSHOT,
                  options: VerifierOptions | None = None, index_root: Location | None = None,
@@ -48,7 +54,13 @@ class Knowledge:
 
     @cached_property
     def pypi(self) -> PackageIndex:
-        return PackageIndex.cached(self.resolver.resolve_any(self.pypi_snapshot), self._cache_dir)
+        index = PackageIndex.cached(self.resolver.resolve_any(self.pypi_snapshot), self._cache_dir)
+        extra = self.options.pypi_extra_names
+        if extra is None:
+            return index
+        names = extra_names(self.resolver.resolve_any(extra))
+        return PackageIndex(index.names | names, index.stdlib, f"{index.source} + {extra}", index.sha256,
+                            index.skipped_lines)
 
     @cached_property
     def titles(self) -> "TitleIndex":
@@ -96,6 +108,10 @@ class Knowledge:
             out["pypi"] = {"source": self.pypi_snapshot, "sha256": sha256_file(path), "normalisation": "PEP 503",
                            "stdlib": PackageIndex.stdlib_description(),
                            "import_name_aliases": self.options.import_name_aliases}
+            if self.options.pypi_extra_names:
+                extra = self.resolver.resolve_any(self.options.pypi_extra_names)
+                out["pypi_extra_names"] = {"source": self.options.pypi_extra_names, "sha256": sha256_file(extra),
+                                           "names": len(extra_names(extra))}
         if "titles" in needed:
             out["titles"] = self.titles.describe()
         if "wiki" in needed:

@@ -11,15 +11,20 @@ unverified, never guessed.
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from halluscope.models.base import Completion, GenerationRequest
 from halluscope.sources import DataResolver
 
 NO_RECORD = "no recorded answer for this call"
 
-# content key -> the answer, or (the answer, notes on how its source file was produced)
-Replies = Callable[[DataResolver, str], dict[str, "str | tuple[str, dict]"]]
+class Answers(Protocol):
+    """content key -> the answer, or (the answer, notes on how its source file was produced)"""
+
+    def get(self, key: str) -> "str | tuple[str, dict] | None": ...
+
+
+Replies = Callable[[DataResolver, str], Answers]
 
 
 def load_provider(ref: str) -> Replies:
@@ -40,9 +45,9 @@ class RecordedBackend:
         self.model_id = model_id
         self._provider = load_provider(provider)
         self._resolver = resolver
-        self._replies: dict[str, dict] = {}
+        self._replies: dict[str, Answers] = {}
 
-    def _for(self, subject: str) -> dict:
+    def _for(self, subject: str) -> Answers:
         if subject not in self._replies:
             self._replies[subject] = self._provider(self._resolver, subject)
         return self._replies[subject]
@@ -52,7 +57,7 @@ class RecordedBackend:
         for r in requests:
             replies = self._for(r.subject)
             # a key may list alternatives (one per way the item is joined), tried in order
-            reply = next((replies[k] for k in r.key.split() if k in replies), None)
+            reply = next((v for k in r.key.split() if (v := replies.get(k)) is not None), None)
             if reply is None:
                 out.append(Completion(text=None, error=NO_RECORD, attempts=0))
                 continue

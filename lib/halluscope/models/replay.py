@@ -182,9 +182,9 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
         if cols.get("item_id"):
             keys = [f"id:{row.get(cols['item_id'])}"]
         else:
-            prompt = normalize_prompt(str(record.get("prompt", "")))
-            record["occurrence"] = seen[prompt]
-            seen[prompt] += 1
+            group = task.replay_group(record)
+            record["occurrence"] = seen[group]
+            seen[group] += 1
             keys = task.replay_keys(record)
         for key in keys:
             by_key.setdefault(key, (i, text))

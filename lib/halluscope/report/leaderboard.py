@@ -5,8 +5,11 @@ may come from stored runs or replay files, and the leaderboard is also printed o
 
 from __future__ import annotations
 
+from collections import Counter
+
 from halluscope.hallulens.report import leaderboard_section as hallulens_section
-from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE
+from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
+from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.report.escape import markdown
 from halluscope.tasks.halogen.published import SOURCE, published
 
@@ -19,12 +22,19 @@ def _short(task: str) -> str:
     return markdown(task.split("/", 1)[-1])
 
 
-def paper_tables(metrics: list[dict]) -> list[str]:
-    """The layout of the paper's Tables 2 and 3: per model, the averages over the response-based
-    (refusal-based) tasks, then U and H/R per task."""
+# |dH| and |dR| within which a (domain, model) pair counts as reproduced
+REPRODUCED_H, REPRODUCED_R = 0.005, 0.002
+
+
+def paper_tables(metrics: list[dict], rules: str = "paper") -> list[str]:
+    """The layout of the paper's Tables 2 and 3 for one rule set: per model, the averages over
+    the response-based (refusal-based) tasks, then U and H/R per task."""
     lines: list[str] = []
-    for kind, avg_task, title in (("response", AVG_RESPONSE, "Response-based tasks (paper Table 2 layout)"),
-                                  ("refusal", AVG_REFUSAL, "Refusal-based tasks (paper Table 3 layout)")):
+    suffix = CORRECTED if rules == "corrected" else ""
+    named = "" if rules == "paper" else ", corrected rules"
+    metrics = [m for m in metrics if rule_set(m["task"]) == rules]
+    for kind, avg_task, title in (("response", AVG_RESPONSE + suffix, f"Response-based tasks (paper Table 2 layout{named})"),
+                                  ("refusal", AVG_REFUSAL + suffix, f"Refusal-based tasks (paper Table 3 layout{named})")):
         tasks = sorted({m["task"] for m in metrics if m.get("task_kind") == kind and not m.get("aggregate")})
         if not tasks:
             continue
@@ -49,31 +59,99 @@ def paper_tables(metrics: list[dict]) -> list[str]:
     return lines
 
 
+def reproduction(metrics: list[dict]) -> list[str]:
+    """Per HALOGEN domain: how far the paper rules' numbers are from the released ones."""
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for m in metrics:
+        pub = published(m["model"], m["task"]) if rule_set(m["task"]) == "paper" and not m.get("aggregate") else None
+        if pub and m["hallucination_score"] is not None and m["response_ratio"] is not None:
+            rows.setdefault(m["task"], []).append((abs(m["hallucination_score"] - pub["hallucination_score"]),
+                                                   abs(m["response_ratio"] - pub["response_ratio"])))
+    if not rows:
+        return []
+    lines = ["## Reproduction of the released numbers (paper rules)", "",
+             f"A pair is reproduced when |dH| <= {REPRODUCED_H} and |dR| <= {REPRODUCED_R}; "
+             "docs/architecture.md explains every remaining difference.", "",
+             "| task | pairs | reproduced | max abs dH | mean abs dH | max abs dR |", "|---|---|---|---|---|---|"]
+    for task, d in sorted(rows.items()):
+        ok = sum(h <= REPRODUCED_H and r <= REPRODUCED_R for h, r in d)
+        lines.append(f"| {markdown(task)} | {len(d)} | {ok} | {max(h for h, _ in d):.4f} | "
+                     f"{sum(h for h, _ in d) / len(d):.4f} | {max(r for _, r in d):.4f} |")
+    return lines + [""]
+
+
+def rejected_packages(metrics: list[dict], task: str = "halogen/code", shown: int = 15) -> list[str]:
+    """The imported names the code verifier rejected most often, over every model: the PyPI
+    snapshot is of 2026 while the paper looked names up in 2024, so a name PyPI had then (PIL, a
+    registered project, is the import name of pillow) can be missing; list such names in
+    ``verifiers.pypi_extra_names`` to accept them."""
+    counts: Counter[str] = Counter()
+    for m in metrics:
+        if m["task"] == task:
+            counts.update({name: n for name, n in m.get("top_unsupported", [])})
+    if not counts:
+        return []
+    lines = [f"## Names {markdown(task)} found neither on PyPI nor in the standard library", "",
+             "PyPI is read from a 2026 snapshot; the paper checked PyPI in 2024. A name PyPI had then but "
+             "not now counts as hallucinated here and not in the released numbers: accept such names with "
+             "`verifiers.pypi_extra_names`.", "",
+             "| name | responses (all models) | import name of |", "|---|---|---|"]
+    for name, n in counts.most_common(shown):
+        lines.append(f"| {markdown(name)} | {n} | {markdown(IMPORT_TO_PROJECT.get(name, '')) or '-'} |")
+    return lines + [""]
+
+
+def _delta(ours: float | None, theirs: float | None) -> str:
+    return "-" if ours is None or theirs is None else f"{ours - theirs:+.4f}"
+
+
+def _task_section(task: str, rows: list[dict], twins: dict[str, dict]) -> list[str]:
+    """One task's table: ours, the released numbers and the difference, and, for a paper task
+    run beside its corrected twin, the corrected rules' numbers."""
+    corrected = bool(twins)
+    head = "| model | n | H | H micro | R | U | H pub | R pub | U pub | dH | dR |"
+    head += " H corr | R corr | U corr |" if corrected else ""
+    head += " errors | not in file |"
+    lines = [f"## {markdown(task)} ({markdown(rows[0]['task_kind'])}-based)", "", head,
+             "|" + "---|" * (head.count("|") - 1)]
+    for m in rows:
+        pub = published(m["model"], task) or {}
+        cells = [markdown(m["model"]), str(m["n_items"]), _fmt(m["hallucination_score"]),
+                 _fmt(m["hallucination_score_micro"]), _fmt(m["response_ratio"]), _fmt(m["utility_score"]),
+                 _fmt(pub.get("hallucination_score")), _fmt(pub.get("response_ratio")),
+                 _fmt(pub.get("utility_score")), _delta(m["hallucination_score"], pub.get("hallucination_score")),
+                 _delta(m["response_ratio"], pub.get("response_ratio"))]
+        if corrected:
+            twin = twins.get(m["model"], {})
+            cells += [_fmt(twin.get("hallucination_score")), _fmt(twin.get("response_ratio")),
+                      _fmt(twin.get("utility_score"))]
+        cells += [str(m["n_errors"]), str(m.get("n_missing", 0))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def leaderboard(metrics: list[dict], run_id: str) -> str:
     hallulens = [m for m in metrics if m.get("benchmark") == "hallulens"]
     metrics = [m for m in metrics if m.get("benchmark") != "hallulens"]
     lines = [f"# halluscope leaderboard: run {markdown(run_id)}", "",
              "H = hallucination score (macro; micro in brackets), R = response ratio, U = utility. "
              "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
-             f"({SOURCE}).", ""]
-    lines += paper_tables(metrics)
+             f"({SOURCE}); d is ours minus theirs. A HALOGEN task such as `halogen/code` follows the "
+             "authors' rules; `halogen/code@corrected` follows our corrections of them (*corr* columns).", ""]
+    lines += paper_tables(metrics) + paper_tables(metrics, "corrected")
+    lines += reproduction(metrics) + rejected_packages(metrics)
     lines += hallulens_section([{**m, "model": markdown(m["model"])} for m in hallulens])
     tasks = sorted({m["task"] for m in metrics if not m.get("aggregate")})
     cost = next((m for m in metrics if m["task"] == "costs/total"), None)
+    by_task = {(m["task"], m["model"]): m for m in metrics}
     for task in tasks:
+        if rule_set(task) == "corrected" and task.removesuffix(CORRECTED) in tasks:
+            continue  # shown beside its paper twin
         rows = sorted((m for m in metrics if m["task"] == task), key=lambda m: (m["utility_score"] is None,
                                                                                 -(m["utility_score"] or 0)))
-        lines += [f"## {markdown(task)} ({markdown(rows[0]['task_kind'])}-based)", "",
-                  "| model | n | H | H micro | R | U | H pub | R pub | U pub | errors | not in file |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for m in rows:
-            pub = published(m["model"], task) or {}
-            lines.append(f"| {markdown(m['model'])} | {m['n_items']} | {_fmt(m['hallucination_score'])} | "
-                         f"{_fmt(m['hallucination_score_micro'])} | {_fmt(m['response_ratio'])} | "
-                         f"{_fmt(m['utility_score'])} | {_fmt(pub.get('hallucination_score'))} | "
-                         f"{_fmt(pub.get('response_ratio'))} | {_fmt(pub.get('utility_score'))} | {m['n_errors']} | "
-                         f"{m.get('n_missing', 0)} |")
-        lines.append("")
+        twins = {m["model"]: by_task[(task + CORRECTED, m["model"])] for m in rows
+                 if (task + CORRECTED, m["model"]) in by_task}
+        lines += _task_section(task, rows, twins)
     aggregates = [m for m in metrics if m.get("aggregate") and m["task"] != "costs/total"]
     if aggregates:
         lines += ["## Averages over tasks (unweighted)", "",

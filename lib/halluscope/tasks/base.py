@@ -96,6 +96,11 @@ class Task(ABC):
                replies: Sequence["Completion"] = ()) -> list[Verdict]:
         """V: one verdict per atom, in order."""
 
+    def replay_group(self, record: Mapping[str, Any]) -> str:
+        """What repeats of a recorded row are counted over (its ``occurrence``): the
+        whitespace-normalised prompt, unless a task's rows are identified otherwise."""
+        return " ".join(str(record.get("prompt", "")).split())
+
     def replay_keys(self, record: Mapping[str, str]) -> list[str]:
         """Keys that join a recorded generation to an item, tried in order.
 

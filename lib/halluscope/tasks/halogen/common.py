@@ -82,7 +82,8 @@ class HalogenTask(Task):
         the authors' pipeline (a live one reads the prompt). A key names the step, the item (by
         each of its replay keys, as a recorded row is joined to it), the response and the unit."""
         joins = self.replay_keys({**item.fields, "prompt": item.prompt})
-        keys = tuple(" ".join(step_key(step, j, text, u) for j in joins) for u in (units if units is not None else [""]))
+        keys = tuple(" ".join(step_key(self.response_dir, step, j, text, u) for j in joins)
+                     for u in (units if units is not None else [""]))
         return RoleCall(role, tuple(prompts), template, keys)  # type: ignore[arg-type]
 
     def recorded_file(self, model_name: str) -> str | None:

@@ -32,13 +32,20 @@ class GroundedFacts(FactsByExtractor, HalogenTask):
             raise ValueError(f"{where} column 'text': empty source text")
         return {"source": source}
 
+    def replay_group(self, record: Mapping[str, Any]) -> str:
+        """Recorded rows carry the source as ``passage`` (quoted, maybe with the instruction
+        after it) and no prompt: repeats are counted over the source text (the simplification
+        prompts hold two texts twice)."""
+        if "passage" in record:
+            return normalize_prompt(_quoted(str(record["passage"])))
+        return super().replay_group(record)
+
     def replay_keys(self, record: Mapping[str, Any]) -> list[str]:
-        """Prompt first; then the source text, which joins the recorded files (their rows carry
-        the quoted source as ``passage``, without the instruction)."""
+        """Prompt first; then the source text and its occurrence, which joins the recorded files."""
         keys = super().replay_keys(record)
         source = record.get("source") or _quoted(str(record.get("passage") or ""))
         if source:
-            keys.append(f"source:{normalize_prompt(source)}")
+            keys.append(f"source:{normalize_prompt(source)}#{record.get('occurrence', 0)}")
         return keys
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:

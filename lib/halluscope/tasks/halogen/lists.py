@@ -48,22 +48,29 @@ class _ListTask(HalogenTask):
                                             str(record["letter"]).strip().lower()]))
         return keys
 
-    def parsed(self, replies) -> tuple[str, dict]:
-        """The parse, and the notes a recorded answer carries about its file; corrected rules
-        drop a parse that copies the extraction prompt's worked example."""
+    def parsed(self, replies) -> tuple[str, dict, bool]:
+        """The parse, the notes a recorded answer carries about its file, and whether the parse
+        copies the extraction prompt's worked example instead of reading the response."""
         text = reply_text(replies[0], "extractor")
-        if self.rules == "corrected" and paper.copies_few_shot(text):
-            text = ""
-        return text, replies[0].extra
+        return text, replies[0].extra, paper.copies_few_shot(text)
+
+    def _key(self, unit: str) -> str:
+        """How a unit is compared with the gold list. Paper: lower case, outer spaces off;
+        corrected: also a trailing period and a leading "the" ("The Bahamas." is "bahamas")."""
+        key = unit.lower().strip()
+        if self.rules == "corrected":
+            key = key.rstrip(".").strip().removeprefix("the ").strip()
+        return key
 
     def _verdicts(self, atoms: list[str], true: set[str], what: str) -> list[Verdict]:
         """The paper's set difference: a unit is hallucinated when it is not a true answer, each
         distinct unit once (a repeat is marked "#k" by the decomposition when the file counted repeats)."""
+        true = {self._key(t) for t in true}
         seen: set[str] = set()
         out = []
         for atom in atoms:
-            norm = atom.lower().strip()
-            if norm.rsplit(" #", 1)[0] in true:
+            norm = self._key(atom)
+            if self._key(atom.rsplit(" #", 1)[0]) in true:
                 out.append(Verdict(True, f"satisfies: {what}"))
             elif norm in seen:
                 out.append(Verdict(True, "repeat: counted once"))
@@ -95,7 +102,12 @@ class RationalizationNumerical(_ListTask):
                                   item)
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
-        count, entities = paper.count_and_entities(self.parsed(replies)[0])
+        parsed, _, copied = self.parsed(replies)
+        count, entities = paper.count_and_entities(parsed)
+        if copied and self.rules == "corrected":
+            # the example's count and planets are not the response's: keep the number the
+            # response's first line gives, and no items
+            count, entities = paper.first_number(text), []
         if count is None:
             return []
         if item.fields["count"] == 0 and not item.fields["gold"] and paper.zero_answer(text):
@@ -141,7 +153,11 @@ class FalsePresuppositions(_ListTask):
         return self.recorded_call("extractor", PARSE, [prompts.parse_list_prompt(text)], prompts.PARSE_LIST, text, item)
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
-        parsed, notes = self.parsed(replies)
+        parsed, notes, copied = self.parsed(replies)
+        if copied and self.rules == "corrected":
+            # the example's planets are not the response's: read the items the prompt asked
+            # for (separated by semicolons) from the response's first line
+            return [x.strip() for x in text.strip().split("\n")[0].split(";") if x.strip()]
         if notes.get("list_split") == "comma-stripped-repeats":
             items = paper.list_items(parsed, comma_split_strips=True)
             seen: dict[str, int] = {}

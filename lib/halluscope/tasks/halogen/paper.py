@@ -185,6 +185,12 @@ def count_and_entities(parsed: str) -> tuple[int | None, list[str]]:
     return int(m.group(1)), [e.strip() for e in m.group(2).strip().split(",")]
 
 
+def first_number(text: str) -> int | None:
+    """The first integer of the response's first line."""
+    m = re.search(r"\d+", text.split("\n")[0])
+    return int(m.group(0)) if m else None
+
+
 def zero_answer(text: str) -> bool:
     """The authors' exception: a 0 in the first line is right when no member qualifies."""
     return "0" in re.findall(r"\d+", text.split("\n")[0])
@@ -211,7 +217,9 @@ FEW_SHOT_COPIES = frozenset({
 
 
 def copies_few_shot(parsed: str) -> bool:
-    return " ".join(parsed.lower().split()).strip(" .") in FEW_SHOT_COPIES
+    """A parse equal to a worked example (the parser sometimes echoes its "<Response>:" label)."""
+    text = " ".join(parsed.lower().split()).removeprefix("<response>:").strip(" .")
+    return text in FEW_SHOT_COPIES
 
 
 def literal_list(value: str) -> list:

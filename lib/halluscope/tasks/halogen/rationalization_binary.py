@@ -12,13 +12,16 @@ offers, each counted once).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Mapping
 
+from halluscope.errors import DataError
+from halluscope.sources import sha256_file
 from halluscope.tasks.base import Item, Verdict
 from halluscope.tasks.halogen import paper, prompts
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import reply_text
-from halluscope.tasks.halogen.recorded import PARSE
+from halluscope.tasks.halogen.recorded import PARSE, read_rows, recorded_path
 
 GOLD = paper.GOLD
 
@@ -28,6 +31,27 @@ _ROUTE_Q = re.compile(r"goes from city (\w+) to city (\w+)\?")
 # response does not state copied the example (corrected rules drop it)
 _EXAMPLE_UNITS = {"primality": ["3", "3", "7", "13"], "graph": ["C->H", "H->F", "F->E"]}
 _EXAMPLE_IN_RESPONSE = {"primality": re.compile(r"\b7\b.*\b13\b", re.S), "graph": re.compile(r"\bH\b.*\bF\b", re.S)}
+
+
+PAPER_PARSE = "halogen-paper-parse-binary-v1"  # the authors' prompts, read from their recorded pipeline
+_TEMPLATE_SOURCE = "alpaca_7b"  # whose recorded file the prompts are read from (all models share them)
+
+
+def paper_parse_templates(resolver) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Per category, the text the authors' parse prompt puts before and after the response,
+    and the file it was read from with its sha256."""
+    rel = recorded_path("rationalization_binary", _TEMPLATE_SOURCE)
+    path = resolver.resolve(rel)
+    out: dict[str, list[str]] = {}
+    for row in read_rows(path):
+        prompt, response = row.get("extract_atomic_unit_prompt") or "", row.get("response") or ""
+        at = prompt.find(response) if response.strip() else -1
+        if row["category"] not in out and at >= 0:
+            out[row["category"]] = [prompt[:at], prompt[at + len(response):]]
+    missing = sorted(set(GOLD) - set(out))
+    if missing:
+        raise DataError(f"{rel}: no recorded parse prompt for {missing}")
+    return out, {rel: sha256_file(path)}
 
 
 def _flight(pair: tuple[str, str]) -> str:
@@ -63,7 +87,23 @@ class RationalizationBinary(HalogenTask):
             fields["offered"] = sorted(_flight(f) for f in paper.prompt_flights(prompt, self.rules))
         return fields
 
+    def load_items(self, resolver, testsets=()):
+        """Paper rules also carry, per item, the authors' parse prompt for its category, read
+        from their recorded pipeline (the prompt before and after the response), so a live
+        extractor is asked what their parser was asked."""
+        loaded = super().load_items(resolver, testsets)
+        if self.rules != "paper":
+            return loaded
+        templates, sources = paper_parse_templates(resolver)
+        loaded.sources.update(sources)
+        loaded.items = [replace(i, fields={**i.fields, "parse_template": templates[i.fields["category"]]})
+                        for i in loaded.items]
+        return loaded
+
     def decompose_call(self, text: str, item: Item):
+        template = item.fields.get("parse_template")
+        if template:
+            return self.recorded_call("extractor", PARSE, [template[0] + text + template[1]], PAPER_PARSE, text, item)
         prompt = prompts.parse_binary_prompt(item.fields["category"], text)
         return self.recorded_call("extractor", PARSE, [prompt], prompts.PARSE_BINARY, text, item)
 

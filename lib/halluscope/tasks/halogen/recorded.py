@@ -34,12 +34,13 @@ PARSE, FACTS, FACT_VERDICT, TITLES, TITLE_FOUND, MEETING = (
     "parse", "facts", "fact-verdict", "titles", "title-found", "meeting")
 
 
-def step_key(step: str, join: str, response: str, unit: str = "") -> str:
-    """Content key of one step's call: the step, the item (one of its replay keys), the
-    whitespace-normalised response and the unit. A model may give one response to several
-    prompts and the authors' sampled steps may differ between them, so the item is part of it."""
-    body = json.dumps([step, join, " ".join(response.split()), " ".join(unit.split())], ensure_ascii=False)
-    return hashlib.sha256(body.encode()).hexdigest()[:32]
+def step_key(domain: str, step: str, join: str, response: str, unit: str = "") -> str:
+    """Content key of one step's call: ``<domain>:<digest>`` of the step, the item (one of its
+    replay keys), the whitespace-normalised response and the unit. A model may give one response
+    to several prompts and the authors' sampled steps may differ between them, so the item is
+    part of it; the domain prefix lets the answers be loaded one domain at a time."""
+    body = "\x1f".join([step, join, " ".join(response.split()), " ".join(unit.split())])
+    return f"{domain}:{hashlib.blake2b(body.encode(), digest_size=16).hexdigest()}"
 
 
 def recorded_path(domain: str, model: str) -> str | None:
@@ -91,14 +92,14 @@ def _domain_replies(task: "HalogenTask", rows: tuple[dict[str, str], ...], notes
     for row in rows:
         response = row.get("response") or ""
         record = dict(row)
-        prompt = " ".join(str(record.get("prompt", "")).split())
-        record["occurrence"] = seen[prompt]
-        seen[prompt] += 1
+        group = task.replay_group(record)
+        record["occurrence"] = seen[group]
+        seen[group] += 1
         joins = task.replay_keys(record)
 
         def put(step: str, reply: str, unit: str = "") -> None:
             for j in joins:  # the first record under a key wins
-                out.setdefault(step_key(step, j, response, unit), (reply, notes) if notes else reply)
+                out.setdefault(step_key(domain, step, j, response, unit), (reply, notes) if notes else reply)
 
         if domain in ("rationalization_binary", "rationalization_numerical", "numerical_falsepresupposition"):
             if row.get("parsed_response") is not None:  # an empty parse is an answer too
@@ -122,18 +123,32 @@ def _domain_replies(task: "HalogenTask", rows: tuple[dict[str, str], ...], notes
     return out
 
 
-def replies(resolver: DataResolver, subject: str) -> dict[str, str | tuple[str, dict]]:
-    """Every recorded step's answer for one released model, by content key; {} for a model the
-    authors did not release."""
-    from halluscope.tasks.halogen import TASKS  # the tasks import this module
+class RecordedReplies:
+    """One released model's recorded answers by content key, each domain's file read and keyed
+    on the first call that asks for it."""
 
-    out: dict[str, str | tuple[str, dict]] = {}
-    for task in TASKS:
-        if task.rules != "paper":  # both rule sets send the same keys
-            continue
-        rel = recorded_path(task.response_dir, subject)
-        if rel:
-            notes = QUIRKS.get((task.response_dir, subject), {})
-            for k, v in _domain_replies(task, read_rows(resolver.resolve(rel)), notes).items():
-                out.setdefault(k, v)
-    return out
+    def __init__(self, resolver: DataResolver, subject: str) -> None:
+        self.resolver = resolver
+        self.subject = subject
+        self._domains: dict[str, dict[str, str | tuple]] = {}
+
+    def _load(self, domain: str) -> dict[str, str | tuple]:
+        from halluscope.tasks.halogen import TASKS  # the tasks import this module
+
+        rel = recorded_path(domain, self.subject)
+        task = next((t for t in TASKS if t.response_dir == domain and t.rules == "paper"), None)
+        if rel is None or task is None:
+            return {}
+        notes = QUIRKS.get((domain, self.subject), {})
+        return _domain_replies(task, read_rows(self.resolver.resolve(rel)), notes)
+
+    def get(self, key: str) -> str | tuple[str, dict] | None:
+        domain = key.split(":", 1)[0]
+        if domain not in self._domains:
+            self._domains[domain] = self._load(domain)
+        return self._domains[domain].get(key)
+
+
+def replies(resolver: DataResolver, subject: str) -> RecordedReplies:
+    """The recorded answers of one released model (none for a model the authors did not release)."""
+    return RecordedReplies(resolver, subject)

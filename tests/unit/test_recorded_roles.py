@@ -1,0 +1,79 @@
+"""A recorded role model: answers on record by content key, through the same role path, ledger
+and cost rules as a live judge; a call without a record is counted, never guessed."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+
+from halluscope.config import parse_config
+from halluscope.cost.ledger import ledger
+from halluscope.models.base import GenerationRequest
+from halluscope.models.recorded import NO_RECORD, RecordedBackend, load_provider
+from halluscope.pipeline.roles import RoleModels
+from halluscope.records import GENERATIONS, ROLE_CALLS
+from halluscope.sources import DataResolver
+from halluscope.tasks.base import Item
+from halluscope.tasks.halogen.historical_events import HistoricalEvents
+from halluscope.tasks.halogen.recorded import read_rows, recorded_path
+
+RESOLVER = DataResolver(download=False)
+STEPS = "halluscope.tasks.halogen.recorded:replies"
+
+
+def _notes_provider(resolver, subject):
+    return {"k1": "plain", "k2": ("noted", {"list_split": "x"})}
+
+
+def test_answers_by_key_alternatives_and_notes_and_counts_a_missing_record():
+    backend = RecordedBackend("rec", f"{__name__}:_notes_provider", RESOLVER)
+    done = backend.generate_batch([GenerationRequest("t", "i", "p", "nope k1", "m"),
+                                   GenerationRequest("t", "i", "p", "k2", "m"),
+                                   GenerationRequest("t", "i", "p", "k3", "m")])
+    assert [c.text for c in done] == ["plain", "noted", None]
+    assert done[1].extra == {"recorded": True, "list_split": "x"} and done[0].input_tokens == 0
+    assert done[2].error == NO_RECORD and done[2].attempts == 0
+
+
+def test_a_provider_that_cannot_be_loaded_is_named():
+    with pytest.raises(ValueError, match="no_such_module"):
+        load_provider("no_such_module:replies")
+
+
+def _config():
+    return parse_config({"tasks": ["halogen/historical_events"], "models": [
+        {"id": "gpt_4_0125_turbo", "backend": "replay", "params": {"source": "halogen-recorded"}},
+        {"id": "rec-judge", "role": "judge", "backend": "recorded", "params": {"steps": STEPS}}]}, "test")
+
+
+def test_recorded_judge_answers_a_real_row_through_the_role_path_at_no_cost():
+    cfg = _config()
+    task = HistoricalEvents("paper")
+    rows = read_rows(RESOLVER.resolve(recorded_path("historical_events", "gpt_4_0125_turbo")))
+    r = next(r for r in rows if task.abstain_call(r["response"], _item(task, r)) is not None)
+    roles = RoleModels(cfg.models, {}, None, RESOLVER)
+    usage: dict = defaultdict(list)
+    calls = {"g1": task.abstain_call(r["response"], _item(task, r)),
+             "g2": task.abstain_call("An invented response.", _item(task, r))}
+    replies = roles.answer(calls, "abstain", usage, {"g1": "gpt_4_0125_turbo", "g2": "gpt_4_0125_turbo"})
+    assert replies["g1"][0].text == r["verified_response"]
+    assert replies["g2"][0].error == NO_RECORD  # no record for it: counted as failed, never answered
+    assert [(u["calls"], u["failed_calls"], u["input_tokens"]) for k in ("g1", "g2") for u in usage[k]] \
+        == [(1, 0, 0), (1, 1, 0)]
+    table = pa.Table.from_pylist([{"run_id": "r", "gen_id": k, "model": "gpt_4_0125_turbo", "task": task.name,
+                                   **u} for k in ("g1", "g2") for u in usage[k]], schema=ROLE_CALLS)
+    costs = ledger(GENERATIONS.empty_table(), cfg.models, [], None, table).to_pylist()
+    assert [(c["model"], c["stage"], c["calls"], c["failed_calls"], c["usd"]) for c in costs] \
+        == [("rec-judge", "abstain", 2, 1, 0.0)]
+
+
+def _item(task, r):
+    return Item(task.name, "x", r["prompt"], task.item_fields(r, "test") | {"occurrence": 0})
+
+
+def test_a_recorded_model_cannot_be_under_test():
+    with pytest.raises(Exception, match="judge or extractor, not under test"):
+        parse_config({"tasks": ["halogen/code"], "models": [
+            {"id": "rec", "backend": "recorded", "params": {"steps": STEPS}}]}, "test")

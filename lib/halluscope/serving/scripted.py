@@ -6,7 +6,7 @@ Answers follow ``ScriptedParams`` in this order:
 2. else, if any ``abstain_patterns`` regex is found, ``abstain_text``;
 3. else, in judge mode (``support_on_overlap`` set) and when the prompt follows the judge convention
    below, "Yes" if at least that share of the claim's distinct words occur in the evidence, else "No";
-4. else, in extractor mode (``extract``), facts or titles for a prompt that follows the
+4. else, in extractor mode (``extract``), facts, titles or a parse for a prompt that follows the
    extraction convention of ``halluscope.serving.scripted_extract``;
 5. else ``default``.
 

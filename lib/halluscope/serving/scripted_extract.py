@@ -1,21 +1,41 @@
-"""The scripted stand-in's extractor mode: facts and reference titles found by simple programs.
+"""The scripted stand-in's extractor mode: facts, reference titles and parses found by simple programs.
 
 A prompt following the extraction convention (see ``halluscope.tasks.halogen.prompts``) has a
 line beginning ``Passage:`` (answered with the passage's sentences as ``- `` lines, up to a line
 beginning ``Facts:``) or ``References:`` (answered with ``Title: <t>;`` lines for each APA-style
-title after a ``(year).`` and each quoted title, else ``No titles.``). Good enough to drive the
-pipeline with known answers; not a substitute for a real extractor.
+title after a ``(year).`` and each quoted title, else ``No titles.``).
+
+A HALOGEN parse prompt (``prompts.parse_*_prompt``: ``Text: <response>``, a blank line, then the
+template's question, recognised word for word) is answered in the layout the question asks for,
+comma-separated, which the paper's rules read (``halluscope.tasks.halogen.paper``):
+
+- primality: the integers of each product the text writes (``17 × 19``, ``3 x 5``, ``3 * 5``);
+- graph: ``There is a flight from city X to city Y`` for each hop the text writes ``X to Y``
+  (single capital letters, not ``city X to city Y``, which restates the question);
+- senator: the first person the text names (``paper.person_names``);
+- numerical: the text's first integer, then its listed items in lower case;
+- false presuppositions: its listed items.
+
+Listed items are the bulleted or numbered lines, else the parts between semicolons or, failing
+those, commas. A parse that finds nothing is an empty answer. Good enough to drive the pipeline
+with known answers; not a substitute for a real extractor.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+from typing import Callable
 
 _PASSAGE = re.compile(r"^[ \t]*passage:(.*?)(?:^[ \t]*facts:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
 _REFERENCES = re.compile(r"^[ \t]*references:(.*)\Z", re.IGNORECASE | re.MULTILINE | re.DOTALL)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“'])")
 _APA_TITLE = re.compile(r"\(\s*(?:\d{4}[a-z]?|n\.\s?d\.)[^)]{0,40}\)\.?\s*(.{8,300}?)[.?!](?=\s|$)")
 _QUOTED_TITLE = re.compile(r"[“\"]([^”\"\n]{12,300}?)[,.]?[”\"]")
+_TEXT = re.compile(r"\A\s*text:(.*)\Z", re.IGNORECASE | re.DOTALL)
+_PRODUCT = re.compile(r"\d+(?:\s*[×x*]\s*\d+)+")
+_HOP = re.compile(r"(?<!city )\b([A-Z]) to (?=([A-Z])\b)")  # "E to B to I"; not the question's "city E to city C"
+_LISTED_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$", re.MULTILINE)
 
 
 def sentences(text: str) -> list[str]:
@@ -30,8 +50,65 @@ def reference_titles(text: str) -> list[str]:
     return list(found)
 
 
+def listed(text: str) -> list[str]:
+    """Items of a list answer: bulleted or numbered lines, else ";"-separated, else ","-separated parts."""
+    items = _LISTED_LINE.findall(text)
+    if not items:
+        parts = text.split(";") if ";" in text else text.split(",")
+        items = [p.strip() for p in parts if p.strip()]
+    return [i.strip(" \t.:") for i in items]
+
+
+def _factors(text: str) -> list[str]:
+    return [n for m in _PRODUCT.finditer(text) for n in re.findall(r"\d+", m.group(0))]
+
+
+def _flights(text: str) -> list[str]:
+    return [f"There is a flight from city {a} to city {b}" for a, b in _HOP.findall(text)]
+
+
+def _senator(text: str) -> list[str]:
+    from halluscope.tasks.halogen.paper import person_names
+
+    return person_names(text)[:1]
+
+
+def _count_and_items(text: str) -> list[str]:
+    count = re.search(r"\d+", text)
+    items = [i.lower() for i in listed(text[count.end():] if count else text)]
+    return [count.group(0), *items] if count else items
+
+
+@lru_cache(maxsize=1)
+def _parsers() -> dict[str, Callable[[str], list[str]]]:
+    """Each parse template's question (the template rendered without a text) -> its parser."""
+    from halluscope.tasks.halogen import prompts
+
+    def question(prompt: str) -> str:
+        return prompt.rpartition("\n\n")[2]
+
+    return {question(prompts.parse_binary_prompt("primality", "")): _factors,
+            question(prompts.parse_binary_prompt("graph", "")): _flights,
+            question(prompts.parse_binary_prompt("senator", "")): _senator,
+            question(prompts.parse_numerical_prompt("")): _count_and_items,
+            question(prompts.parse_list_prompt("")): listed}
+
+
+def parse(prompt: str) -> str | None:
+    """The answer to a HALOGEN parse prompt, else None."""
+    body, _, asked = prompt.rpartition("\n\n")
+    parser = _parsers().get(asked)
+    text = _TEXT.match(body)
+    if parser is None or text is None:
+        return None
+    return ", ".join(parser(text.group(1)))
+
+
 def extract(prompt: str) -> str | None:
     """The extractor answer for a prompt that follows the convention, else None."""
+    parsed = parse(prompt)
+    if parsed is not None:
+        return parsed
     m = _PASSAGE.search(prompt)
     if m:
         return "\n".join(f"- {s}" for s in sentences(m.group(1)))

@@ -158,7 +158,7 @@ class FalsePresuppositions(_ListTask):
             # the example's planets are not the response's: read the items the prompt asked
             # for (separated by semicolons) from the response's first line
             return [x.strip() for x in text.strip().split("\n")[0].split(";") if x.strip()]
-        if notes.get("list_split") == "comma-stripped-repeats":
+        if notes.get("list_split") == "comma-stripped-repeats" and self.rules == "paper":
             items = paper.list_items(parsed, comma_split_strips=True)
             seen: dict[str, int] = {}
             marked = []

@@ -54,6 +54,12 @@ def paper_parse_templates(resolver) -> tuple[dict[str, list[str]], dict[str, str
     return out, {rel: sha256_file(path)}
 
 
+def copies_example(category: str, units: list[str], text: str) -> bool:
+    """A parse whose units are the extraction prompt's worked example, which the response does
+    not state: the parser copied the example instead of reading the response."""
+    return units == _EXAMPLE_UNITS.get(category) and not _EXAMPLE_IN_RESPONSE[category].search(text)
+
+
 def _flight(pair: tuple[str, str]) -> str:
     return f"{pair[0]}->{pair[1]}"
 
@@ -116,8 +122,7 @@ class RationalizationBinary(HalogenTask):
             found = [_flight(f) for f in paper.flights(parsed)]
         else:
             found = paper.person_names(parsed)
-        if self.rules == "corrected" and found == _EXAMPLE_UNITS.get(category) and \
-                not _EXAMPLE_IN_RESPONSE[category].search(text):
+        if self.rules == "corrected" and copies_example(category, found, text):
             found = []
         return ([answer] if answer else []) + found
 

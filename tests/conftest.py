@@ -41,10 +41,24 @@ def ray_head():
         yield head
 
 
+RECORDED_STEPS = {"steps": "halluscope.tasks.halogen.recorded:replies"}
+
+
+def recorded_roles(tasks: list[str]) -> list[dict]:
+    """The recorded judge and extractor that HALOGEN tasks call (answering from the authors' pipeline)."""
+    from halluscope.tasks.registry import get_task
+
+    needed = {role for t in tasks for role in get_task(t).roles}
+    return [{"id": f"halogen-recorded-{role}", "role": role, "backend": "recorded", "params": RECORDED_STEPS}
+            for role in ("extractor", "judge") if role in needed]
+
+
 def config_dict(root: str, models: list[str], tasks: list[str], limit: int | None = 40, **extra) -> dict:
-    """A small run config over HALOGEN's released responses."""
+    """A small run config over the responses HALOGEN's released numbers were computed from, with
+    the recorded role models the tasks call."""
     cfg = {"storage": {"root": root}, "tasks": tasks,
-           "models": [{"id": m, "backend": "replay"} for m in models],
+           "models": [{"id": m, "backend": "replay", "params": {"source": "halogen-recorded"}} for m in models]
+           + recorded_roles(tasks),
            "limits": {"max_items_per_task": limit}, "concurrency": {"batch_size": 64}}
     for k, v in extra.items():
         cfg[k] = v

@@ -54,7 +54,10 @@ def test_small_run_local(ray_head, tmp_path):
     assert manifest["status"] == "complete" and manifest["config_fingerprint"] == cfg.fingerprint()
     assert any(k.startswith("halogen/prompts/") for k in manifest["data_sources"])
     assert manifest["knowledge"]["pypi"]["sha256"]
-    assert {t["abstention_rule"] for t in manifest["tasks"]} >= {"halogen-phrases-v1"}
+    assert {t["abstention_rule"] for t in manifest["tasks"]} >= {"halogen-phrases-paper-v2"}
+    # the recorded extractor found the parse of every responded generation
+    parses = store.read_table("role_calls").to_pylist()
+    assert parses and all(c["role"] == "extractor" and c["failed_calls"] == 0 for c in parses)
     assert (tmp_path / "small" / "leaderboard.md").read_text().startswith("# halluscope leaderboard")
     # the same run id again: nothing to do, identical tables
     before = _tables(store)

@@ -22,8 +22,8 @@ from tests.support.servers import free_port, s3_storage
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
 REPLAYED = ["gpt_4_0125_turbo", "llama_2_7b_chat", "redpajama_incite_7b_chat"]
-TASKS = ["halogen/code", "halogen/rationalization_binary"]  # verified by programs, no judge model
-LIMIT = 100
+TASKS = ["halogen/code"]  # verified by a program, no role model (none on record answers the live model)
+LIMIT = 200
 TOTAL = LIMIT * len(TASKS) * (len(REPLAYED) + 1)  # + the scripted model: 800 generations
 
 
@@ -32,7 +32,7 @@ def _config(root: str, serve_port: int) -> dict:
     prompt (so the run lasts long enough to be hit); small batches, so kills land between commits."""
     code = "```python\nimport numpy\nimport fakepkg_zz\n```"
     scripted = {"id": "scripted-slow", "backend": "scripted",
-                "params": {"rules": [{"pattern": "Python", "response": code}], "default": "Yes, because it is so.",
+                "params": {"rules": [{"pattern": "Python", "response": code}],
                            "latency_s": 0.2, "serve": {"num_cpus": 0.25, "max_batch_prompts": 5}}}
     return {"storage": {"root": root}, "tasks": TASKS,
             "models": [{"id": m, "backend": "replay"} for m in REPLAYED] + [scripted],

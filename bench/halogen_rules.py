@@ -16,7 +16,8 @@ from halluscope.tasks.halogen import paper
 from halluscope.tasks.halogen.code import extract_imports
 from halluscope.tasks.halogen.published import _RESULT_FILES
 from halluscope.tasks.halogen.rationalization_binary import copies_example
-from halluscope.tasks.halogen.recorded import QUIRKS, _FILES, read_rows, recorded_path
+from halluscope.tasks.halogen.recorded import QUIRKS
+from halluscope.tasks.halogen.steps import RECORDED_FILES, read_rows, recorded_path
 from halluscope.tasks.replies import parse_yes_no
 
 DOMAIN_OF = {"code": "halogen/code", "rationalization_binary": "halogen/rationalization_binary",
@@ -33,7 +34,7 @@ def _responded(text: str, rules: str) -> bool:
 
 def audit(resolver: DataResolver) -> dict[str, Counter]:
     counts: dict[str, Counter] = {task: Counter() for task in _RESULT_FILES}
-    for domain, models in _FILES.items():
+    for domain, models in RECORDED_FILES.items():
         task = DOMAIN_OF[domain]
         for model in models:
             for row in read_rows(resolver.resolve(recorded_path(domain, model))):

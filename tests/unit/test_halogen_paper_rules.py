@@ -16,7 +16,8 @@ from halluscope.tasks.halogen.code import CodePackages
 from halluscope.tasks.halogen.historical_events import HistoricalEvents
 from halluscope.tasks.halogen.lists import FalsePresuppositions, RationalizationNumerical
 from halluscope.tasks.halogen.rationalization_binary import RationalizationBinary
-from halluscope.tasks.halogen.recorded import QUIRKS, read_rows, recorded_path
+from halluscope.tasks.halogen.recorded import QUIRKS
+from halluscope.tasks.halogen.steps import read_rows, recorded_path
 
 RESOLVER = DataResolver(download=False)
 KB = Knowledge(RESOLVER)

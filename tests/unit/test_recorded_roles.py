@@ -17,7 +17,7 @@ from halluscope.records import GENERATIONS, ROLE_CALLS
 from halluscope.sources import DataResolver
 from halluscope.tasks.base import Item
 from halluscope.tasks.halogen.historical_events import HistoricalEvents
-from halluscope.tasks.halogen.recorded import read_rows, recorded_path
+from halluscope.tasks.halogen.steps import read_rows, recorded_path
 
 RESOLVER = DataResolver(download=False)
 STEPS = "halluscope.tasks.halogen.recorded:replies"

@@ -17,7 +17,7 @@ from halluscope.records import stable_id
 from halluscope.sources import DataResolver, open_text, sha256_file
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task
 from halluscope.tasks.halogen.paper import RuleSet, abstained
-from halluscope.tasks.halogen.recorded import recorded_path, step_key
+from halluscope.tasks.halogen.steps import recorded_path, step_key
 
 csv.field_size_limit(sys.maxsize)
 

@@ -9,10 +9,10 @@ from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.halogen import prompts
+import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt
 from halluscope.tasks.halogen.llm_verified import FactsByExtractor, judge_verdict
-from halluscope.tasks.halogen.recorded import FACT_VERDICT
+from halluscope.tasks.halogen.steps import FACT_VERDICT
 
 
 class GroundedFacts(FactsByExtractor, HalogenTask):

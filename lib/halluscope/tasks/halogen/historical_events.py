@@ -12,11 +12,11 @@ from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.halogen import prompts
+import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import reply_text
 from halluscope.tasks.halogen.paper import abstained
-from halluscope.tasks.halogen.recorded import MEETING
+from halluscope.tasks.halogen.steps import MEETING
 from halluscope.tasks.replies import excerpt, parse_yes_no
 
 _PEOPLE = ("name1", "birth1", "death1", "name2", "birth2", "death2")

@@ -9,10 +9,11 @@ import re
 from typing import Any, Mapping
 
 from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.halogen import paper, prompts
+import halluscope.tasks.halogen.paper as paper
+import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask, parse_list_field
 from halluscope.tasks.halogen.llm_verified import reply_text
-from halluscope.tasks.halogen.recorded import PARSE
+from halluscope.tasks.halogen.steps import PARSE
 
 
 def _condition_key(condition: str) -> str:

@@ -11,8 +11,9 @@ from typing import Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.halogen import paper, prompts
-from halluscope.tasks.halogen.recorded import FACTS
+import halluscope.tasks.halogen.paper as paper
+import halluscope.tasks.halogen.prompts as prompts
+from halluscope.tasks.halogen.steps import FACTS
 from halluscope.tasks.replies import excerpt, parse_list, parse_yes_no
 
 

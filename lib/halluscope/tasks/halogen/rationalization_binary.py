@@ -18,10 +18,11 @@ from typing import Any, Mapping
 from halluscope.errors import DataError
 from halluscope.sources import sha256_file
 from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.halogen import paper, prompts
+import halluscope.tasks.halogen.paper as paper
+import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import reply_text
-from halluscope.tasks.halogen.recorded import PARSE, read_rows, recorded_path
+from halluscope.tasks.halogen.steps import PARSE, read_rows, recorded_path
 
 GOLD = paper.GOLD
 

@@ -1,57 +1,22 @@
 """HALOGEN's recorded pipeline: per released model, the response behind the released numbers
 and the output of every LLM step the authors ran on it (``halogen/recorded/``).
 
-A recorded role model (``backend: recorded``) answers a role call from these files: each call
-names its step and the content it asks about (the response, and the unit for per-unit steps),
-and :func:`replies` maps the same content keys to what the authors' model answered. The program
-tasks' verdicts are never read from here: their label columns are not shipped.
+A recorded role model (``backend: recorded``, ``steps: halluscope.tasks.halogen.recorded:replies``)
+answers a role call from these files: each call names its step and the content it asks about
+(``steps.step_key``), and :func:`replies` maps the same keys to what the authors' model answered.
+The program tasks' verdicts are never read from here: their label columns are not shipped.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import json
 import re
-import sys
 from collections import Counter
-from functools import lru_cache
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from halluscope.sources import DataResolver, open_text
-from halluscope.tasks.halogen import paper
-
-if TYPE_CHECKING:
-    from halluscope.tasks.halogen.common import HalogenTask
-
-csv.field_size_limit(sys.maxsize)
-
-_FILES = json.loads((Path(__file__).parent / "released_files.json").read_text())["recorded"]
-
-# steps: what a role model was asked (the key's first part)
-PARSE, FACTS, FACT_VERDICT, TITLES, TITLE_FOUND, MEETING = (
-    "parse", "facts", "fact-verdict", "titles", "title-found", "meeting")
-
-
-def step_key(domain: str, step: str, join: str, response: str, unit: str = "") -> str:
-    """Content key of one step's call: ``<domain>:<digest>`` of the step, the item (one of its
-    replay keys), the whitespace-normalised response and the unit. A model may give one response
-    to several prompts and the authors' sampled steps may differ between them, so the item is
-    part of it; the domain prefix lets the answers be loaded one domain at a time."""
-    body = "\x1f".join([step, join, " ".join(response.split()), " ".join(unit.split())])
-    return f"{domain}:{hashlib.blake2b(body.encode(), digest_size=16).hexdigest()}"
-
-
-def recorded_path(domain: str, model: str) -> str | None:
-    name = _FILES.get(domain, {}).get(model)
-    return f"halogen/recorded/{domain}/{name}" if name else None
-
-
-@lru_cache(maxsize=256)
-def read_rows(path: Path) -> tuple[dict[str, str], ...]:
-    with open_text(path) as f:
-        return tuple(csv.DictReader(f))
+from halluscope.sources import DataResolver
+from halluscope.tasks.halogen import TASKS, paper
+from halluscope.tasks.halogen.common import HalogenTask
+from halluscope.tasks.halogen.steps import (FACT_VERDICT, FACTS, MEETING, PARSE, TITLE_FOUND, TITLES, read_rows,
+                                            recorded_path, step_key)
 
 
 def _core(unit: str) -> str:
@@ -82,7 +47,7 @@ def _fact_verdicts(units: list[str], hallucinated: list[str]) -> list[bool]:
 QUIRKS = {("numerical_falsepresupposition", "llama_2_70b_chat"): {"list_split": "comma-stripped-repeats"}}
 
 
-def _domain_replies(task: "HalogenTask", rows: tuple[dict[str, str], ...], notes: dict) -> dict[str, str | tuple]:
+def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: dict) -> dict[str, str | tuple]:
     """A task's recorded answers under the keys its role calls carry (see
     ``HalogenTask.recorded_call``): each row under each of its replay keys, with occurrences
     counted as the replay join counts them."""
@@ -133,8 +98,6 @@ class RecordedReplies:
         self._domains: dict[str, dict[str, str | tuple]] = {}
 
     def _load(self, domain: str) -> dict[str, str | tuple]:
-        from halluscope.tasks.halogen import TASKS  # the tasks import this module
-
         rel = recorded_path(domain, self.subject)
         task = next((t for t in TASKS if t.response_dir == domain and t.rules == "paper"), None)
         if rel is None or task is None:

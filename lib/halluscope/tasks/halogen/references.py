@@ -11,11 +11,11 @@ from typing import Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.halogen import prompts
-from halluscope.tasks.halogen import paper
+import halluscope.tasks.halogen.prompts as prompts
+import halluscope.tasks.halogen.paper as paper
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import judge_verdict, listed_items, reply_text
-from halluscope.tasks.halogen.recorded import TITLE_FOUND, TITLES
+from halluscope.tasks.halogen.steps import TITLE_FOUND, TITLES
 
 
 class References(HalogenTask):

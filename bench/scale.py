@@ -1,7 +1,8 @@
-"""Scale: HALOGEN's recorded generations of 14 models on all nine domains, scripted judge and
-extractor served by Ray Serve, one run per size on a Ray head, written to moto's S3 server; rows/s
-end to end and the driver's peak memory. With --faults, the largest size runs once more under
-faults and must end with the tables of its clean run.
+"""Scale: HALOGEN's released generations of 14 models on all nine domains by both rule sets (18
+tasks), scripted judge and extractor served by Ray Serve (the extractor also answers the parse
+steps), one run per size on a Ray head, written to moto's S3 server; rows/s end to end and the
+driver's peak memory. With --faults, the largest size runs once more under faults and must end
+with the tables of its clean run.
 
 Each size runs in a fresh driver process (so its peak RSS is its own); the item limit per task
 is chosen so the run holds about that many generations. The biography and reference checks
@@ -52,12 +53,17 @@ def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
     return folder / "titles.txt", folder / "articles.jsonl"
 
 
-def config(storage: dict, limit: int | None, titles: Path, articles: Path) -> dict:
-    from halluscope.tasks.halogen.common import RELEASED
+def halogen_tasks() -> list[str]:
     from halluscope.tasks.registry import task_names
 
+    return [t for t in task_names() if t.startswith("halogen/")]
+
+
+def config(storage: dict, limit: int, titles: Path, articles: Path) -> dict:
+    from halluscope.tasks.halogen.common import RELEASED
+
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
-    return {"storage": storage, "tasks": [t for t in task_names() if t.startswith("halogen/")],
+    return {"storage": storage, "tasks": halogen_tasks(),
             "limits": {"max_items_per_task": limit}, "costs": {"price_table": None}, "cache": {"enabled": False},
             "verifiers": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}},
             "models": [{"id": m, "backend": "replay"} for m in RELEASED["models"]] + [
@@ -165,7 +171,7 @@ def main() -> None:
         create_bucket(endpoint, BUCKET)
         titles, articles = _stand_in_knowledge(data, Path(tmp))
         for size in args.sizes:
-            limit = max(1, size // (MODELS * 9)) if size < 140_000 else None  # None: every item
+            limit = max(1, size // (MODELS * len(halogen_tasks())))
             cfg = config(s3_storage(endpoint, f"s3://{BUCKET}/runs-{size}"), limit, titles, articles)
             cfg_path = Path(tmp) / f"scale-{size}.yaml"
             cfg_path.write_text(yaml.safe_dump(cfg))

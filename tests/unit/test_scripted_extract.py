@@ -8,6 +8,12 @@ from halluscope.serving.scripted_extract import extract
 from halluscope.tasks.base import Item
 from halluscope.tasks.registry import get_task
 
+# the layout of the authors' own parse prompts, which the paper rules send: a worked example first
+AUTHORS_FACTORS = ["<Context>: 7411 is not a prime number. It can be factorized as 3 × 3 × 7 × 13.  <Instruction>:  "
+                   "What are the factors proposed in the above text? Just list them separated by commas. \n\n "
+                   "<Response>: 3, 3, 7, 13 \n\n <Context>: ",
+                   " <Instruction>: What are the factors proposed in the above text? Just list them separated by "
+                   "commas. \n\n <Response>: "]
 NUMERICAL = {"list_name": "planets", "condition": "contains", "letter": "a", "count": 6,
              "universe": ["earth", "mars"], "gold": ["earth", "mars"]}
 
@@ -15,8 +21,11 @@ NUMERICAL = {"list_name": "planets", "condition": "contains", "letter": "a", "co
 @pytest.mark.parametrize("task, fields, response, units", [
     ("halogen/rationalization_binary", {"category": "primality", "gold": "yes", "number": 7411},
      "No.\n\nThe factorization of 7411 is 17 × 19 × 23.", ["no", "17", "19", "23"]),
-    ("halogen/rationalization_binary", {"category": "graph", "gold": "no", "offered": ["B->I"]},
-     "Yes.\n\nThe flights from city E to city C:\n- E to B\n- B to I to C", ["yes", "E->B", "B->I", "I->C"]),
+    ("halogen/rationalization_binary", {"category": "primality", "gold": "yes", "number": 221,
+                                        "parse_template": AUTHORS_FACTORS},
+     "No, 221 = 13 x 17.", ["no", "13", "17"]),
+    ("halogen/rationalization_binary@corrected", {"category": "graph", "gold": "no", "offered": ["B->I"]},
+     "Yes.\n\nThe flights from city E to city C:\n- E to B\n- B to I -> C", ["yes", "E->B", "B->I", "I->C"]),
     ("halogen/rationalization_binary@corrected", {"category": "senator", "gold": "no"},
      "Yes. The senator who represented Alaska was Ted Stevens.", ["yes", "Ted Stevens"]),
     ("halogen/rationalization_binary", {"category": "primality", "gold": "yes", "number": 7}, "Yes, it is.", []),

@@ -10,11 +10,15 @@ template's question, recognised word for word) is answered in the layout the que
 comma-separated, which the paper's rules read (``halluscope.tasks.halogen.paper``):
 
 - primality: the integers of each product the text writes (``17 × 19``, ``3 x 5``, ``3 * 5``);
-- graph: ``There is a flight from city X to city Y`` for each hop the text writes ``X to Y``
-  (single capital letters, not ``city X to city Y``, which restates the question);
+- graph: ``There is a flight from city X to city Y`` for each hop the text writes ``X to Y`` or
+  ``X -> Y`` (single capital letters, not ``city X to city Y``, which restates the question);
 - senator: the first person the text names (``paper.person_names``);
 - numerical: the text's first integer, then its listed items in lower case;
 - false presuppositions: its listed items.
+
+The authors' own yes/no parse prompts, which the paper rules send (few-shot examples, then
+``<Context>: <response> <Instruction>: <question> <Response>:``), are answered for the last
+context by the subject of the question: factors, flights or the senator.
 
 Listed items are the bulleted or numbered lines, else the parts between semicolons or, failing
 those, commas. A parse that finds nothing is an empty answer. Good enough to drive the pipeline
@@ -34,7 +38,8 @@ _APA_TITLE = re.compile(r"\(\s*(?:\d{4}[a-z]?|n\.\s?d\.)[^)]{0,40}\)\.?\s*(.{8,3
 _QUOTED_TITLE = re.compile(r"[“\"]([^”\"\n]{12,300}?)[,.]?[”\"]")
 _TEXT = re.compile(r"\A\s*text:(.*)\Z", re.IGNORECASE | re.DOTALL)
 _PRODUCT = re.compile(r"\d+(?:\s*[×x*]\s*\d+)+")
-_HOP = re.compile(r"(?<!city )\b([A-Z]) to (?=([A-Z])\b)")  # "E to B to I"; not the question's "city E to city C"
+_HOP = re.compile(r"(?<!city )\b([A-Z]) (?:to|->) (?=([A-Z])\b)")  # "E to B -> I", not "city E to city C"
+_AUTHORS = re.compile(r".*<Context>:(.*)<Instruction>:(.*)<Response>:\s*\Z", re.DOTALL)
 _LISTED_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.+?)\s*$", re.MULTILINE)
 
 
@@ -94,14 +99,23 @@ def _parsers() -> dict[str, Callable[[str], list[str]]]:
             question(prompts.parse_list_prompt("")): listed}
 
 
+def _authors_parser(question: str) -> Callable[[str], list[str]] | None:
+    subjects = {"factors": _factors, "flights": _flights, "senator": _senator}
+    return next((parser for word, parser in subjects.items() if word in question), None)
+
+
 def parse(prompt: str) -> str | None:
-    """The answer to a HALOGEN parse prompt, else None."""
-    body, _, asked = prompt.rpartition("\n\n")
-    parser = _parsers().get(asked)
-    text = _TEXT.match(body)
-    if parser is None or text is None:
-        return None
-    return ", ".join(parser(text.group(1)))
+    """The answer to a HALOGEN parse prompt, ours or the authors', else None."""
+    authors = _AUTHORS.match(prompt)
+    if authors:
+        text, parser = authors.group(1), _authors_parser(authors.group(2))
+    else:
+        body, _, asked = prompt.rpartition("\n\n")
+        ours = _TEXT.match(body)
+        if ours is None:
+            return None
+        text, parser = ours.group(1), _parsers().get(asked)
+    return None if parser is None else ", ".join(parser(text))
 
 
 def extract(prompt: str) -> str | None:

@@ -50,7 +50,7 @@ def audit(resolver: DataResolver) -> dict[str, Counter]:
                     names = set(paper.paper_imports(text))
                     if names != set(extract_imports(text)):
                         c["every import statement form read"] += 1
-                    if any(n in paper._stdlib()[0] and not paper.stdlib_module(n, "paper") for n in names):
+                    if any(paper.stdlib_without_page(n) for n in names):
                         c["standard-library modules without a page of their own accepted"] += 1
                 elif domain == "rationalization_binary":
                     category = row["category"]

@@ -33,8 +33,9 @@ def paper_tables(metrics: list[dict], rules: str = "paper") -> list[str]:
     suffix = CORRECTED if rules == "corrected" else ""
     named = "" if rules == "paper" else ", corrected rules"
     metrics = [m for m in metrics if rule_set(m["task"]) == rules]
-    for kind, avg_task, title in (("response", AVG_RESPONSE + suffix, f"Response-based tasks (paper Table 2 layout{named})"),
-                                  ("refusal", AVG_REFUSAL + suffix, f"Refusal-based tasks (paper Table 3 layout{named})")):
+    for kind, avg_task, title in (
+            ("response", AVG_RESPONSE + suffix, f"Response-based tasks (paper Table 2 layout{named})"),
+            ("refusal", AVG_REFUSAL + suffix, f"Refusal-based tasks (paper Table 3 layout{named})")):
         tasks = sorted({m["task"] for m in metrics if m.get("task_kind") == kind and not m.get("aggregate")})
         if not tasks:
             continue

@@ -12,7 +12,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
-from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.base import RoleCall, Verdict
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import FactsByExtractor, judge_verdict

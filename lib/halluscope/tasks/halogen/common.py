@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import re
 import sys
 from collections import Counter
 from importlib import resources

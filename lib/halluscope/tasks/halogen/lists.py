@@ -5,7 +5,6 @@ Both use the entity list and the letter condition released with each prompt; the
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from halluscope.tasks.base import Item, Verdict
@@ -99,8 +98,8 @@ class RationalizationNumerical(_ListTask):
         self.verifier = f"gold-count+list-{rules}-v2"
 
     def decompose_call(self, text: str, item: Item):
-        return self.recorded_call("extractor", PARSE, [prompts.parse_numerical_prompt(text)], prompts.PARSE_NUMERICAL, text,
-                                  item)
+        prompt = prompts.parse_numerical_prompt(text)
+        return self.recorded_call("extractor", PARSE, [prompt], prompts.PARSE_NUMERICAL, text, item)
 
     def decompose(self, text: str, item: Item, replies=()) -> list[str]:
         parsed, _, copied = self.parsed(replies)

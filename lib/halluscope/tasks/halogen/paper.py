@@ -70,6 +70,12 @@ def _stdlib() -> tuple[frozenset[str], frozenset[str]]:
     return names, documented
 
 
+def stdlib_without_page(name: str) -> bool:
+    """A standard-library module the paper's docs-page fallback does not find."""
+    names, documented = _stdlib()
+    return name in names and name not in documented
+
+
 def stdlib_module(name: str, rules: RuleSet) -> bool:
     """Paper: only modules with their own documentation page; corrected: every stdlib module."""
     names, documented = _stdlib()

@@ -16,7 +16,7 @@ from halluscope.records import stable_id
 from halluscope.sources import DataResolver, open_text, sha256_file
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task
 from halluscope.tasks.halogen.paper import RuleSet, abstained
-from halluscope.tasks.halogen.steps import recorded_path, step_key
+from halluscope.tasks.halogen.steps import recorded_path, step_keys
 
 csv.field_size_limit(sys.maxsize)
 
@@ -81,8 +81,8 @@ class HalogenTask(Task):
         the authors' pipeline (a live one reads the prompt). A key names the step, the item (by
         each of its replay keys, as a recorded row is joined to it), the response and the unit."""
         joins = self.replay_keys({**item.fields, "prompt": item.prompt})
-        keys = tuple(" ".join(step_key(self.response_dir, step, j, text, u) for j in joins)
-                     for u in (units if units is not None else [""]))
+        keys = tuple(" ".join(k) for k in step_keys(self.response_dir, step, joins, text,
+                                                       units if units is not None else [""]))
         return RoleCall(role, tuple(prompts), template, keys)  # type: ignore[arg-type]
 
     def recorded_file(self, model_name: str) -> str | None:

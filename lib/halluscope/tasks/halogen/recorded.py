@@ -3,7 +3,7 @@ and the output of every LLM step the authors ran on it (``halogen/recorded/``).
 
 A recorded role model (``backend: recorded``, ``steps: halluscope.tasks.halogen.recorded:replies``)
 answers a role call from these files: each call names its step and the content it asks about
-(``steps.step_key``), and :func:`replies` maps the same keys to what the authors' model answered.
+(``steps.step_keys``), and :func:`replies` maps the same keys to what the authors' model answered.
 The program tasks' verdicts are never read from here: their label columns are not shipped.
 """
 
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from functools import partial
 
 from halluscope.sources import DataResolver
 from halluscope.tasks.halogen import TASKS, paper
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.steps import (FACT_VERDICT, FACTS, MEETING, PARSE, TITLE_FOUND, TITLES, read_rows,
-                                            recorded_path, step_key)
+                                            recorded_path, step_keys)
 
 
 def _core(unit: str) -> str:
@@ -47,6 +48,14 @@ def _fact_verdicts(units: list[str], hallucinated: list[str]) -> list[bool]:
 QUIRKS = {("numerical_falsepresupposition", "llama_2_70b_chat"): {"list_split": "comma-stripped-repeats"}}
 
 
+def _put(out: dict, notes: dict, domain: str, joins: list[str], response: str, step: str, replies: list[str],
+         units: list[str]) -> None:
+    """Files each unit's recorded answer under its content keys; the first record under a key wins."""
+    for reply, keys in zip(replies, step_keys(domain, step, joins, response, units)):
+        for k in keys:
+            out.setdefault(k, (reply, notes) if notes else reply)
+
+
 def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: dict) -> dict[str, str | tuple]:
     """A task's recorded answers under the keys its role calls carry (see
     ``HalogenTask.recorded_call``): each row under each of its replay keys, with occurrences
@@ -62,29 +71,25 @@ def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: 
         seen[group] += 1
         joins = task.replay_keys(record)
 
-        def put(step: str, reply: str, unit: str = "") -> None:
-            for j in joins:  # the first record under a key wins
-                out.setdefault(step_key(domain, step, j, response, unit), (reply, notes) if notes else reply)
-
+        put = partial(_put, out, notes, domain, joins, response)
         if domain in ("rationalization_binary", "rationalization_numerical", "numerical_falsepresupposition"):
             if row.get("parsed_response") is not None:  # an empty parse is an answer too
-                put(PARSE, row["parsed_response"])
+                put(PARSE, [row["parsed_response"]], [""])
         elif domain in ("summarization", "simplification", "biographies"):
             units_col, hall_col = (("atoms", "hallucinated atoms") if domain == "biographies"
                                    else ("atomic_units", "hallucinated_atomic_units"))
             units = paper.recorded_units(row.get(units_col, ""))
-            put(FACTS, row.get(units_col, ""))
-            for unit, ok in zip(units, _fact_verdicts(units, paper.recorded_units(row.get(hall_col, "")))):
-                put(FACT_VERDICT, "Yes" if ok else "No", unit)
+            put(FACTS, [row.get(units_col, "")], [""])
+            verdicts = _fact_verdicts(units, paper.recorded_units(row.get(hall_col, "")))
+            put(FACT_VERDICT, ["Yes" if ok else "No" for ok in verdicts], units)
         elif domain == "references":
             titles = [str(t) for t in paper.literal_list(row.get("atomic_units", ""))]
             hallucinated = {str(t) for t in paper.literal_list(row.get("hallucinated_atomic_units", ""))}
-            put(TITLES, repr(titles))
-            for t in titles:
-                put(TITLE_FOUND, "No" if t in hallucinated else "Yes", t)
+            put(TITLES, [repr(titles)], [""])
+            put(TITLE_FOUND, ["No" if t in hallucinated else "Yes" for t in titles], titles)
         elif domain == "historical_events":
             if row.get("verified_response") is not None:
-                put(MEETING, row["verified_response"])
+                put(MEETING, [row["verified_response"]], [""])
     return out
 
 

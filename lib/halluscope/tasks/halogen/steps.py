@@ -22,13 +22,24 @@ PARSE, FACTS, FACT_VERDICT, TITLES, TITLE_FOUND, MEETING = (
     "parse", "facts", "fact-verdict", "titles", "title-found", "meeting")
 
 
-def step_key(domain: str, step: str, join: str, response: str, unit: str = "") -> str:
-    """Content key of one step's call: ``<domain>:<digest>`` of the step, the item (one of its
-    replay keys), the whitespace-normalised response and the unit. A model may give one response
-    to several prompts and the authors' sampled steps may differ between them, so the item is
-    part of it; the domain prefix lets the answers be loaded one domain at a time."""
-    body = "\x1f".join([step, join, " ".join(response.split()), " ".join(unit.split())])
-    return f"{domain}:{hashlib.blake2b(body.encode(), digest_size=16).hexdigest()}"
+def step_keys(domain: str, step: str, joins: list[str], response: str, units: list[str]) -> list[list[str]]:
+    """Content keys of a step's calls, one list per unit (one key per way the item is joined):
+    ``<domain>:<digest>`` of the step, the item (one of its replay keys), the
+    whitespace-normalised response and the unit. A model may give one response to several
+    prompts and the authors' sampled steps may differ between them, so the item is part of it;
+    the domain prefix lets the answers be loaded one domain at a time."""
+    head = [hashlib.blake2b(f"{step}\x1f{j}\x1f{' '.join(response.split())}\x1f".encode(), digest_size=16)
+            for j in joins]
+    out = []
+    for unit in units:
+        tail = " ".join(unit.split()).encode()
+        keys = []
+        for h in head:
+            h = h.copy()
+            h.update(tail)
+            keys.append(f"{domain}:{h.hexdigest()}")
+        out.append(keys)
+    return out
 
 
 def recorded_path(domain: str, model: str) -> str | None:

@@ -94,7 +94,7 @@ def _prog() -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from halluscope.config import load_config
-    from halluscope.cost.plan import TokenStats, check_budget, plan
+    from halluscope.pipeline.estimate import TokenStats, check_budget, plan
     from halluscope.pipeline.runner import cache_location, price_table
 
     cfg = load_config(args.config)
@@ -134,7 +134,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     doc = read_yaml(args.config, "config")
     if isinstance(doc, dict) and "applications" in doc:
         os.execvp("serve", ["serve", "run", args.config])
-    from halluscope.pipeline.runner import init_ray
+    from halluscope.runkit import init_ray
     from halluscope.serving.app import deploy, remove, shutdown
 
     cfg = parse_config(doc, args.config)
@@ -158,7 +158,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from halluscope.tasks.registry import get_task, task_names
+    from halluscope.task_registry import get_task, task_names
 
     for name in task_names():
         d = get_task(name).describe()

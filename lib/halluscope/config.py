@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from halluscope.errors import ConfigError
 from halluscope.storage.names import model_id_problem, root_problem, run_id_problem
+from halluscope.task_registry import get_task, unknown_task
 
 
 DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
@@ -418,8 +418,6 @@ def _other_benchmark(data: dict) -> str | None:
 
 def check_task_needs(cfg: RunConfig, source: str) -> None:
     """Every role model and knowledge source a configured task uses must be configured."""
-    from halluscope.tasks.registry import get_task
-
     roles = {m.role for m in cfg.models}
     for name in cfg.tasks:
         task = get_task(name)
@@ -427,7 +425,7 @@ def check_task_needs(cfg: RunConfig, source: str) -> None:
             if role not in roles:
                 raise ConfigError(f"invalid run config {source}: task '{name}' needs a {role} model; "
                                   f"add one to models with role: {role}")
-        if name.startswith("hallulens/") and not cfg.testsets.get(name):
+        if task.needs_testsets and not cfg.testsets.get(name):
             raise ConfigError(f"invalid run config {source}: task '{name}' needs testsets.{name}: the URIs of its "
                               "test sets, one per trial (made by `halluscope testset`)")
         per_model = cfg.testsets.get(name)
@@ -442,14 +440,10 @@ def check_task_needs(cfg: RunConfig, source: str) -> None:
 
 
 def check_task_names(names: list[str], source: str) -> None:
-    from halluscope.tasks.registry import task_names
-
-    known = task_names()
     for i, name in enumerate(names):
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else f"; known tasks: {', '.join(known)}"
-            raise ConfigError(f"invalid run config {source}: tasks.{i}: unknown task '{name}'{hint}")
+        problem = unknown_task(name)
+        if problem:
+            raise ConfigError(f"invalid run config {source}: tasks.{i}: {problem}")
 
 
 def read_yaml(uri: str, what: str = "run config", storage_options: dict | None = None) -> Any:

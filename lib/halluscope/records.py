@@ -9,6 +9,8 @@ import hashlib
 
 import pyarrow as pa
 
+MISSING = "no recorded response"  # generations.error of an item its replay file lacks: counted apart
+
 
 def stable_id(*parts: object) -> str:
     """16 hex chars of sha256 over the parts joined by a separator that cannot occur in them."""

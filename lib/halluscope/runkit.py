@@ -1,5 +1,7 @@
 """What every job that calls models shares (evaluation runs, RAGTruth, FEWL, the test-set job):
-loading their YAML configs, serving their models for the job, cached clients, accounting calls.
+loading their YAML configs, starting or joining Ray, serving their models for the job, the code
+version their manifests record. Clients and call counters are ``models.registry.client`` and
+``models.usage.Usage``.
 """
 
 from __future__ import annotations
@@ -7,22 +9,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TypeVar
 
+import ray
 from pydantic import BaseModel, ValidationError
 
-from halluscope.config import ModelSpec, read_yaml, validation_message
-from halluscope.cost.plan import placement
+from halluscope import __version__
+from halluscope.config import ModelSpec, RaySpec, read_yaml, validation_message
 from halluscope.errors import ConfigError
-from halluscope.models.base import Completion, ModelBackend
-from halluscope.models.cache import CachedBackend
-from halluscope.models.registry import live_backend, revision_of, sampling_of
-from halluscope.storage.fs import Location
+from halluscope.serving.placement import SERVED_BACKENDS, placement
 
-SERVED_BACKENDS = ("scripted", "hf", "vllm")
 C = TypeVar("C", bound=BaseModel)
 
 
@@ -105,38 +105,25 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator
                                 "resource_seconds": held * s.params.serve.num_replicas * units})
 
 
-def client(spec: ModelSpec, endpoints: dict, cache: Location | None, template: str) -> ModelBackend:
-    """The model's backend, answering from the call cache first when there is one. ``template``
-    names the prompt template, so a change of wording never reuses old answers."""
-    backend = live_backend(spec, endpoints.get(spec.id))
-    if cache is None:
-        return backend
-    return CachedBackend(backend, cache, revision_of(spec), template, sampling_of(spec).as_dict())
+def init_ray(spec: RaySpec) -> None:
+    """Join the cluster named by the config or RAY_ADDRESS (set inside `ray job submit`), else
+    start a local Ray sized for the pipeline's stages."""
+    if ray.is_initialized():
+        return
+    address = spec.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return
+    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
+             object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
+             include_dashboard=False, log_to_driver=False)
 
 
-@dataclass
-class Usage:
-    """Calls of one model in one stage; answers from the call cache are counted apart and cost nothing."""
-
-    calls: int = 0
-    cached_calls: int = 0
-    failed_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def add(self, completions: Iterable[Completion]) -> "Usage":
-        for c in completions:
-            if c.extra.get("cached"):
-                self.cached_calls += 1
-                continue
-            self.calls += 1
-            self.failed_calls += c.error is not None
-            self.input_tokens += c.input_tokens or 0
-            self.output_tokens += c.output_tokens or 0
-        return self
-
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+def code_version() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"halluscope {__version__}" + (f" ({rev})" if rev else "")

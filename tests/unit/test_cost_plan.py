@@ -12,15 +12,15 @@ import pytest
 
 from halluscope import records
 from halluscope.config import parse_config
-from halluscope.cost.plan import (PlanOptions, Shape, Throughput, TokenStats, check_budget, params_billions,
-                                  placement, plan, stage_rules)
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
 from halluscope.models.base import Completion, GenerationRequest
-from halluscope.models.cache import CachedBackend
+from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
-from halluscope.pipeline.stages import GENERATION_TEMPLATE
+from halluscope.pipeline.estimate import (PlanOptions, Shape, Throughput, TokenStats, check_budget, params_billions, plan,
+                                      stage_rules)
 from halluscope.records import generation_id
+from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

@@ -22,7 +22,7 @@ from halluscope.fewl import prompts
 from halluscope.fewl.datasets import Question
 from halluscope.fewl.prompts import IwCoAnswers, ParseReport
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
-from halluscope.runkit import Usage
+from halluscope.models.usage import Usage
 
 ANSWERS = pa.schema([
     ("run_id", pa.string()),

@@ -44,8 +44,10 @@ from halluscope.fewl.report import markdown
 from halluscope.fewl.score import Fewl, FewlParams, MissingReference
 from halluscope.fewl.similarity import CachedSimilarity, CrossEncoderSimilarity, EmbeddingCosine, Similarity
 from halluscope.knowledge.retrieval import Encoder
-from halluscope.runkit import (SERVED_BACKENDS, Usage, client, conflicting_ids, fingerprint, load_yaml_config,
-                              served, unique_specs)
+from halluscope.models.registry import client
+from halluscope.models.usage import Usage
+from halluscope.runkit import (SERVED_BACKENDS, code_version, conflicting_ids, fingerprint, init_ray,
+                              load_yaml_config, served, unique_specs)
 from halluscope.storage.fs import Location, storage_options
 from halluscope.storage.run import RunStore
 
@@ -216,8 +218,6 @@ def mean_scores(rows: list[dict]) -> list[dict]:
 
 
 def run_fewl(cfg: FewlRunConfig, run_id: str | None = None) -> FewlResult:
-    from halluscope.pipeline.runner import code_version, init_ray
-
     started = time.time()
     src = cfg.dataset.source
     loaded = load(cfg.dataset.name, src, storage_options(cfg.storage) if src.startswith("s3://") else None)

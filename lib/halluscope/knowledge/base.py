@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from halluscope.config import VerifierOptions
 from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex, normalize
@@ -12,9 +12,10 @@ from halluscope.sources import DataResolver, open_text, sha256_file
 from halluscope.storage.fs import Location
 
 if TYPE_CHECKING:
-    from halluscope.hallulens.longwiki import EvidenceFinder
     from halluscope.knowledge.retrieval import DenseRetriever
     from halluscope.knowledge.titles import TitleIndex
+
+T = TypeVar("T")
 
 
 class WikiEvidence:
@@ -47,6 +48,7 @@ class Knowledge:
         self.pypi_snapshot = pypi_snapshot
         self.options = options or VerifierOptions()
         self.index_root = index_root
+        self._derived: dict[str, Any] = {}
 
     @property
     def _cache_dir(self) -> Path:
@@ -91,13 +93,12 @@ class Knowledge:
         root = self.index_root or Location.from_url(f"file://{self._cache_dir}")
         return WikiEvidence(DenseRetriever.cached(store, Encoder(spec.encoder), root), spec.top_k)
 
-    @cached_property
-    def longwiki_evidence(self) -> "EvidenceFinder":
-        from halluscope.hallulens.longwiki import EvidenceFinder, LongWikiOptions
-
-        spec = self.options.wiki
-        assert spec is not None  # checked with the config
-        return EvidenceFinder(self.wiki.retriever, LongWikiOptions(passage_words=spec.passage_words, top_k=spec.top_k))
+    def derived(self, name: str, build: Callable[["Knowledge"], T]) -> T:
+        """A source a benchmark builds from the loaded ones (LongWiki's evidence finder over ``wiki``),
+        built once per worker like them: knowledge/ sits below the benchmarks and names none."""
+        if name not in self._derived:
+            self._derived[name] = build(self)
+        return self._derived[name]
 
     def describe(self, needed: set[str]) -> dict:
         """Provenance of the knowledge the run's tasks use, for the manifest. Loading it here,

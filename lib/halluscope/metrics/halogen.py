@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 
 import pyarrow as pa
 
-from halluscope.pipeline.workset import MISSING
+from halluscope.records import MISSING
 
 AVG_RESPONSE = "halogen/avg-response"
 AVG_REFUSAL = "halogen/avg-refusal"

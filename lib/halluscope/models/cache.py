@@ -20,6 +20,8 @@ from halluscope.records import CALL_CACHE, stable_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
 
+GENERATION_TEMPLATE = "raw-prompt-v1"  # a generation sends the item's prompt as the only user message
+
 
 
 def call_key(model_id: str, revision: str | None, template_version: str, prompt: str, sampling: dict) -> str:

@@ -1,4 +1,4 @@
-"""Builds the backend the pipeline calls for a live (non-replay) model."""
+"""The client factory: the backend every stage and job calls for a live (non-replay) model."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 from halluscope.config import ModelSpec
 from halluscope.models.base import ModelBackend, SamplingParams
+from halluscope.models.cache import CachedBackend
 
 if TYPE_CHECKING:
     from halluscope.serving.app import ServedEndpoint
+    from halluscope.storage.fs import Location
 
 
 def sampling_of(spec: ModelSpec) -> SamplingParams:
@@ -31,10 +33,17 @@ def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None) -> M
     if spec.backend == "vllm":
         return OpenAIBackend(model_id=spec.id, base_url=endpoint.base_url, model=spec.id,
                              max_concurrency=spec.params.serve.max_ongoing_requests, sampling=sampling_of(spec))
-    from halluscope.serving.app import handle_backend
-
-    return handle_backend(spec, endpoint)
+    return endpoint.backend(spec)  # serving/ sits above models/: the endpoint builds its own client
 
 
 def revision_of(spec: ModelSpec) -> str | None:
     return getattr(spec.params, "revision", None)
+
+
+def client(spec: ModelSpec, endpoints: dict, cache: Location | None, template: str) -> ModelBackend:
+    """The model's backend, answering from the call cache first when there is one. ``template``
+    names the prompt template, so a change of wording never reuses old answers."""
+    backend = live_backend(spec, endpoints.get(spec.id))
+    if cache is None:
+        return backend
+    return CachedBackend(backend, cache, revision_of(spec), template, sampling_of(spec).as_dict())

@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
 from halluscope.sources import DataResolver
-from halluscope.tasks.base import Item, Task
-from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt
+
+if TYPE_CHECKING:  # models/ sits below tasks/: a task is read through its methods only
+    from halluscope.tasks.base import Item, Task
 
 _DEFAULT_TEXT_COLUMNS = ("response", "text", "output", "generation")
 
@@ -123,11 +124,12 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
     None when the source has none for this task (every item is then missing, and counted)."""
     p = spec.params
     if p.source in ("halogen", "halogen-recorded"):
-        if not isinstance(task, HalogenTask):
+        # HALOGEN's tasks name the files the authors released
+        released = getattr(task, "recorded_file" if p.source == "halogen-recorded" else "released_file", None)
+        if released is None:
             raise ConfigError(f"models: '{spec.id}' replays HALOGEN's released responses, "
                               f"which have none for task {task.name}")
-        name = p.name or spec.id
-        rel = task.recorded_file(name) if p.source == "halogen-recorded" else task.released_file(name)
+        rel = released(p.name or spec.id)
         return (rel, resolver.resolve(rel), "csv") if rel else None
     if not p.path:
         raise ConfigError(f"models: '{spec.id}': params.path is required when params.source is 'file'")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -14,24 +12,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from halluscope import __version__
-from halluscope.config import DEFAULT_PRICE_TABLE, RaySpec, RunConfig
+from halluscope.config import DEFAULT_PRICE_TABLE, RunConfig
 from halluscope.errors import RunError, Superseded, error_summary
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
-from halluscope.cost.plan import TokenStats, check_budget, plan as estimate_cost
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
 from halluscope.hallulens import report as hallulens_report
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
+from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estimate_cost
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
 from halluscope.report.html import write_report
-from halluscope.runkit import check_api_keys, served
+from halluscope.runkit import check_api_keys, code_version, init_ray, served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
-from halluscope.tasks.registry import get_task
+from halluscope.task_registry import get_task
 
 
 @dataclass
@@ -49,30 +46,6 @@ class RunResult:
 
 def default_run_id(cfg: RunConfig) -> str:
     return f"{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
-
-
-def init_ray(spec: RaySpec) -> None:
-    """Join the cluster named by the config or RAY_ADDRESS (set inside `ray job submit`), else
-    start a local Ray sized for the pipeline's stages."""
-    if ray.is_initialized():
-        return
-    address = spec.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        return
-    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
-             object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
-             include_dashboard=False, log_to_driver=False)
-
-
-def code_version() -> str:
-    here = Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        rev = ""
-    return f"halluscope {__version__}" + (f" ({rev})" if rev else "")
 
 
 def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> RunResult:

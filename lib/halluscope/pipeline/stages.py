@@ -19,14 +19,14 @@ from halluscope import records
 from halluscope.config import ModelSpec
 from halluscope.knowledge.base import Knowledge
 from halluscope.models.base import Completion, GenerationRequest
-from halluscope.models.cache import CachedBackend
+from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import atom_id, stable_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.registry import get_task
+from halluscope.task_registry import get_task
 
 
 @lru_cache(maxsize=16384)
@@ -44,7 +44,6 @@ def _usable(row: dict) -> bool:
     return row["error"] is None and row["text"] is not None
 
 
-GENERATION_TEMPLATE = "raw-prompt-v1"  # the item's prompt is sent as the only user message
 
 
 class Generate:

@@ -17,14 +17,13 @@ from pydantic import TypeAdapter
 from halluscope import records
 from halluscope.config import ModelSpec, ReplayModel, RunConfig
 from halluscope.models.replay import load_replay, replay_source
-from halluscope.records import generation_id, stable_id
+from halluscope.records import MISSING, generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
 from halluscope.tasks.base import Item, LoadedItems, Task
-from halluscope.tasks.registry import get_task
+from halluscope.task_registry import get_task
 
-MISSING = "no recorded response"
 UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])
 
 

@@ -25,9 +25,9 @@ from typing import Callable, Literal, Protocol, Sequence
 
 from halluscope.errors import ConfigError, RunError
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
-from halluscope.ragtruth import prompts
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.parse import read_hallucination_list
+from halluscope.ragtruth.prompts import TEMPLATE_ID, judge_prompt
 from halluscope.ragtruth.spans import Prediction, Span, locate
 from halluscope.ragtruth.taxonomy import LabelType, parse_label_type
 from halluscope.tasks.replies import excerpt
@@ -98,7 +98,7 @@ class PromptDetector:
     normalised text; one occurrence per listed string. A string found nowhere stays in the
     prediction as unlocated (false-positive characters) and is reported as ``unlocated_span``."""
 
-    template_id = prompts.TEMPLATE_ID
+    template_id = TEMPLATE_ID
 
     def __init__(self, backend: ModelBackend | None = None, name: str = "prompt",
                  unreadable: Unreadable = "empty") -> None:
@@ -107,7 +107,7 @@ class PromptDetector:
         self.unreadable = unreadable
 
     def prompts(self, records: Sequence[Record]) -> list[str]:
-        return [prompts.judge_prompt(r) for r in records]
+        return [judge_prompt(r) for r in records]
 
     def requests(self, records: Sequence[Record]) -> list[GenerationRequest]:
         return [GenerationRequest(task=f"ragtruth/{r.task_type.value}", item_id=r.id, prompt=p)

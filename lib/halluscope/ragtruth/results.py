@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from halluscope.models.usage import Usage
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
 from halluscope.ragtruth.metrics import MetricOptions, merge_counts, summarize
@@ -21,7 +22,6 @@ from halluscope.ragtruth.spans import Prediction
 from halluscope.ragtruth.stats import count_stats, model_table, task_table
 from halluscope.ragtruth.tables import (CALLS, COUNTS, PREDICTIONS, RAG_COUNTS, RAG_GENERATIONS, RagCounts,
                                         read_counts, read_prediction, read_rag_counts)
-from halluscope.runkit import Usage
 from halluscope.storage.run import PART_PREFIX, RunStore
 
 SCHEMAS = {"predictions": PREDICTIONS, "detect_calls": CALLS, "counts": COUNTS,

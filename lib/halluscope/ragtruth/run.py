@@ -34,7 +34,8 @@ from halluscope.ragtruth.metrics import MetricOptions
 from halluscope.ragtruth.report import markdown
 from halluscope.ragtruth.results import Setup, aggregate, read_committed
 from halluscope.records import stable_id
-from halluscope.runkit import conflicting_ids, fingerprint, load_yaml_config, served, unique_specs
+from halluscope.runkit import (code_version, conflicting_ids, fingerprint, init_ray, load_yaml_config, served,
+                              unique_specs)
 from halluscope.storage.fs import Location, storage_options
 from halluscope.storage.run import RunStore
 
@@ -200,8 +201,6 @@ def _execute(plans: list[dict], stage: type, args: tuple, cfg: RagTruthRunConfig
 # --- the run -----------------------------------------------------------------------------------
 
 def run_ragtruth(cfg: RagTruthRunConfig, run_id: str | None = None, progress: bool = False) -> RagTruthResult:
-    from halluscope.pipeline.runner import code_version, init_ray
-
     started = time.time()
     # everything that can fail on bad input fails here, before Ray or any model starts
     corpus = _corpus(cfg)

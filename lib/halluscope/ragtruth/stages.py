@@ -16,7 +16,9 @@ import ray
 
 from halluscope.config import ModelSpec
 from halluscope.models.base import Completion, GenerationRequest
-from halluscope.pipeline.stages import GENERATION_TEMPLATE
+from halluscope.models.cache import GENERATION_TEMPLATE
+from halluscope.models.registry import client
+from halluscope.models.usage import Usage
 from halluscope.ragtruth.corpus import Record, Source
 from halluscope.ragtruth.detectors import DetectorOutput, DetectorProblem, PromptDetector
 from halluscope.ragtruth.metrics import MetricOptions, count
@@ -24,7 +26,6 @@ from halluscope.ragtruth.tables import (CALLS, PREDICTIONS, RAG_GENERATIONS, Rag
                                         detection_fields, prediction_row, rag_counts_table)
 from halluscope.ragtruth.taxonomy import Quality
 from halluscope.records import stable_id
-from halluscope.runkit import Usage, client
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 

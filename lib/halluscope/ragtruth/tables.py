@@ -13,12 +13,12 @@ from typing import Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
+from halluscope.models.usage import Usage
 from halluscope.ragtruth.corpus import Label, Record
 from halluscope.ragtruth.detectors import NO_PREDICTION, DetectorProblem
 from halluscope.ragtruth.metrics import Counts, CountsKey
 from halluscope.ragtruth.spans import Prediction, Span
 from halluscope.ragtruth.taxonomy import parse_label_type
-from halluscope.runkit import Usage
 
 SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("label", pa.string())])
 PROBLEM = pa.struct([("reason", pa.string()), ("detail", pa.string())])

@@ -34,6 +34,10 @@ class ServedEndpoint:
     deployment_name: str
     base_url: str
 
+    def backend(self, spec: ScriptedModel | HFModel) -> ServeHandleBackend:
+        """This deployment's client: how ``models.registry`` reaches a handle without importing serving/."""
+        return handle_backend(spec, self)
+
 
 def app_name_for(model_id: str) -> str:
     """Serve app name and route segment for a model id: letters, digits, '_' and '-' only."""

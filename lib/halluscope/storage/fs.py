@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from halluscope.config import StorageSpec
 from halluscope.errors import ConfigError
+
+if TYPE_CHECKING:  # storage sits below config: it reads a spec's fields, never builds one
+    from halluscope.config import StorageSpec
 
 
 def storage_options(spec: StorageSpec) -> dict:

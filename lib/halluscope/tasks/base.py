@@ -66,6 +66,8 @@ class Task(ABC):
     roles: tuple[RoleName, ...] = ()  # role models the task calls; a run must configure each
     # refusal tasks whose decomposition finds no atom count the response as an abstention
     empty_is_abstention: bool = False
+    # items come from generated test sets, which a run must list under testsets.<task>
+    needs_testsets: bool = False
 
     @abstractmethod
     def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = ()) -> LoadedItems:

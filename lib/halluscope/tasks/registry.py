@@ -1,28 +1,6 @@
-"""The task registry: one place that maps task names to task objects."""
+"""The task registry's former home, still imported by tests/integration and bench/; the registry
+lives in ``halluscope.task_registry``, below config (see docs/architecture.md, "Layers")."""
 
-from __future__ import annotations
+from halluscope.task_registry import get_task, task_names
 
-from functools import lru_cache
-
-from halluscope.tasks.base import Task
-
-
-@lru_cache(maxsize=1)
-def _tasks() -> dict[str, Task]:
-    from halluscope.tasks.halogen import TASKS as HALOGEN
-    from halluscope.tasks.hallulens import TASKS as HALLULENS
-
-    return {t.name: t for t in [*HALOGEN, *HALLULENS]}
-
-
-def task_names() -> list[str]:
-    return sorted(_tasks())
-
-
-def get_task(name: str) -> Task:
-    task = _tasks().get(name)
-    if task is None:
-        from halluscope.config import check_task_names
-
-        check_task_names([name], "<task lookup>")  # raises, naming the closest tasks
-    return task
+__all__ = ["get_task", "task_names"]

@@ -39,10 +39,15 @@ from halluscope.config import ModelSpec, RunConfig, StorageSpec, WikiSpec
 from halluscope.cost.ledger import api_name
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
-from halluscope.models.registry import sampling_of
+from halluscope.models.cache import GENERATION_TEMPLATE, call_key
+from halluscope.models.registry import revision_of, sampling_of
+from halluscope.models.replay import load_replay, replay_source
+from halluscope.pipeline.workset import models_under_test, resolver_for, testset_locations
 from halluscope.records import generation_id
+from halluscope.serving.placement import SERVED_BACKENDS, placement
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from halluscope.task_registry import get_task
 from halluscope.tasks.base import Item, RoleName, Task
 
 POOLED = "*"  # TokenStats model key: every model measured on the task
@@ -230,7 +235,7 @@ class StageRule:
 
 
 def stage_rules() -> dict[str, tuple[StageRule, ...]]:
-    """Per task, the phases that call a role model (tasks/halogen/*, tasks/hallulens.py). Template
+    """Per task, the phases that call a role model (tasks/halogen/*, hallulens/tasks.py). Template
     overheads are the templates rendered with empty inputs, so they follow the wording."""
     from halluscope.hallulens import judging as hj
     from halluscope.tasks.halogen import paper
@@ -316,25 +321,7 @@ def stage_rules() -> dict[str, tuple[StageRule, ...]]:
 
 # --- served models ----------------------------------------------------------------------------
 
-SERVED = ("scripted", "hf", "vllm")
 _SIZE = re.compile(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bBmM])(?![a-zA-Z])")
-
-
-def placement(spec: ModelSpec) -> tuple[str, float]:
-    """(resource, units per replica) a served model holds: GPUs of its accelerator type ("GPU"
-    when unnamed) or CPU cores. vLLM runs tensor x pipeline parallel workers per replica, each
-    with the worker bundle serving/vllm.py places."""
-    from halluscope.serving.vllm import worker_bundle
-
-    if spec.backend == "vllm":
-        p = spec.params
-        workers = p.tensor_parallel_size * p.pipeline_parallel_size
-        bundle = worker_bundle(spec)
-        if "GPU" in bundle:
-            return p.accelerator_type or "GPU", workers * bundle["GPU"]
-        return "CPU", workers * bundle["CPU"]
-    s = spec.params.serve
-    return ("GPU", s.num_gpus) if s.num_gpus > 0 else ("CPU", s.num_cpus)
 
 
 def params_billions(spec: ModelSpec, options: PlanOptions) -> float | None:
@@ -477,9 +464,6 @@ class _Acc:
 
 
 def _load_items(cfg: RunConfig) -> dict[str, list[Item]]:
-    from halluscope.pipeline.workset import resolver_for, testset_locations
-    from halluscope.tasks.registry import get_task
-
     limit, testsets = cfg.limits.max_items_per_task, testset_locations(cfg)
     out = {}
     for name in cfg.tasks:
@@ -490,9 +474,6 @@ def _load_items(cfg: RunConfig) -> dict[str, list[Item]]:
 
 def _cached_items(spec: ModelSpec, items: list[Item], cache: Location) -> set[str]:
     """Items whose generation call is in the call cache (same key as the Generate stage)."""
-    from halluscope.models.cache import call_key
-    from halluscope.models.registry import revision_of
-    from halluscope.pipeline.stages import GENERATION_TEMPLATE
 
     loc = cache.child(spec.id.replace("/", "__"))
     keys: set[str] = set()
@@ -518,9 +499,6 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     call cache; generation calls found there are counted as cached and cost nothing (role calls
     cannot be looked up: their prompts depend on the generations). ``done``: generation ids a
     resumed run already committed; they make no more calls."""
-    from halluscope.pipeline.workset import models_under_test
-    from halluscope.tasks.registry import get_task
-
     o = options or PlanOptions()
     stats = stats or TokenStats()
     rules = stage_rules()
@@ -554,8 +532,6 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
     """Adds a model's generation of a task's items to ``a``; returns the generations role models
     will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
     when a role model will judge them (``judged``)."""
-    from halluscope.models.replay import load_replay, replay_source
-    from halluscope.pipeline.workset import resolver_for
 
     a.generations += len(items)
     P = _prompt_tokens(items, o) / max(len(items), 1)
@@ -641,7 +617,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                     busy_wall[model] += seconds / (units * spec.params.serve.num_replicas) if units else 0.0
                 row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
         rows.append(row)
-    served = [m for m in cfg.models if m.backend in SERVED]
+    served = [m for m in cfg.models if m.backend in SERVED_BACKENDS]
     wall_s = None if None in busy_wall.values() else o.startup_s + max(busy_wall.values(), default=0.0)
     for m in served:
         resource, units = placement(m)

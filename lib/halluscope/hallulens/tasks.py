@@ -15,7 +15,7 @@ role call. The paper's metrics are computed from the rows by ``hallulens.report`
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from halluscope.errors import DataError
 from halluscope.hallulens import judging, longwiki
@@ -26,6 +26,9 @@ from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
 from halluscope.tasks.halogen.llm_verified import reply_text
 from halluscope.tasks.replies import excerpt
 
+if TYPE_CHECKING:
+    from halluscope.knowledge.base import Knowledge
+
 SPECIES_DOMAINS = {"animal", "plant", "bacteria"}
 
 
@@ -33,6 +36,14 @@ def testset_of(folder: Location) -> TestSet:
     """The test set stored in ``<root>/<task>/<testset id>``."""
     root_path, task, testset_id = folder.path.rsplit("/", 2)
     return TestSet.read(Location(folder.fs, root_path), task, testset_id)
+
+
+def _evidence_finder(kb: Knowledge) -> longwiki.EvidenceFinder:
+    """LongWiki's evidence over the run's passage index (``verifiers.wiki``, checked with the config)."""
+    spec = kb.options.wiki
+    assert spec is not None
+    options = longwiki.LongWikiOptions(passage_words=spec.passage_words, top_k=spec.top_k)
+    return longwiki.EvidenceFinder(kb.wiki.retriever, options)
 
 
 def _decided(reply: Completion, parser, what: str):
@@ -44,6 +55,7 @@ def _decided(reply: Completion, parser, what: str):
 
 class HalluLensTask(Task):
     testset_task: str  # the task name the test-set builder writes under
+    needs_testsets = True
 
     def load_items(self, resolver, testsets: Sequence[Location] = ()) -> LoadedItems:
         if not testsets:
@@ -121,7 +133,7 @@ class LongWiki(HalluLensTask):
         return claims.claims
 
     def _evidence(self, atoms: list[str], item: Item, kb) -> list[list[longwiki.Passage]]:
-        return kb.longwiki_evidence.find(item.fields["title"], item.prompt, atoms)
+        return kb.derived("longwiki_evidence", _evidence_finder).find(item.fields["title"], item.prompt, atoms)
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         prompts = longwiki.verification_prompts(atoms, self._evidence(atoms, item, kb))

@@ -1,0 +1,30 @@
+"""What a served model holds while it is deployed: the resource and units of one replica.
+
+Kept apart from ``serving.app`` (which imports Ray Serve) so the cost estimate and the jobs'
+resource accounting read it without starting anything."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from halluscope.serving.vllm import worker_bundle
+
+if TYPE_CHECKING:
+    from halluscope.config import ModelSpec
+
+SERVED_BACKENDS = ("scripted", "hf", "vllm")  # the backends Ray Serve hosts for a run
+
+
+def placement(spec: ModelSpec) -> tuple[str, float]:
+    """(resource, units per replica) a served model holds: GPUs of its accelerator type ("GPU"
+    when unnamed) or CPU cores. vLLM runs tensor x pipeline parallel workers per replica, each
+    with the worker bundle serving/vllm.py places."""
+    if spec.backend == "vllm":
+        p = spec.params
+        workers = p.tensor_parallel_size * p.pipeline_parallel_size
+        bundle = worker_bundle(spec)
+        if "GPU" in bundle:
+            return p.accelerator_type or "GPU", workers * bundle["GPU"]
+        return "CPU", workers * bundle["CPU"]
+    s = spec.params.serve
+    return ("GPU", s.num_gpus) if s.num_gpus > 0 else ("CPU", s.num_cpus)

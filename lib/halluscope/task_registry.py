@@ -1,0 +1,55 @@
+"""The task registry: task names -> task objects, filled by the benchmarks.
+
+A benchmark package lists its tasks under the ``halluscope.tasks`` entry-point group
+(pyproject.toml) and the registry loads them on first use. It sits beside config, below every
+benchmark, so config checks task names without importing a benchmark and the engine reaches a
+benchmark only through here."""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from halluscope.errors import ConfigError
+
+if TYPE_CHECKING:
+    from halluscope.tasks.base import Task
+
+GROUP = "halluscope.tasks"
+
+
+@lru_cache(maxsize=1)
+def _tasks() -> dict[str, Task]:
+    found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
+    if not found:
+        raise ConfigError(f"no benchmark registers tasks under the entry-point group {GROUP!r}: install "
+                          "halluscope (pip install -e .) rather than only putting lib/ on the path")
+    tasks: dict[str, Task] = {}
+    for ep in found:
+        for task in ep.load():
+            if tasks.setdefault(task.name, task) is not task:
+                raise ConfigError(f"task '{task.name}' is registered twice (again by entry point '{ep.name}')")
+    return tasks
+
+
+def task_names() -> list[str]:
+    return sorted(_tasks())
+
+
+def unknown_task(name: str) -> str | None:
+    """Why ``name`` is no task, naming the closest ones; None when it is one."""
+    known = task_names()
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known tasks: {', '.join(known)}"
+    return f"unknown task '{name}'{hint}"
+
+
+def get_task(name: str) -> Task:
+    task = _tasks().get(name)
+    if task is None:
+        raise ConfigError(f"invalid run config <task lookup>: tasks.0: {unknown_task(name)}")
+    return task

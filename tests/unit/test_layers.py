@@ -1,0 +1,169 @@
+"""The package's layers (docs/architecture.md, "Layers"): a module imports only from its own layer or
+below, and no import cycle exists between modules or between folders.
+
+Every import counts, at module level or inside a function, except those under ``if TYPE_CHECKING:``
+(type-only). The table below is the one in the docs; a new module must be placed in it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "lib" / "halluscope"
+
+# layer -> module prefixes (dotted, under halluscope); the longest matching prefix places a module
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("L0 core", ("halluscope", "errors", "records", "ratelimit")),
+    ("L1 storage", ("storage", "sources")),
+    ("L2 config", ("config", "task_registry")),
+    ("L3 models, knowledge", ("models", "knowledge")),
+    ("L4 task contract, accounting", ("tasks", "cost", "metrics")),
+    ("L5 benchmarks, report", ("tasks.halogen", "hallulens", "ragtruth", "fewl", "attribution", "report")),
+    ("L6 serving", ("serving", "runkit")),
+    ("L7 engine, jobs", ("pipeline", "hallulens.build", "ragtruth.run", "fewl.run")),
+    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "attribution.cli", "ragtruth.cli", "fewl.cli")),
+]
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package at ``root``."""
+    out = {}
+    for f in root.rglob("*.py"):
+        parts = list(f.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules ``name`` imports anywhere in its file, type-only imports left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {id(n) for node in ast.walk(tree)
+                 if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                 for n in ast.walk(node)}
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(package[: len(package) - node.level + 1] + ([mod] if mod else []))
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]  # a name may be a submodule
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def layer_of(module: str) -> int | None:
+    rel = module.removeprefix("halluscope.") if module != "halluscope" else "halluscope"
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for level, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (rel == p or rel.startswith(p + ".")) and (best is None or len(p) > best[0]):
+                best = (len(p), level)
+    return None if best is None else best[1]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def folder(module: str) -> str:
+    """A sub-package, or a top-level module on its own (as ../shared/tools/import_cycles.py)."""
+    return ".".join(module.split(".")[:2])
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = modules(PACKAGE)
+    return {m: imports(m, f, known) for m, f in known.items()}
+
+
+def test_every_module_has_a_layer(graph):
+    assert [m for m in sorted(graph) if layer_of(m) is None] == []
+
+
+def test_no_import_runs_up_a_layer(graph):
+    up = [f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+          for m, targets in sorted(graph.items()) for t in sorted(targets)
+          if None not in (layer_of(m), layer_of(t)) and layer_of(t) > layer_of(m)]
+    assert up == []
+
+
+def test_no_module_cycle(graph):
+    assert cycles(graph) == []
+
+
+def test_no_folder_cycle(graph):
+    folders: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        folders.setdefault(folder(m), set()).update(folder(t) for t in targets if folder(t) != folder(m))
+    assert cycles(folders) == []
+
+
+def test_the_checks_see_what_they_check(tmp_path):
+    """A function-level import up a layer and a cycle are found; a TYPE_CHECKING import is not."""
+    pkg = tmp_path / "halluscope"
+    (pkg / "storage").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "storage" / "__init__.py").write_text("")
+    (pkg / "storage" / "fs.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from halluscope.cli import main\n"
+        "def f():\n    from halluscope import config\n")
+    (pkg / "config.py").write_text("from halluscope.storage import fs\n")
+    (pkg / "cli.py").write_text("")
+    known = modules(pkg)
+    g = {m: imports(m, f, known) for m, f in known.items()}
+    assert g["halluscope.storage.fs"] == {"halluscope", "halluscope.config"}
+    assert layer_of("halluscope.config") > layer_of("halluscope.storage.fs")
+    assert cycles(g) == [["halluscope.config", "halluscope.storage.fs"]]

@@ -3,6 +3,10 @@ headless Chromium draws from it (a screenshot that is not blank and shows the sc
 
 from __future__ import annotations
 
+import html
+import itertools
+import json
+import math
 import re
 import shutil
 import struct
@@ -19,13 +23,13 @@ from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
 from halluscope.metrics.halogen import averages
 from halluscope.records import COSTS, TABLES
-from halluscope.report import svg
-from halluscope.report.html import difficulty_series, render_report, write_report
+from halluscope.report import causes, svg
+from halluscope.report.html import CSS, DOCS_HREF, difficulty_series, render_report, write_report
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
 ODD = "<x&y>"
-MODELS = [ODD, "gpt_4_0125_turbo", "llama_3_8b_chat"]  # sorted ("<" first): colours 0, 1, 2 of the palette
+MODELS = [ODD, "gpt_4_0125_turbo", "llama_3_8b_chat"]  # sorted ("<" first): styles 0, 1, 2 of the palette
 TABLE_DIRS = ["generations", "atoms", "verdicts", "scores"]
 
 
@@ -54,6 +58,13 @@ def halogen_records() -> list[dict]:
         # every generation failed: no rate is defined
         _halogen(ODD, "false_presuppositions", "refusal", 0, 0, None, None, errors=60),
     ]
+    return per_task + averages(per_task)
+
+
+def corrected_records() -> list[dict]:
+    """The corrected rules' code task beside the paper one (ours 0.04 and 0.05 under the paper rules)."""
+    per_task = [_halogen("gpt_4_0125_turbo", "code@corrected", "response", 100, 99, 0.0123, 0.97),
+                _halogen("llama_3_8b_chat", "code@corrected", "response", 100, 98, 0.0456, 0.94)]
     return per_task + averages(per_task)
 
 
@@ -126,7 +137,7 @@ def make_run(root: Location, run_id: str = "r1", metrics: object = "full", costs
     store = RunStore(root, run_id)
     store.write_json("manifest.json", {**MANIFEST, "run_id": run_id})
     if metrics == "full":
-        metrics = halogen_records() + hallulens_records() + [
+        metrics = halogen_records() + corrected_records() + hallulens_records() + [
             {"model": "*", "task": "costs/total", "aggregate": True, "usd": 2.13, "calls": 480,
              "input_tokens": 105000, "output_tokens": 36300}]
     if metrics is not None:
@@ -156,8 +167,11 @@ def test_page_is_self_contained_escaped_and_links_relative(run):
         assert svg.esc(model) in page
     assert "&lt;x&amp;y&gt;" in page and ODD not in page
     hrefs = re.findall(r'href="([^"]*)"', page)
-    assert sorted(hrefs) == sorted([f"{t}/" for t in TABLE_DIRS] + ["metrics.json", "costs.parquet", "manifest.json"])
-    assert not [h for h in hrefs if ":" in h or h.startswith("/") or ".." in h]
+    files = [h for h in hrefs if h != DOCS_HREF]
+    assert sorted(files) == sorted([f"{t}/" for t in TABLE_DIRS] + ["metrics.json", "costs.parquet", "manifest.json"])
+    assert not [h for h in files if ":" in h or h.startswith("/") or ".." in h]
+    # the one link out of the run: the repository's docs, beside the run folder under ./runs
+    assert DOCS_HREF in hrefs and DOCS_HREF.startswith("../../docs/") and ":" not in DOCS_HREF
     assert "role_calls/, quarantine/, items/, leaderboard.md" in page  # what was not written is named
     for fact in ("r1", "complete", "2026-01-02T03:04:05+00:00", "halluscope 0.1.0 (abc1234)", "0123456789abcdef",
                  "420 planned", "2 without a recorded response"):
@@ -188,22 +202,83 @@ def test_leaderboards_show_ours_beside_published(run):
     assert re.findall(r"<td>(.*?)</td>", odd)[-3:] == ["75.0 ± 35.4", "25.0 ± 35.4", "50.0 ± 35.4"]
 
 
+def test_h_r_and_u_are_defined_with_their_better_direction(run):
+    page = render_report(run)
+    defs = dict(re.findall(r"<dt>([HRU])</dt><dd>(.*?)</dd>", page))
+    assert defs["H"].startswith("hallucination score") and "Lower is better" in defs["H"]
+    assert defs["R"].startswith("response ratio") and "answered more often" in defs["R"]
+    assert "refusal-based tasks" in defs["R"] and "answering is the failure" in defs["R"]
+    assert defs["U"].startswith("utility") and "Higher is better" in defs["U"]
+
+
+def _row(table: str, first_cell: str) -> list[str]:
+    row = re.search(rf"<tr><td>{re.escape(first_cell)}</td>(.*?)</tr>", table).group(1)
+    return re.findall(r"<td>(.*?)</td>", row)
+
+
+def test_each_differing_domain_names_its_cause_and_links_the_docs(tmp_path):
+    # code: gpt-4 H 0.04 against the released 0.053 (differs); references: the released numbers
+    # (H 0.331988, R 0.478652, U 0.521348) to their 6 decimals, so it matches
+    exact = _halogen("gpt_4_0125_turbo", "references", "response", 10**6, 478652, 0.331988, 0.521348)
+    page = render_report(make_run(Location.from_url(str(tmp_path)), metrics=halogen_records() + [exact]))
+    repro = page[page.index("<h3>Reproduction of the released numbers"):page.index("<h3>Per task</h3>")]
+    code = _row(repro, "code")
+    assert code[:2] == ["2", "2"]  # models, differ
+    assert code[-1] == (f'<span class="cause">{svg.esc(causes.CAUSES["halogen/code"])} '
+                        f'(<a href="{DOCS_HREF}">docs/architecture.md, "HALOGEN decisions"</a>)</span>')
+    assert "2026 snapshot" in code[-1]
+    assert _row(repro, "references") == ["1", "0", "0.0000", "0.0000", "matches the released numbers"]
+    # a difference no cause explains says so, still with the link
+    assert "no known cause (<a" in _row(repro, "biographies")[-1]
+    # the link's anchor is the section's heading in the repository's docs, as GitHub names it
+    doc = Path(__file__).resolve().parents[2] / causes.DOC
+    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+             for h in re.findall(r"^#+ (.*)$", doc.read_text(), re.M)}
+    assert causes.ANCHOR in slugs and DOCS_HREF.endswith(f"{causes.DOC}#{causes.ANCHOR}")
+    # every cause is keyed by a paper-rule task the released numbers cover
+    assert all(t.startswith("halogen/") and "@" not in t for t in causes.CAUSES)
+
+
+def test_corrected_numbers_stand_beside_the_paper_ones_never_mixed(run):
+    page = render_report(run)
+    # per task: gpt-4's code under the paper rules, the released numbers, d, then the corrected rules'
+    details = page[page.index("<h3>Per task</h3>"):page.index("<h2>Leaderboard: HalluLens</h2>")]
+    assert "code@corrected" not in details
+    code = details[details.index("<summary>code (the authors&#x27; rules, corrected beside them)</summary>"):]
+    gpt4 = _row(code[:code.index("</details>")], "gpt_4_0125_turbo")
+    assert gpt4[2:6] == ["0.040", "0.040", "0.990", "0.950"] and gpt4[-3:] == ["0.012", "0.990", "0.970"]
+    # released H 0.03984, R 0.996313, U 0.956621: dH = 0.04 - 0.03984, dR = 0.99 - 0.996313
+    assert gpt4[6:11] == ["0.040", "0.996", "0.957", "+0.0002", "-0.0063"]
+    # the corrected rules' averages have a table of their own, without released numbers
+    corrected = page[page.index("paper Table 2 layout, corrected rules)"):page.index("<h3>Per task</h3>")]
+    assert _row(corrected, "gpt_4_0125_turbo")[:3] == ["0.970", "0.012", "0.990"]
+    assert 'class="pub"' not in corrected
+    # the paper tables, the scatter and the main bar chart show the paper rules only
+    paper = page[page.index("<h2>Leaderboard: HALOGEN</h2>"):page.index("<h3>Reproduction")]
+    assert "corrected" not in paper.split("</p>", 1)[1]
+    scatter = page[page.index("<h2>Refusal versus hallucination</h2>"):page.index("<h2>Per-difficulty")]
+    assert "gpt_4_0125_turbo: x 0.105, y 0.170" in scatter  # paper: 1 - (0.99 + 0.8) / 2, (0.04 + 0.30) / 2
+    bars = page[page.index("<h2>Hallucination by domain (HALOGEN)</h2>"):page.index("<h2>Cost breakdown")]
+    main, rest = bars.split("<details>", 1)
+    assert "code@corrected" not in main and "code@corrected" in rest
+
+
 def test_scatter_has_a_point_per_model_and_names_the_missing(run):
     page = render_report(run)
     scatter = page[page.index("<h2>Refusal versus hallucination</h2>"):page.index("<h2>Per-difficulty")]
-    points = re.findall(r'<circle cx="[\d.]+" cy="[\d.]+" r="6" fill="(#\w+)"', scatter)
+    points = re.findall(r'fill="(#\w+)" stroke="#ffffff" stroke-width="1.5"', scatter)
     # HALOGEN avg-response: 3 models; avg-refusal: 2 (<x&y> has no rate); PWQA: 2; LongWiki: 1
     assert len(points) == 3 + 2 + 2 + 1
     assert points.count(svg.colour(0)) == 1 + 1  # <x&y>: avg-response and PWQA
-    assert "HALOGEN avg-refusal (mean over tasks): no point for &lt;x&amp;y&gt;" in scatter
+    assert "HALOGEN avg-refusal (paper rules, mean over tasks): no point for &lt;x&amp;y&gt;" in scatter
     # <x&y>'s avg-response point: refusal 1 - (0.9 + 0.0) / 2 = 0.55, H = 0.10 (biographies undefined)
     assert "&lt;x&amp;y&gt;: x 0.550, y 0.100" in scatter
 
 
 def test_difficulty_curves_average_trials_per_bin():
     records = [r for r in hallulens_records() if r["task"] == "hallulens/precise_wikiqa"]
-    colours = {m: svg.colour(i) for i, m in enumerate(MODELS)}
-    bins, series = difficulty_series(records, "hallucination_rate", colours)
+    styles = {m: svg.style(i) for i, m in enumerate(MODELS)}
+    bins, series = difficulty_series(records, "hallucination_rate", styles)
     assert bins == ["0", "1", "2"]
     # llama: bin 0 (2/4 + 4/4) / 2 = 0.75, bin 1 (0/4 + 2/4) / 2 = 0.25, bin 2 never drawn
     # <x&y>: bin 0 (0 [all refused, defined as 0] + 0/2) / 2 = 0, bin 1 only trial 0 = 0, bin 2 2/2 = 1
@@ -277,27 +352,122 @@ def test_written_to_any_fsspec_storage_and_atomically(tmp_path):
 @pytest.mark.parametrize("n", [1, 3, 20])
 def test_charts_draw_one_to_twenty_models_and_skip_none(n):
     models = [f"model-{i}" for i in range(n)]
-    colours = [svg.colour(i) for i in range(n)]
+    styles = [svg.style(i) for i in range(n)]
+    colours = [s.colour for s in styles]
     assert len(set(svg.colour(i) for i in range(40))) == 40
     # every third model has no y: no point for it
     points = [svg.Point(m, i / 20, None if i % 3 == 2 else 1 - i / 20, c)
-              for i, (m, c) in enumerate(zip(models, colours))]
+              for i, (m, c) in enumerate(zip(models, styles))]
     scatter = svg.scatter(points, "t", "x", "y")
-    assert scatter.count('r="6"') == sum(p.y is not None for p in points)
-    assert scatter.count('class="label"') == scatter.count('r="6"')
+    assert scatter.count('stroke-width="1.5"') == sum(p.y is not None for p in points)
+    assert scatter.count('class="label"') == scatter.count('stroke-width="1.5"')
     # a None in the middle of a line splits it in two polylines; single values stay markers
-    series = [svg.Series(m, c, [0.1, 0.2, None, 0.4, 0.5]) for m, c in zip(models, colours)]
+    series = [svg.Series(m, c, [0.1, 0.2, None, 0.4, 0.5]) for m, c in zip(models, styles)]
     lines = svg.line_chart(["0", "1", "2", "3", "4"], series, "t", "bin", "rate")
-    assert lines.count("<polyline") == 2 * n and lines.count('r="3.5"') == 4 * n
-    bars = svg.grouped_bars(["code", "biographies"], [svg.Series(m, c, [0.3, None]) for m, c in zip(models, colours)],
+    assert lines.count("<polyline") == 2 * n and lines.count("<title>") == 4 * n
+    bars = svg.grouped_bars(["code", "biographies"], [svg.Series(m, c, [0.3, None]) for m, c in zip(models, styles)],
                             "t", "H")
     assert bars.count(f'fill="{svg.MUTED}"') == n and bars.count("no value") == n
     assert all(bars.count(f'fill="{c}"') >= 1 for c in colours)
 
 
+# The 14 models of runs/demo-t4 with their (refusal rate, H) over the response-based and the
+# refusal-based tasks: most crowd into a corner of each panel.
+DEMO = {"alpaca_7b": (0.054, 0.517, 0.466, 0.877), "falcon_40b_instruct": (0.046, 0.368, 0.209, 0.873),
+        "gpt_3.5_turbo_0125": (0.001, 0.301, 0.64, 0.764), "gpt_4_0125_turbo": (0.01, 0.291, 0.71, 0.661),
+        "llama_2_13b_chat": (0.002, 0.343, 0.329, 0.878), "llama_2_70b_chat": (0.061, 0.358, 0.464, 0.884),
+        "llama_2_7b_chat": (0.014, 0.352, 0.56, 0.874), "llama_3_70b_chat": (0.015, 0.344, 0.573, 0.764),
+        "llama_3_8b_chat": (0.029, 0.398, 0.546, 0.81), "mistral_7b_instruct": (0.032, 0.372, 0.41, 0.861),
+        "mixtral_8x7b_instruct": (0.007, 0.323, 0.356, 0.818), "olmo_7b_instruct": (0.008, 0.444, 0.32, 0.867),
+        "redpajama_incite_3b_chat": (0.0, 0.422, 0.165, 0.856),
+        "redpajama_incite_7b_chat": (0.003, 0.564, 0.263, 0.843)}
+
+
+def demo_scatters() -> list[str]:
+    styles = {m: svg.style(i) for i, m in enumerate(sorted(DEMO))}
+    return [svg.scatter([svg.Point(m, v[k], v[k + 1], styles[m]) for m, v in DEMO.items()], "t", "x", "y")
+            for k in (0, 2)]
+
+
+def _boxes(chart: str) -> tuple[list[tuple[float, float, float, float]], list[tuple[float, float]]]:
+    """Label boxes as the layout estimates them (CHAR_W per character, 12 px high) and marker centres."""
+    labels = [(float(x), float(y) - 10, float(x) + svg.CHAR_W * len(html.unescape(t)), float(y) + 2)
+              for x, y, t in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="label">(.*?)</text>', chart)]
+    centres = [(float(x), float(y)) for x, y in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="6"', chart)]
+    for pts in re.findall(r'<polygon points="([^"]+)"[^>]*stroke-width="1.5"', chart):
+        xy = [tuple(map(float, p.split(","))) for p in pts.split()]
+        centres.append((sum(x for x, _ in xy) / len(xy), sum(y for _, y in xy) / len(xy)))
+    return labels, centres
+
+
+def _meets(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
+
+
+def test_scatter_labels_of_14_crowded_models_never_overlap():
+    for chart in demo_scatters():
+        labels, centres = _boxes(chart)
+        assert len(centres) == 14 and len(labels) == 14  # every point drawn, and here every label fits
+        assert not [(a, b) for a, b in itertools.combinations(labels, 2) if _meets(a, b)]
+        assert not [(a, c) for a in labels for c in centres if _meets(a, (c[0] - 6, c[1] - 6, c[0] + 6, c[1] + 6))]
+
+
+def _ciede2000(c1: str, c2: str) -> float:
+    """Perceived colour difference (CIEDE2000) of two sRGB colours."""
+    def lab(c: str) -> tuple[float, float, float]:
+        rgb = [int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in rgb]
+        xyz = ((0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b,
+               (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883)
+        fx, fy, fz = [t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz]
+        return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+    (l1, a1, b1), (l2, a2, b2) = lab(c1), lab(c2)
+    cb = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
+    g = 0.5 * (1 - math.sqrt(cb ** 7 / (cb ** 7 + 25 ** 7)))
+    a1, a2 = a1 * (1 + g), a2 * (1 + g)
+    ch1, ch2 = math.hypot(a1, b1), math.hypot(a2, b2)
+    h1, h2 = math.degrees(math.atan2(b1, a1)) % 360, math.degrees(math.atan2(b2, a2)) % 360
+    dh = 0.0 if ch1 * ch2 == 0 else (h2 - h1 + 180) % 360 - 180
+    d_hue = 2 * math.sqrt(ch1 * ch2) * math.sin(math.radians(dh / 2))
+    lm, cm = (l1 + l2) / 2, (ch1 + ch2) / 2
+    hm_ = h1 + h2 if ch1 * ch2 == 0 else (h1 + h2) / 2 + (180 if abs(h1 - h2) > 180 else 0)
+    t = (1 - 0.17 * math.cos(math.radians(hm_ - 30)) + 0.24 * math.cos(math.radians(2 * hm_))
+         + 0.32 * math.cos(math.radians(3 * hm_ + 6)) - 0.2 * math.cos(math.radians(4 * hm_ - 63)))
+    sl, sc, sh = 1 + 0.015 * (lm - 50) ** 2 / math.sqrt(20 + (lm - 50) ** 2), 1 + 0.045 * cm, 1 + 0.015 * cm * t
+    rt = (-2 * math.sqrt(cm ** 7 / (cm ** 7 + 25 ** 7))
+          * math.sin(math.radians(60 * math.exp(-(((hm_ - 275) / 25) ** 2)))))
+    return math.sqrt(((l2 - l1) / sl) ** 2 + ((ch2 - ch1) / sc) ** 2 + (d_hue / sh) ** 2
+                     + rt * (ch2 - ch1) / sc * d_hue / sh)
+
+
+def test_14_models_get_distinct_well_separated_colours_and_shapes():
+    assert round(_ciede2000("#ff0000", "#0000ff"), 2) == 52.88  # the formula, checked on a known pair
+    styles = [svg.style(i) for i in range(14)]
+    assert len(set(styles)) == 14 and len({s.shape for s in styles}) >= 4
+    pairs = list(itertools.combinations(styles, 2))
+    assert min(_ciede2000(a.colour, b.colour) for a, b in pairs) > 20
+    # two models drawn with the same shape differ all the more in colour
+    assert min(_ciede2000(a.colour, b.colour) for a, b in pairs if a.shape == b.shape) > 30
+    # and the points of a 14-model scatter show those 14 (shape, colour) pairs, read off the SVG
+    for chart in demo_scatters():
+        drawn = {(_shape(m), colour) for m, colour in re.findall(r'(<circle[^>]*|<polygon points="[^"]+")[^>]*'
+                                                                 r'fill="(#\w+)" stroke="#ffffff"', chart)}
+        assert drawn == {(s.shape, s.colour) for s in styles}
+
+
+def _shape(element: str) -> str:
+    """A marker's shape from its SVG: corners, and which way the first one points."""
+    if element.startswith("<circle"):
+        return "circle"
+    xy = [tuple(map(float, p.split(","))) for p in re.search(r'points="([^"]+)"', element).group(1).split()]
+    if len(xy) == 4:
+        return "square" if xy[0][1] == xy[1][1] else "diamond"
+    return "triangle" if xy[0][1] < xy[1][1] else "down"
+
+
 # --- headless Chromium -------------------------------------------------------------------------
 
-WIDTH, HEIGHT = 1280, 3000
+WIDTH, HEIGHT = 1280, 4000
 CHROMIUM = shutil.which("chromium")
 
 
@@ -372,12 +542,44 @@ def test_chromium_renders_the_report(tmp_path):
         assert counts.get(svg.colour(i), 0) > 200, svg.colour(i)
 
     # the scatter alone: a run with only HALOGEN's averages draws nothing else in model colours
-    # (no bars, curves or legend), so each colour's pixels are its model's points: 2 discs of
-    # radius 6 less the white ring (about pi * 5.25^2 = 87 pixels each, antialiased at the edge)
+    # (no bars or curves), so each colour's pixels are its model's points and its legend marker:
+    # markers as large as a disc of radius 6 less the white ring (about pi * 5.25^2 = 87 pixels
+    # each, antialiased at the edge), the legend's as large as one of radius 5.5
     averages_only = [r for r in halogen_records() if r.get("aggregate")]
     only = make_run(Location.from_url(str(tmp_path / "runs")), "scatter-only", metrics=averages_only, costs=False)
     counts = colour_counts(screenshot(Path(write_report(only).path), tmp_path / "scatter.png"))
     drawn = {i: counts.get(svg.colour(i), 0) for i in range(4)}
     # <x&y>: avg-response only (its refusal rates are None); gpt-4 and llama: a point in both panels
-    assert 50 <= drawn[0] <= 100 and 2 * 50 <= drawn[1] <= 2 * 100 and 2 * 50 <= drawn[2] <= 2 * 100, drawn
+    assert 2 * 50 <= drawn[0] <= 2 * 100 and 3 * 50 <= drawn[1] <= 3 * 100 and 3 * 50 <= drawn[2] <= 3 * 100, drawn
     assert drawn[3] == 0  # no fourth model, no fourth colour
+
+
+# After layout, the page writes each label's and marker's box on screen (getBoundingClientRect) into #out.
+MEASURE = """<script>
+const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+document.getElementById("out").textContent = JSON.stringify([...document.querySelectorAll("svg.chart")].map(c => ({
+  labels: [...c.querySelectorAll("text.label")].map(box),
+  markers: [...c.querySelectorAll("[stroke-width='1.5']")].map(box)})));
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_chromium_draws_14_crowded_labels_without_overlap(tmp_path):
+    """The label layout estimates text widths; here the browser measures the text it really drew
+    with the report's own CSS."""
+    page = tmp_path / "labels.html"
+    page.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"><style>{CSS}</style></head><body>'
+                    f'{"".join(demo_scatters())}<pre id="out"></pre>{MEASURE}</body></html>')
+    done = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           f"--user-data-dir={tmp_path / 'chromium-profile'}", page.as_uri()],
+                          capture_output=True, text=True, timeout=90)
+    charts = json.loads(html.unescape(re.search(r'<pre id="out">(.*?)</pre>', done.stdout, re.S).group(1)))
+    assert len(charts) == 2
+    for chart in charts:
+        labels, markers = chart["labels"], chart["markers"]
+        assert len(labels) == 14 and len(markers) == 14
+        assert not [(a, b) for a, b in itertools.combinations(labels, 2) if _meets(a, b)]
+        # a label may touch its own marker's antialiased edge, never cover a marker's centre
+        centres = [((m[0] + m[2]) / 2, (m[1] + m[3]) / 2) for m in markers]
+        assert not [(a, c) for a in labels for c in centres if _meets(a, (c[0] - 3, c[1] - 3, c[0] + 3, c[1] + 3))]
+

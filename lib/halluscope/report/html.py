@@ -16,9 +16,9 @@ import pyarrow as pa
 from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
 from halluscope.hallulens.report import LONGWIKI, NONEXISTENT, PWQA
-from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE
-from halluscope.report import svg
-from halluscope.report.svg import Point, Series, esc
+from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
+from halluscope.report import causes, svg
+from halluscope.report.svg import Point, Series, Style, esc
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.tasks.halogen.published import SOURCE, published
@@ -28,6 +28,11 @@ TABLE_DIRS = ("generations", "atoms", "verdicts", "scores", "role_calls", "quara
 RUN_FILES = ("metrics.json", "costs.parquet", "manifest.json", "leaderboard.md")
 KINDS = (("response", AVG_RESPONSE, "Response-based tasks (paper Table 2 layout)"),
          ("refusal", AVG_REFUSAL, "Refusal-based tasks (paper Table 3 layout)"))
+RULES = {"paper": "the authors' rules", "corrected": "corrected rules"}
+# A difference below half a unit of the released files' sixth decimal is no difference.
+EXACT = 5e-7
+# From <root>/<run>/report.html to the repository's docs, when runs are under the default ./runs.
+DOCS_HREF = f"../../{causes.DOC}#{causes.ANCHOR}"
 COST_COLUMNS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens")
 
 CSS = """
@@ -51,7 +56,10 @@ svg.chart{background:#fff;border:1px solid #e6e6e6}
 svg .title{font-size:13px;font-weight:600;fill:#222}svg .tick{font-size:10px;fill:#555}
 svg .axis{font-size:11px;fill:#333}svg .label{font-size:11px;fill:#222}
 ul.legend{list-style:none;padding:0;margin:6px 0;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px}
-.swatch{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px}
+svg.key{margin-right:5px;vertical-align:-2px}
+dl.defs{display:grid;grid-template-columns:max-content 1fr;gap:2px 10px;font-size:13px;margin:6px 0 10px}
+dl.defs dt{font-weight:600}dl.defs dd{margin:0}
+span.cause{display:inline-block;white-space:normal;text-align:left;min-width:360px;max-width:560px}
 ul.links{font-size:14px;line-height:1.6}code{font-size:13px}
 """
 
@@ -68,7 +76,7 @@ class RunData:
     unplaced: int = 0  # metrics records of a shape this report does not chart
     metrics_note: str | None = None
     costs: pa.Table | None = None
-    colours: dict[str, str] = field(default_factory=dict)
+    styles: dict[str, Style] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: RunStore) -> "RunData":
@@ -89,7 +97,7 @@ class RunData:
         if store.loc.child("costs.parquet").exists():
             data.costs = store.read_table_file("costs.parquet")
         models = sorted({r["model"] for r in data.halogen + data.halogen_avg + data.hallulens})
-        data.colours = {m: svg.colour(i) for i, m in enumerate(models)}
+        data.styles = {m: svg.style(i) for i, m in enumerate(models)}
         return data
 
     def _split(self, metrics: list, url: str) -> None:
@@ -211,41 +219,138 @@ def _pub_mean(model: str, tasks: list[str], key: str) -> float | None:
     return None if not values or any(v is None for v in values) else math.fsum(values) / len(values)
 
 
-def halogen_leaderboard(d: RunData) -> str:
-    if not d.halogen:
-        return _omitted("HALOGEN leaderboard", "no HALOGEN records in metrics.json")
-    parts = [f'<p class="note">H = hallucination score, R = response ratio, U = utility. Under each of our '
-             f'numbers, in grey: the one HALOGEN\'s authors released for the same responses ({esc(SOURCE)}); their '
-             "averages are the mean of the released per-task numbers.</p>"]
-    cells = {(r["model"], r["task"]): r for r in d.halogen + d.halogen_avg}
+DEFINITIONS = (
+    ("H", "hallucination score: per responded item, the share of its claims (packages, titles, facts, ...) that "
+          "are unsupported, averaged over the items the model answered. Lower is better."),
+    ("R", "response ratio: the share of items the model answered rather than refused. Higher means the model "
+          "answered more often; on refusal-based tasks (false presuppositions, rationalization, historical "
+          "events) the right move is to refuse, so there answering is the failure."),
+    ("U", "utility: per item, credit for a correct response (or, on refusal-based tasks, for refusing), "
+          "averaged over all items. Higher is better."),
+)
+
+
+def definitions() -> str:
+    return '<dl class="defs" id="definitions">' + "".join(f"<dt>{k}</dt><dd>{esc(v)}</dd>"
+                                                          for k, v in DEFINITIONS) + "</dl>"
+
+
+def _paper_tables(d: RunData, rules: str) -> list[str]:
+    """The paper's Tables 2 and 3 for one rule set; under the paper rules' numbers, in grey, the
+    released ones (the corrected rules have none to compare with)."""
+    records = [r for r in d.halogen + d.halogen_avg if rule_set(r["task"]) == rules]
+    cells = {(r["model"], r["task"]): r for r in records}
+    parts = []
     for kind, avg_task, title in KINDS:
-        tasks = sorted({r["task"] for r in d.halogen if r.get("task_kind") == kind})
+        avg_task += CORRECTED if rules == "corrected" else ""
+        tasks = sorted({r["task"] for r in records if r.get("task_kind") == kind and not r.get("aggregate")})
         if not tasks:
             continue
-        models = _by_utility({r["model"] for r in d.halogen if r["task"] in tasks}, cells, avg_task)
+
+        def cell(ours: str, pub: str) -> str:
+            return _pub_cell(ours, pub) if rules == "paper" else ours
+        models = _by_utility({r["model"] for r in records if r["task"] in tasks}, cells, avg_task)
         head = _head([("model", 1, 2), ("average", 3, 1)] + [(_breakable(t), 2, 1) for t in tasks],
                      [("U", 1, 1), ("H", 1, 1), ("R", 1, 1)] + [("U", 1, 1), ("H/R", 1, 1)] * len(tasks))
         rows = []
         for model in models:
             avg = cells.get((model, avg_task), {})
-            row = [esc(model)] + [_pub_cell(_f3(avg.get(k)), _f3(_pub_mean(model, tasks, k)))
+            row = [esc(model)] + [cell(_f3(avg.get(k)), _f3(_pub_mean(model, tasks, k)))
                                   for k in ("utility_score", "hallucination_score", "response_ratio")]
             for t in tasks:
                 c, pub = cells.get((model, t), {}), published(model, t) or {}
-                row.append(_pub_cell(_f3(c.get("utility_score")), _f3(pub.get("utility_score"))))
-                row.append(_pub_cell(f"{_f3(c.get('hallucination_score'))}/{_f3(c.get('response_ratio'))}",
-                                     f"{_f3(pub.get('hallucination_score'))}/{_f3(pub.get('response_ratio'))}"))
+                row.append(cell(_f3(c.get("utility_score")), _f3(pub.get("utility_score"))))
+                row.append(cell(f"{_f3(c.get('hallucination_score'))}/{_f3(c.get('response_ratio'))}",
+                                f"{_f3(pub.get('hallucination_score'))}/{_f3(pub.get('response_ratio'))}"))
             rows.append(row)
-        parts += [f"<h3>{esc(title)}</h3>", _table(head, rows)]
-    detail = [[esc(r["model"]), esc(_short(r["task"])), _int(r.get("n_items")), _int(r.get("n_errors")),
-               _f3(r.get("hallucination_score")), _f3(r.get("hallucination_score_micro")),
-               _f3(r.get("response_ratio")), _f3(r.get("utility_score"))]
-              for r in sorted(d.halogen, key=lambda r: (r["task"], r["model"]))]
-    parts.append("<details><summary>Per task: items, errors, H macro and micro</summary>" + _table(
-        ["model", "task", "n", "errors", "H", "H micro", "R", "U"], detail) + "</details>")
-    return "".join(parts)
+        named = "" if rules == "paper" else ", corrected rules"
+        parts += [f"<h3>{esc(title[:-1] + named + ')')}</h3>", _table(head, rows)]
+    return parts
 
 
+def _delta(ours: object, theirs: object) -> float | None:
+    a, b = _value(ours), _value(theirs)
+    return None if a is None or b is None else a - b
+
+
+def _d4(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.4f}"
+
+
+def _cause(task: str) -> str:
+    """The task's one-line cause from ``causes.CAUSES``, linked to where the docs measure it."""
+    link = f'<a href="{DOCS_HREF}">{esc(causes.DOC)}, "{esc(causes.SECTION)}"</a>'
+    text = causes.CAUSES.get(task, "no known cause")
+    return f'<span class="cause">{esc(text)} ({link})</span>'
+
+
+def reproduction(d: RunData) -> str:
+    """Per domain, how far the paper rules' numbers are from the released ones and why."""
+    deltas: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in d.halogen:
+        pub = published(r["model"], r["task"]) if rule_set(r["task"]) == "paper" else None
+        dh, dr = (_delta(r.get(k), (pub or {}).get(k)) for k in ("hallucination_score", "response_ratio"))
+        if dh is not None and dr is not None:
+            deltas[r["task"]].append((abs(dh), abs(dr)))
+    if not deltas:
+        return ""
+    rows = []
+    for task, ds in sorted(deltas.items()):
+        differ = sum(h > EXACT or r > EXACT for h, r in ds)
+        rows.append([esc(_short(task)), f"{len(ds)}", f"{differ}", f"{max(h for h, _ in ds):.4f}",
+                     f"{max(r for _, r in ds):.4f}", _cause(task) if differ else "matches the released numbers"])
+    return ("<h3>Reproduction of the released numbers (paper rules)</h3>"
+            f'<p class="note">A model differs when its H or R is off by more than {EXACT:g} (the released files '
+            "give 6 decimals); d is ours minus released. Per task and model, with the corrected rules' numbers "
+            "beside them, below.</p>"
+            + _table(["task", "models", "differ", "max |dH|", "max |dR|", "why"], rows))
+
+
+def _task_table(task: str, rows: list[dict], twins: dict[str, dict]) -> str:
+    """One task's records: ours, the released numbers and the difference, and, for a paper task
+    run beside its ``@corrected`` twin, the corrected rules' numbers."""
+    head = ["model", "n", "errors", "H", "H micro", "R", "U", "H released", "R released", "U released", "dH", "dR"]
+    head += ["H corrected", "R corrected", "U corrected"] if twins else []
+    lines = []
+    for r in rows:
+        pub = published(r["model"], task) or {}
+        line = [esc(r["model"]), _int(r.get("n_items")), _int(r.get("n_errors"))]
+        line += [_f3(r.get(k)) for k in ("hallucination_score", "hallucination_score_micro", "response_ratio",
+                                         "utility_score")]
+        line += [_f3(pub.get(k)) for k in ("hallucination_score", "response_ratio", "utility_score")]
+        line += [_d4(_delta(r.get(k), pub.get(k))) for k in ("hallucination_score", "response_ratio")]
+        if twins:
+            twin = twins.get(r["model"], {})
+            line += [_f3(twin.get(k)) for k in ("hallucination_score", "response_ratio", "utility_score")]
+        lines.append(line)
+    return _table(head, lines)
+
+
+def task_details(d: RunData) -> str:
+    """Per task, collapsed: every model's numbers; a corrected task sits beside its paper twin."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in d.halogen:
+        by_task[r["task"]].append(r)
+    parts = []
+    for task in sorted(by_task):
+        if rule_set(task) == "corrected" and task.removesuffix(CORRECTED) in by_task:
+            continue
+        twins = {r["model"]: r for r in by_task.get(task + CORRECTED, [])}
+        rows = sorted(by_task[task], key=lambda r: r["model"])
+        title = f"{_short(task)} ({RULES[rule_set(task)]}{', corrected beside them' if twins else ''})"
+        parts.append(f"<details><summary>{esc(title)}</summary>{_task_table(task, rows, twins)}</details>")
+    return "<h3>Per task</h3>" + "".join(parts)
+
+
+def halogen_leaderboard(d: RunData) -> str:
+    if not d.halogen:
+        return _omitted("HALOGEN leaderboard", "no HALOGEN records in metrics.json")
+    intro = ('<p class="note">A task such as <code>halogen/code</code> follows the authors\' rules; '
+             "<code>halogen/code@corrected</code> follows our corrections of them. Under each paper-rule number, in "
+             f"grey: the one HALOGEN's authors released for the same responses ({esc(SOURCE)}); their averages are "
+             "the mean of the released per-task numbers.</p>")
+    return "".join([definitions(), intro, *_paper_tables(d, "paper"), reproduction(d),
+                    *_paper_tables(d, "corrected"), task_details(d)])
 def _pct(summary: dict, key: str) -> str:
     m = summary.get(key) or {}
     mean, std = _value(m.get("mean")), _value(m.get("std"))
@@ -297,7 +402,8 @@ def scatter_panels(d: RunData) -> list[tuple[str, str, list[tuple[str, float | N
         rows = [(r["model"], _one_minus(r.get("response_ratio")), _value(r.get("hallucination_score")))
                 for r in d.halogen_avg if r["task"] == avg_task]
         if rows:
-            panels.append((f"HALOGEN {_short(avg_task)} (mean over tasks)", "hallucination score H", rows))
+            panels.append((f"HALOGEN {_short(avg_task)} (paper rules, mean over tasks)", "hallucination score H",
+                           rows))
     lens = [(PWQA, "HalluLens PreciseWikiQA", "hallucination rate when answered",
              lambda s: _mean(s, "hallucination_rate")),
             (LONGWIKI, "HalluLens LongWiki", "1 − precision (unsupported claims)",
@@ -314,16 +420,20 @@ def refusal_scatter(d: RunData) -> str:
     panels = scatter_panels(d)
     if not panels:
         return _omitted("Refusal versus hallucination", "no HALOGEN averages or HalluLens QA records")
-    charts, notes = [], []
+    charts, notes, models = [], [], set()
     for title, y_label, rows in panels:
-        points = [Point(m, x, y, d.colours[m]) for m, x, y in sorted(rows)]
+        points = [Point(m, x, y, d.styles[m]) for m, x, y in sorted(rows)]
+        models |= {p.label for p in points if p.x is not None and p.y is not None}
         charts.append(svg.scatter(points, title, "refusal rate (1 − response ratio)", y_label))
         missing = sorted(m for m, x, y in rows if x is None or y is None)
         if missing:
             notes.append(f"{title}: no point for {', '.join(missing)} (a rate is undefined)")
-    return ('<p class="note">One point per model; axes zoom to the data. Lower hallucinates less; refusing is the '
-            "right answer on HALOGEN's refusal-based tasks and a false refusal elsewhere. HalluLens NonExistentRefusal "
-            "is not drawn: there the refusal rate is 1 − the false acceptance rate.</p>"
+    return (_legend(d, models)
+            + '<p class="note">One point per model, its shape and colour as in the legend; a label that would cover '
+            "another is left out. Axes zoom to the data. Lower hallucinates less; refusing is the right answer on "
+            "HALOGEN's refusal-based tasks and a false refusal elsewhere (see H and R above). HALOGEN points follow "
+            "the authors' rules; the corrected rules' averages are in the HALOGEN leaderboard. HalluLens "
+            "NonExistentRefusal is not drawn: there the refusal rate is 1 − the false acceptance rate.</p>"
             + f'<div class="charts">{"".join(charts)}</div>'
             + "".join(f'<p class="note">{esc(n)}.</p>' for n in notes))
 
@@ -332,7 +442,11 @@ def _bin_key(b: str) -> tuple[int, str]:
     return len(b), b  # "2" before "10", as hallulens.metrics orders bins
 
 
-def difficulty_series(records: list[dict], metric: str, colours: dict[str, str]) -> tuple[list[str], list[Series]]:
+def _legend(d: RunData, models: set[str]) -> str:
+    return svg.legend([(m, d.styles[m]) for m in sorted(models)])
+
+
+def difficulty_series(records: list[dict], metric: str, styles: dict[str, Style]) -> tuple[list[str], list[Series]]:
     """Per model the mean over trials of the metric in each bin; None where no trial defines it."""
     # bins are ints in memory and strings once read back from metrics.json
     by_bin = {id(t): {str(b): v or {} for b, v in (t.get("by_bin") or {}).items()}
@@ -344,7 +458,7 @@ def difficulty_series(records: list[dict], metric: str, colours: dict[str, str])
         for b in bins:
             vals = [v for t in r.get("trials", []) if (v := _value(by_bin[id(t)].get(b, {}).get(metric))) is not None]
             values.append(math.fsum(vals) / len(vals) if vals else None)
-        series.append(Series(r["model"], colours[r["model"]], values))
+        series.append(Series(r["model"], styles[r["model"]], values))
     return bins, series
 
 
@@ -358,31 +472,39 @@ def difficulty_curves(d: RunData) -> str:
     charts, models = [], set()
     for task, metric, title in CURVES:
         records = [r for r in d.hallulens if r["task"] == task]
-        bins, series = difficulty_series(records, metric, d.colours)
+        bins, series = difficulty_series(records, metric, d.styles)
         if bins:
             charts.append(svg.line_chart(bins, series, title, "difficulty bin (by harmonic centrality; 0 = hardest)",
                                          metric.replace("_", " ")))
             models |= {s.name for s in series}
     if not charts:
         return _omitted("Per-difficulty curves (HalluLens)", "no HalluLens record has per-bin rates")
-    return (svg.legend([(m, d.colours[m]) for m in sorted(models)]) + '<p class="note">Mean over trials of each '
+    return (_legend(d, models) + '<p class="note">Mean over trials of each '
             "bin's rate; a gap is a bin where no trial scored an item.</p>"
             + f'<div class="charts">{"".join(charts)}</div>')
 
 
+def _bars(d: RunData, records: list[dict], title: str) -> str:
+    order = {kind: i for i, (kind, _, _) in enumerate(KINDS)}
+    tasks = sorted({r["task"] for r in records}, key=lambda t: (
+        min(order.get(r.get("task_kind"), 9) for r in records if r["task"] == t), t))
+    cells = {(r["model"], r["task"]): _value(r.get("hallucination_score")) for r in records}
+    series = [Series(m, d.styles[m], [cells.get((m, t)) for t in tasks]) for m in sorted({r["model"] for r in records})]
+    return svg.grouped_bars([_short(t) for t in tasks], series, title, "H")
+
+
 def domain_bars(d: RunData) -> str:
+    """The paper rules' H per task; the corrected rules' in a chart of their own, never mixed in."""
     if not d.halogen:
         return _omitted("Hallucination by domain (HALOGEN)", "no HALOGEN records in metrics.json")
-    order = {kind: i for i, (kind, _, _) in enumerate(KINDS)}
-    tasks = sorted({r["task"] for r in d.halogen}, key=lambda t: (
-        min(order.get(r.get("task_kind"), 9) for r in d.halogen if r["task"] == t), t))
-    models = sorted({r["model"] for r in d.halogen})
-    cells = {(r["model"], r["task"]): _value(r.get("hallucination_score")) for r in d.halogen}
-    series = [Series(m, d.colours[m], [cells.get((m, t)) for t in tasks]) for m in models]
-    chart = svg.grouped_bars([_short(t) for t in tasks], series, "Hallucination score H per task and model", "H")
-    return (svg.legend([(m, d.colours[m]) for m in models])
+    paper, corrected = ([r for r in d.halogen if rule_set(r["task"]) == rules] for rules in RULES)
+    charts = [_bars(d, paper, "Hallucination score H per task and model (the authors' rules)")] if paper else []
+    if corrected:
+        chart = _bars(d, corrected, "Hallucination score H per task and model (corrected rules)")
+        charts.append(f"<details><summary>Corrected rules</summary>{chart}</details>" if paper else chart)
+    return (_legend(d, {r["model"] for r in d.halogen})
             + '<p class="note">Response-based tasks first, then refusal-based; a grey dash: H undefined '
-              "(the model answered none of the task's items).</p>" + chart)
+              "(the model answered none of the task's items).</p>" + "".join(charts))
 
 
 def _usd(values: list[float | None]) -> str:

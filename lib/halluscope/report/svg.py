@@ -13,12 +13,17 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-# Distinct colours for the first 20 models (none used by the page itself); later ones get golden-angle hues.
+# Colours for the first 20 models, picked greedily in CIELAB so that each is as far as possible (CIEDE2000)
+# from the others and from the page's white, text and grid greys, at lightness 35-72 (visible on white):
+# any two of the first 14 are at least 23 apart, two that share a marker shape at least 33. Later
+# models get golden-angle hues.
 PALETTE = (
-    "#1f5fbf", "#e8710a", "#1e9e4a", "#c8102e", "#7b3fbf", "#8c5a2b", "#d63caa", "#5f6b73",
-    "#a8a000", "#00a3b8", "#93b8ff", "#ffb066", "#8fd694", "#ff8a8a", "#c3a6f0", "#c99a6e",
-    "#f7a6dc", "#b0b8bd", "#e0dc6a", "#7fdde9",
+    "#a59600", "#785a1e", "#006900", "#d296ff", "#c30000", "#00c3b4", "#8700ff", "#0069a5",
+    "#785a69", "#ff9600", "#ff8778", "#0fc300", "#ff0087", "#00b4ff", "#6987ff", "#a50078",
+    "#e196b4", "#b4784b", "#789669", "#007878",
 )
+# Marker shapes, cycled against the colours so that neighbouring models differ in both.
+SHAPES = ("circle", "square", "triangle", "diamond", "down")
 AXIS, GRID, MUTED = "#444444", "#e3e3e3", "#999999"
 CHAR_W = 6.3  # average width of an 11px sans-serif character, for label layout
 
@@ -28,6 +33,36 @@ def colour(i: int) -> str:
         return PALETTE[i]
     r, g, b = colorsys.hls_to_rgb((i * 0.618034) % 1.0, 0.45, 0.7)
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one model is drawn everywhere on a page: bars by colour, points by colour and shape."""
+
+    colour: str
+    shape: str = "circle"
+
+
+def style(i: int) -> Style:
+    return Style(colour(i), SHAPES[i % len(SHAPES)])
+
+
+def marker(shape: str, x: float, y: float, r: float, fill: str, extra: str = "", tip: str = "") -> str:
+    """A marker of about the area of a circle of radius r centred on (x, y)."""
+    tip = f"<title>{esc(tip)}</title>" if tip else ""
+    if shape == "circle":
+        return f'<circle cx="{_num(x)}" cy="{_num(y)}" r="{_num(r)}" fill="{fill}"{extra}>{tip}</circle>'
+    if shape == "square":
+        h = r * 0.886  # half the side of a square as large as the circle
+        corners = [(x - h, y - h), (x + h, y - h), (x + h, y + h), (x - h, y + h)]
+    elif shape == "diamond":
+        h = r * 1.253
+        corners = [(x, y - h), (x + h, y), (x, y + h), (x - h, y)]
+    else:  # an equilateral triangle, pointing up or ("down") down
+        a, sign = r * 2.694, (1 if shape == "triangle" else -1)
+        corners = [(x, y - sign * a / 1.732), (x + a / 2, y + sign * a / 3.464), (x - a / 2, y + sign * a / 3.464)]
+    points = " ".join(f"{_num(cx)},{_num(cy)}" for cx, cy in corners)
+    return f'<polygon points="{points}" fill="{fill}"{extra}>{tip}</polygon>'
 
 
 def esc(text: object) -> str:
@@ -51,13 +86,13 @@ class Point:
     label: str
     x: float | None
     y: float | None
-    colour: str
+    style: Style
 
 
 @dataclass(frozen=True)
 class Series:
     name: str
-    colour: str
+    style: Style
     values: Sequence[float | None]  # one per category
 
 
@@ -127,29 +162,29 @@ def _overlap(a: Box, b: Box) -> float:
     return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
 
 
-def _place(x: float, y: float, w: float, taken: list[Box], bounds: Box) -> tuple[Box, bool]:
-    """A label box near (x, y): right or left of the point, shifted up or down until it overlaps
-    nothing taken and stays inside; else the least overlapping. True when it had to move away."""
-    best: tuple[float, Box, bool] | None = None
-    for dy in (0, -12, 12, -24, 24, -36, 36, -48, 48):
-        for x0 in (x + 9, x - 9 - w):
+# Where a label may go, nearest first: beside its point, then further out along a leader line.
+_OFFSETS = sorted(((dx, dy) for dx in (9, 36, 72) for dy in range(-120, 121, 12)),
+                  key=lambda o: (o[0] + abs(o[1]), o[1] > 0))
+
+
+def _place(x: float, y: float, w: float, taken: list[Box], bounds: Box) -> tuple[Box, bool] | None:
+    """The nearest box for a label of width w, right or left of (x, y), that overlaps nothing
+    taken and stays inside bounds, and whether it left the point's side; None when there is
+    none (the legend names the point)."""
+    for dx, dy in _OFFSETS:
+        for x0 in (x + dx, x - dx - w):
             box = (x0, y + dy - 9, x0 + w, y + dy + 3)
-            if box[0] < bounds[0] or box[2] > bounds[2] or box[1] < bounds[1] or box[3] > bounds[3]:
-                continue
-            cost = sum(_overlap(box, t) for t in taken)
-            if cost == 0:
-                return box, dy != 0
-            if best is None or cost < best[0]:
-                best = (cost, box, True)
-    if best is None:  # no candidate fits inside: keep it on the point's right
-        return (x + 9, y - 9, x + 9 + w, y + 3), False
-    return best[1], best[2]
+            inside = bounds[0] <= box[0] and box[2] <= bounds[2] and bounds[1] <= box[1] and box[3] <= bounds[3]
+            if inside and not any(_overlap(box, t) for t in taken):
+                return box, (dx, dy) != _OFFSETS[0]
+    return None
 
 
 def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
             width: int = 600, height: int = 420) -> str:
-    """Labelled points on axes that zoom to the data; a label pushed away from its point by others
-    gets a thin leader line."""
+    """Points on axes that zoom to the data, each labelled where its label fits without touching
+    another label or point (a label moved away from its point gets a thin leader line); the
+    page's legend, by shape and colour, names every point, labelled or not."""
     drawn = [p for p in points if p.x is not None and p.y is not None]
     f = _Frame(width, height, 52, 16, 28, 44, _nice_max([p.y for p in drawn]))
     x_max = _nice_max([p.x for p in drawn])
@@ -163,21 +198,24 @@ def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
     body.append(f'<text x="{_num(f.left + f.plot_w / 2)}" y="{height - 8}" text-anchor="middle" class="axis">'
                 f'{esc(x_label)}</text>')
     xy = [(p, f.left + f.plot_w * min(max(p.x, 0.0), x_max) / x_max, f.py(p.y)) for p in drawn]
-    taken: list[Box] = [(x - 6, y - 6, x + 6, y + 6) for _, x, y in xy]
+    taken: list[Box] = [(x - 8, y - 8, x + 8, y + 8) for _, x, y in xy]
     bounds = (float(f.left), float(f.top), float(width - f.right), float(f.top + f.plot_h))
     labels = []
     for p, x, y in sorted(xy, key=lambda t: (t[1], t[2])):
         text = _short(p.label, 26)
-        box, moved = _place(x, y, CHAR_W * len(text), taken, bounds)
+        placed = _place(x, y, CHAR_W * len(text) + 2, taken, bounds)
+        if placed is None:
+            continue
+        box, moved = placed
         taken.append(box)
         if moved:
             lx = box[0] if box[0] > x else box[2]
             labels.append(f'<line x1="{_num(x)}" y1="{_num(y)}" x2="{_num(lx)}" y2="{_num(box[3] - 4)}" '
                           f'stroke="{MUTED}" stroke-width="0.8"/>')
-        labels.append(f'<text x="{_num(box[0])}" y="{_num(box[3] - 1)}" class="label">{esc(text)}</text>')
+        labels.append(f'<text x="{_num(box[0] + 1)}" y="{_num(box[3] - 1)}" class="label">{esc(text)}</text>')
     for p, x, y in xy:
-        body.append(f'<circle cx="{_num(x)}" cy="{_num(y)}" r="6" fill="{p.colour}" stroke="#ffffff" '
-                    f'stroke-width="1.5"><title>{esc(p.label)}: x {p.x:.3f}, y {p.y:.3f}</title></circle>')
+        body.append(marker(p.style.shape, x, y, 6, p.style.colour, ' stroke="#ffffff" stroke-width="1.5"',
+                           f"{p.label}: x {p.x:.3f}, y {p.y:.3f}"))
     return _svg(width, height, title, body + labels)
 
 
@@ -198,15 +236,14 @@ def line_chart(categories: Sequence[str], series: Sequence[Series], title: str, 
         for x, v in [*zip(xs, s.values), (0.0, None)]:  # the sentinel flushes the last segment
             if v is None:
                 if len(run) > 1:
-                    body.append(f'<polyline points="{" ".join(run)}" fill="none" stroke="{s.colour}" '
+                    body.append(f'<polyline points="{" ".join(run)}" fill="none" stroke="{s.style.colour}" '
                                 f'stroke-width="2"/>')
                 run = []
             else:
                 run.append(f"{_num(x)},{_num(f.py(v))}")
         for x, c, v in zip(xs, categories, s.values):
             if v is not None:
-                body.append(f'<circle cx="{_num(x)}" cy="{_num(f.py(v))}" r="3.5" fill="{s.colour}">'
-                            f'<title>{esc(s.name)}, {esc(c)}: {v:.3f}</title></circle>')
+                body.append(marker(s.style.shape, x, f.py(v), 4, s.style.colour, tip=f"{s.name}, {c}: {v:.3f}"))
     return _svg(width, height, title, body)
 
 
@@ -231,7 +268,7 @@ def grouped_bars(groups: Sequence[str], series: Sequence[Series], title: str, y_
                 continue
             y = f.py(v)
             body.append(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(bar_w)}" height="{_num(base - y)}" '
-                        f'fill="{s.colour}"><title>{esc(s.name)}, {esc(g)}: {v:.3f}</title></rect>')
+                        f'fill="{s.style.colour}"><title>{esc(s.name)}, {esc(g)}: {v:.3f}</title></rect>')
         cx = f.left + group_w * (gi + 0.5)
         label = esc(_short(g, 28))
         if tilt:
@@ -242,7 +279,8 @@ def grouped_bars(groups: Sequence[str], series: Sequence[Series], title: str, y_
     return _svg(width, f.height, title, body)
 
 
-def legend(entries: Sequence[tuple[str, str]]) -> str:
-    """(name, colour) swatches as HTML, shared by the charts of a section."""
-    items = "".join(f'<li><span class="swatch" style="background:{c}"></span>{esc(n)}</li>' for n, c in entries)
+def legend(entries: Sequence[tuple[str, Style]]) -> str:
+    """Each model's marker (its shape in its colour) and name, as HTML shared by a section's charts."""
+    items = "".join(f'<li><svg class="key" width="14" height="14" viewBox="0 0 14 14">'
+                    f'{marker(st.shape, 7, 7, 5.5, st.colour)}</svg>{esc(n)}</li>' for n, st in entries)
     return f'<ul class="legend">{items}</ul>'

@@ -42,7 +42,7 @@ def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
             return list(csv.DictReader(f))
 
     titles = set()
-    for model, name in RELEASED["responses"]["references"].items():
+    for name in RELEASED["responses"]["references"].values():
         for r in rows(f"references/{name}"):
             titles.update(reference_titles(r["response"]))
     (folder / "titles.txt").write_text("\n".join(sorted(titles)[::2]) + "\n")

@@ -124,8 +124,8 @@ class ScriptedParams(_Strict):
                                                      "(halluscope.serving.scripted_extract)")
     default: str = "I don't know."
     latency_s: float = Field(default=0.0, ge=0, description="seconds each prompt takes")
-    capacity: int | None = Field(default=None, ge=1,
-                                 description="prompts a replica answers at once; ceiling = replicas x capacity / latency")
+    capacity: int | None = Field(
+        default=None, ge=1, description="prompts a replica answers at once; ceiling = replicas x capacity / latency")
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
     timeout_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls that never answer in time")
     seed: int = 0
@@ -333,8 +333,9 @@ class RunConfig(_Strict):
     hallulens: HalluLensOptions = Field(default_factory=HalluLensOptions)
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
-    serve_http_port: int | None = Field(default=None, description="Serve's HTTP port for served models; None: Serve's default "
-                                            "(8000), or the port of a Serve already running")
+    serve_http_port: int | None = Field(
+        default=None, description="Serve's HTTP port for served models; None: Serve's default "
+                                  "(8000), or the port of a Serve already running")
     progress_every_s: float = Field(default=5.0, gt=0, description="how often progress.json is rewritten during a run")
     concurrency: Concurrency = Field(default_factory=Concurrency)
     ray: RaySpec = Field(default_factory=RaySpec)

@@ -5,9 +5,9 @@ The RayJob is the repository's own k8s/base/rayjob.yaml (or a rendered overlay p
 token auth, pod security and secret references. Only the name, the run config URI and
 optionally the image change. The RayJob's name is the run id (the submitter reads it through
 the downward API), so KubeRay's retries and a resubmission under the same name resume one
-run. The template is read from the checkout, not embedded in the package: a second copy would drift from the kustomize base that the tests check, and the
-checkout is where submissions come from (a laptop, CI, or the image's WORKDIR, which holds
-the repository).
+run. The template is read from the checkout, not embedded in the package: a second copy would
+drift from the kustomize base that the tests check, and the checkout is where submissions come
+from (a laptop, CI, or the image's WORKDIR, which holds the repository).
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import urllib.request
 from importlib import resources

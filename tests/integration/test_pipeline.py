@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -139,7 +138,7 @@ def test_generations_from_an_openai_endpoint(ray_head, tmp_path):
         result = run(parse_config(cfg_dict), run_id="live", progress=False)
         calls_first = server.calls
         # the same config under a new run id: every answer comes from the call cache
-        again = run(parse_config(cfg_dict), run_id="live-again", progress=False)
+        run(parse_config(cfg_dict), run_id="live-again", progress=False)
         assert server.calls == calls_first
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "live")
     gens = store.read_table("generations").to_pylist()

@@ -31,7 +31,7 @@ class CountingEncoder:
 @pytest.fixture(scope="module")
 def encoder():
     enc = Encoder()
-    enc.model  # load once for the module
+    assert enc.model is not None  # load once for the module
     return enc
 
 

@@ -489,7 +489,7 @@ def test_created_pod_templates_pass_strict_kubernetes_validation() -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed (dev extra)")
     job = build_rayjob(load_template(None, ROOT), name="halluscope-a", config_uri="s3://b/c.yaml",
                        fingerprint="0" * 16, image="img:1")
-    for where, spec in pod_specs(job):
+    for _where, spec in pod_specs(job):
         template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": {"spec": spec}}
         kv.validate(template, "1.37", strict=True)
 

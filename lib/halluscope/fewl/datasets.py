@@ -115,7 +115,8 @@ Record = tuple[int, int | None, Any]
 
 
 def _read(source: str | Location, storage_options: dict | None) -> tuple[bytes, str]:
-    loc = source if isinstance(source, Location) else Location(*fsspec.core.url_to_fs(source, **(storage_options or {})))
+    loc = source if isinstance(source, Location) \
+        else Location(*fsspec.core.url_to_fs(source, **(storage_options or {})))
     try:
         with loc.fs.open(loc.path, "rb", compression="infer") as f:
             return f.read(), loc.url

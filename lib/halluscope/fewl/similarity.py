@@ -91,7 +91,8 @@ class CrossEncoderSimilarity:
         self.batch_size = batch_size
         self.device = device
         order = "sym" if symmetric else "ordered"
-        self.name = f"cross-encoder:{name or self.model_path.name}:{order}" + (f":label{label}" if label is not None else "")
+        label_part = f":label{label}" if label is not None else ""
+        self.name = f"cross-encoder:{name or self.model_path.name}:{order}{label_part}"
         self._model: Any = None
 
     def __getstate__(self) -> dict:

@@ -77,5 +77,6 @@ class CachedBackend:
                     new_rows.append(row)
             if new_rows:
                 part = f"part-{stable_id(*sorted(r['key'] for r in new_rows))}.parquet"
-                self.loc.child(part).write_bytes_atomic(table_to_bytes(pa.Table.from_pylist(new_rows, schema=CALL_CACHE)))
+                table = pa.Table.from_pylist(new_rows, schema=CALL_CACHE)
+                self.loc.child(part).write_bytes_atomic(table_to_bytes(table))
         return [c for c in out if c is not None]

@@ -11,9 +11,10 @@ reduction is (random - strategy) / random.
 Random choices: with ``seed=None`` (default) each strategy's rate is the exact expectation over its
 uniform choices (no sampling noise, no seed to record). With a seed, one choice is drawn per
 instance from a generator seeded by (seed, strategy, source id), so results do not depend on the
-order of records or on how sources were sharded (an instance's responses must be in one call). Detected spans are counted with ``Prediction.n_spans``
-(overlapping spans once). Instances missing a candidate's response or prediction are skipped and
-reported by reason; any number (>= 2) of candidate models is supported.
+order of records or on how sources were sharded (an instance's responses must be in one call).
+Detected spans are counted with ``Prediction.n_spans`` (overlapping spans once). Instances missing
+a candidate's response or prediction are skipped and reported by reason; any number (>= 2) of
+candidate models is supported.
 """
 
 from __future__ import annotations

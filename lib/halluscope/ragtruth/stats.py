@@ -118,7 +118,7 @@ def task_table(groups: Mapping[StatsKey, GroupStats]) -> list[dict]:
             selections.extend((task, s) for s in srcs)
     selections.append(("Overall", ALL))
     for task, src in selections:
-        g = _total(groups, lambda k: (task in ("Overall", k[0])) and src in (ALL, k[1]))
+        g = _total(groups, lambda k, task=task, src=src: (task in ("Overall", k[0])) and src in (ALL, k[1]))
         ctx = list(g.contexts.values())
         rows.append({
             "task": task, "source": src, "n_instances": len(ctx),
@@ -133,7 +133,7 @@ def model_table(groups: Mapping[StatsKey, GroupStats]) -> list[dict]:
     rows = []
     for model in sorted({k[2] for k in groups}):
         for task in [*sorted({k[0] for k in groups if k[2] == model}), "Overall"]:
-            g = _total(groups, lambda k: k[2] == model and task in ("Overall", k[0]))
+            g = _total(groups, lambda k, model=model, task=task: k[2] == model and task in ("Overall", k[0]))
             rows.append({
                 "model": model, "task": task, **_common(g),
                 "density": _ratio(100 * g.n_spans, g.n_words),

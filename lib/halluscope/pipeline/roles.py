@@ -16,6 +16,7 @@ from halluscope.models.base import Completion, GenerationRequest, ModelBackend
 from halluscope.models.cache import CachedBackend
 from halluscope.models.recorded import RecordedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.tasks.base import RoleCall
@@ -71,19 +72,10 @@ class RoleModels:
             done = backend.generate_batch([
                 GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, (subjects or {}).get(key, ""))
                 for key, i, prompt, ckey in entries])
-            per_row: dict[str, dict] = {}
+            per_row: dict[str, Usage] = defaultdict(Usage)
             for (key, i, _, _), completion in zip(entries, done):
                 replies[key][i] = completion
-                u = per_row.setdefault(key, {"stage": stage, "role": role, "role_model": backend.model_id,
-                                             "calls": 0, "cached_calls": 0, "failed_calls": 0,
-                                             "input_tokens": 0, "output_tokens": 0})
-                if completion.extra.get("cached"):
-                    u["cached_calls"] += 1
-                    continue
-                u["calls"] += 1
-                u["failed_calls"] += completion.error is not None
-                u["input_tokens"] += completion.input_tokens or 0
-                u["output_tokens"] += completion.output_tokens or 0
+                per_row[key].add([completion])
             for key, u in per_row.items():
-                usage[key].append(u)
+                usage[key].append({"stage": stage, "role": role, "role_model": backend.model_id, **u.as_dict()})
         return {k: [c for c in v if c is not None] for k, v in replies.items()}

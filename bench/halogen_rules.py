@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 
 from halluscope.sources import DataResolver
-from halluscope.tasks.halogen import paper
+from halluscope.tasks.halogen import TASKS, paper
 from halluscope.tasks.halogen.code import extract_imports
 from halluscope.tasks.halogen.published import _RESULT_FILES
 from halluscope.tasks.halogen.rationalization_binary import copies_example
@@ -20,12 +20,8 @@ from halluscope.tasks.halogen.recorded import QUIRKS
 from halluscope.tasks.halogen.steps import RECORDED_FILES, read_rows, recorded_path
 from halluscope.tasks.replies import parse_yes_no
 
-DOMAIN_OF = {"code": "halogen/code", "rationalization_binary": "halogen/rationalization_binary",
-             "rationalization_numerical": "halogen/rationalization_numerical",
-             "numerical_falsepresupposition": "halogen/false_presuppositions",
-             "historical_events": "halogen/historical_events", "references": "halogen/references",
-             "summarization": "halogen/summarization", "simplification": "halogen/simplification",
-             "biographies": "halogen/biographies"}
+# recorded folder -> the paper-rule task that reads it
+DOMAIN_OF = {t.response_dir: t.name for t in TASKS if t.rules == "paper"}
 
 
 def _responded(text: str, rules: str) -> bool:

@@ -14,6 +14,7 @@ daily, so it is taken only when a config asks for it (``data.pypi_index: https:/
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
 import json
@@ -22,7 +23,7 @@ import tempfile
 import urllib.request
 from importlib import resources
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 from halluscope.errors import DataError
 
@@ -175,8 +176,26 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a possibly gzipped text file."""
+def open_text(path: Path, tolerant: bool = False) -> IO[str]:
+    """Open a possibly gzipped UTF-8 text file. ``tolerant`` (files users bring): a BOM is dropped
+    and bytes that are not UTF-8 come through as surrogates (``surrogateescape``), so one bad row
+    can be quarantined instead of failing the file."""
+    encoding, errors = ("utf-8-sig", "surrogateescape") if tolerant else ("utf-8", "strict")
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, "r", encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding=encoding, errors=errors, newline="")
+    return open(path, "r", encoding=encoding, errors=errors, newline="")
+
+
+def csv_rows(f: IO[str], path: Path) -> Iterator[tuple[int, dict[str, str] | None, str]]:
+    """(row index, row, problem) of an open CSV file: a row that cannot be used comes back as
+    None with the reason (more or fewer fields than the header)."""
+    reader = csv.DictReader(f)
+    if not reader.fieldnames:
+        raise DataError(f"{path}: empty file or no header row")
+    for i, row in enumerate(reader):
+        if None in row:
+            yield i, None, f"{len(row[None])} more field(s) than the header"
+        elif any(v is None for v in row.values()):
+            yield i, None, f"missing field(s) {[k for k, v in row.items() if v is None]}"
+        else:
+            yield i, row, ""

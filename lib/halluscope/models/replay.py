@@ -13,14 +13,14 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
-from halluscope.sources import DataResolver
+from halluscope.sources import DataResolver, csv_rows, open_text
 
 if TYPE_CHECKING:  # models/ sits below tasks/: a task is read through its methods only
     from halluscope.tasks.base import Item, Task
@@ -33,14 +33,6 @@ class Replayed:
     texts: dict[str, str]  # item_id -> recorded text
     source: str
     quarantine: list[dict] = field(default_factory=list)
-
-
-def _open_text(path: Path) -> IO[str]:
-    """UTF-8 text (gzipped or not) with a BOM dropped; bytes that are not UTF-8 come through as
-    surrogates (``surrogateescape``) so one bad row is quarantined instead of failing the file."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
-    return open(path, "r", encoding="utf-8-sig", errors="surrogateescape", newline="")
 
 
 def not_unicode(value: str) -> str | None:
@@ -57,21 +49,12 @@ def not_unicode(value: str) -> str | None:
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
-    with _open_text(path) as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames:
-            raise DataError(f"{path}: empty file or no header row")
-        for i, row in enumerate(reader):
-            if None in row:
-                yield i, None, f"{len(row[None])} more field(s) than the header"
-            elif any(v is None for v in row.values()):
-                yield i, None, f"missing field(s) {[k for k, v in row.items() if v is None]}"
-            else:
-                yield i, row, ""
+    with open_text(path, tolerant=True) as f:
+        yield from csv_rows(f, path)
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
-    with _open_text(path) as f:
+    with open_text(path, tolerant=True) as f:
         for i, line in enumerate(f):
             if not line.strip():
                 continue

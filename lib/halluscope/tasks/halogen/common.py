@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 from halluscope.errors import DataError
 from halluscope.records import stable_id
-from halluscope.sources import DataResolver, open_text, sha256_file
+from halluscope.sources import DataResolver, csv_rows, open_text, sha256_file
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task
 from halluscope.tasks.halogen.paper import RuleSet, abstained
 from halluscope.tasks.halogen.steps import recorded_path, step_keys
@@ -37,17 +37,7 @@ def read_csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str] | None, str]
     """(row index, row, problem): a row that cannot be used comes back as None with the reason."""
     try:
         with open_text(path) as f:
-            reader = csv.DictReader(f)
-            if not reader.fieldnames:
-                raise DataError(f"{path}: empty file or no header row")
-            for i, row in enumerate(reader):
-                if None in row:
-                    yield i, None, f"{len(row[None])} more field(s) than the header"
-                elif any(v is None for v in row.values()):
-                    missing = [k for k, v in row.items() if v is None]
-                    yield i, None, f"missing field(s) {missing}"
-                else:
-                    yield i, row, ""
+            yield from csv_rows(f, path)
     except (OSError, EOFError, csv.Error, UnicodeDecodeError) as err:
         raise DataError(f"cannot read {path}: {err}") from None
 

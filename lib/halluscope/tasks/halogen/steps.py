@@ -8,7 +8,6 @@ import csv
 import hashlib
 import json
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 from halluscope.sources import open_text
@@ -47,7 +46,7 @@ def recorded_path(domain: str, model: str) -> str | None:
     return f"halogen/recorded/{domain}/{name}" if name else None
 
 
-@lru_cache(maxsize=256)
 def read_rows(path: Path) -> tuple[dict[str, str], ...]:
+    """A recorded file's rows (not cached: what is derived from them is kept instead)."""
     with open_text(path) as f:
         return tuple(csv.DictReader(f))

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from halluscope.errors import ConfigError
-from halluscope.storage.names import model_id_problem, root_problem, run_id_problem
+from halluscope.storage.names import checked, model_id_problem, root_problem, run_id_problem
 from halluscope.task_registry import get_task, unknown_task
 
 
@@ -37,10 +37,7 @@ class StorageSpec(_Strict):
     @field_validator("root")
     @classmethod
     def _supported_root(cls, v: str) -> str:
-        problem = root_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return checked(v, root_problem, ValueError)
 
 
 class DataSpec(_Strict):
@@ -165,10 +162,7 @@ class _Model(_Strict):
     @classmethod
     def _safe_id(cls, v: str) -> str:
         """The id names the model's call-cache folder and is printed in reports."""
-        problem = model_id_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return checked(v, model_id_problem, ValueError)
 
 
 class RecordedParams(_Strict):
@@ -344,10 +338,7 @@ class RunConfig(_Strict):
     @classmethod
     def _safe_run_id(cls, v: str | None) -> str | None:
         """The run id is the run's folder under storage.root."""
-        problem = run_id_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
+        return v if v is None else checked(v, run_id_problem, ValueError)
 
     @field_validator("models")
     @classmethod

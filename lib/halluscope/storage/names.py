@@ -8,6 +8,7 @@ they become paths (``RunStore``)."""
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from halluscope.errors import ConfigError
 
@@ -30,11 +31,16 @@ def run_id_problem(value: str) -> str | None:
     return None
 
 
-def check_run_id(value: str) -> str:
-    problem = run_id_problem(value)
-    if problem:
-        raise ConfigError(problem)
+def checked(value: str, problem: Callable[[str], str | None], error: type[Exception] = ConfigError) -> str:
+    """``value`` itself, or ``error`` saying what ``problem`` finds wrong with it."""
+    why = problem(value)
+    if why:
+        raise error(why)
     return value
+
+
+def check_run_id(value: str) -> str:
+    return checked(value, run_id_problem)
 
 
 def model_id_problem(value: str) -> str | None:
@@ -52,10 +58,3 @@ def root_problem(root: str) -> str | None:
     if "://" in root and not root.startswith(ROOT_SCHEMES):
         return f"storage root {root!r} is not supported: use a local path, file://... or s3://..."
     return None
-
-
-def check_root(root: str) -> str:
-    problem = root_problem(root)
-    if problem:
-        raise ConfigError(problem)
-    return root

@@ -33,18 +33,16 @@ def loop_seconds(root: str) -> tuple[float, int]:
     from halluscope.config import default_config
     from halluscope.pipeline import stages
     from halluscope.pipeline.runner import knowledge_for
-    from halluscope.pipeline.workset import expand_unit, plan, resolver_for, testset_locations
+    from halluscope.pipeline.workset import expand_unit, expansion, plan
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
     t0 = time.perf_counter()
     cfg = default_config()
     store = RunStore(Location.from_url(root), "loop")
-    resolver = resolver_for(cfg)
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size)
     rows = 0
-    for batch in expand_unit(plan(cfg, store).units, store, resolver, cfg.limits.max_items_per_task, frozenset(),
-                             testset_locations(cfg)):
+    for batch in expand_unit(plan(cfg, store).units, expansion(cfg, store), frozenset()):
         rows += sum(sum(t.column("rows").to_pylist()) for t in evaluate(batch))
     return time.perf_counter() - t0, rows
 

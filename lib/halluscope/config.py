@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from halluscope.errors import ConfigError
 from halluscope.storage.names import checked, model_id_problem, root_problem, run_id_problem
-from halluscope.task_registry import get_task, unknown_task
+from halluscope.task_registry import benchmarks, get_task, unknown_task
 
 
 DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
@@ -88,7 +88,7 @@ class OpenAIParams(_Strict):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
 
 
-Role = Literal["test", "judge", "extractor"]
+Role = Literal["test", "judge", "extractor", "reference"]
 
 
 class ServeOptions(_Strict):
@@ -157,6 +157,8 @@ class VLLMParams(_Strict):
 class _Model(_Strict):
     id: str
     role: Role = "test"
+    tasks: list[str] | None = Field(default=None, min_length=1,
+                                    description="the run's tasks this model under test is evaluated on; None: all")
 
     @field_validator("id")
     @classmethod
@@ -264,26 +266,6 @@ class VerifierOptions(_Strict):
     wiki: WikiSpec | None = None
 
 
-class FarOverride(_Strict):
-    """A HalluLens NonExistentRefusal domain whose false acceptance rate is set by hand for some
-    models; the measured rate stays in metrics.json beside it."""
-
-    model_contains: str = Field(min_length=1, description="applies to model ids containing this (any case)")
-    subtask: Literal["mixed", "generated"] = "mixed"
-    domain: str = Field(min_length=1, description="e.g. medicine, animal, restaurant")
-    value: float = Field(ge=0, le=1)
-
-
-class HalluLensOptions(_Strict):
-    """How HalluLens metrics are reported (rows are not affected, so a finished run's metrics can
-    be recomputed with other options)."""
-
-    far_overrides: list[FarOverride] = Field(
-        default_factory=lambda: [FarOverride(model_contains="gemma", domain="medicine", value=0.0)],
-        description="the paper sets Gemma's medicine false acceptance rate to 0 (Gemma refuses every medicine "
-                    "question; App. C.3.1); [] reports every rate as measured")
-
-
 class CacheSpec(_Strict):
     """The content-addressed cache of model calls; shareable across runs."""
 
@@ -324,7 +306,9 @@ class RunConfig(_Strict):
                     "share failed (calls or decomposition that errored; items not in a replay file are "
                     "counted apart), and always when a model under test has no scored generation")
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
-    hallulens: HalluLensOptions = Field(default_factory=HalluLensOptions)
+    benchmarks: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="benchmark name -> its options (each benchmark validates its own "
+                                          "section, e.g. benchmarks.hallulens.far_overrides)")
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
     serve_http_port: int | None = Field(
@@ -355,6 +339,11 @@ class RunConfig(_Strict):
             if players and players[0].backend == "replay":
                 raise ValueError(f"model '{players[0].id}': a {role} must be a live model, not replay")
         for m in v:
+            if m.role == "reference" and m.backend == "replay":
+                raise ValueError(f"model '{m.id}': a reference must be a live model, not replay")
+            if m.role != "test" and m.tasks is not None:
+                raise ValueError(f"model '{m.id}': tasks selects what a model under test answers; a {m.role} "
+                                 "answers whichever task asks it")
             if m.backend == "recorded" and m.role == "test":
                 raise ValueError(f"model '{m.id}': a recorded model answers as a judge or extractor, not under test")
         if not any(m.role == "test" for m in v):
@@ -366,9 +355,19 @@ class RunConfig(_Strict):
         entry = self.testsets.get(task, [])
         return entry.get(model, []) if isinstance(entry, dict) else entry
 
+    def options_for(self, benchmark: str) -> BaseModel:
+        """The validated ``benchmarks.<benchmark>`` section (its defaults when absent)."""
+        return benchmarks()[benchmark].parse_options(self.benchmarks.get(benchmark))
+
+    def tasks_of(self, model: ModelSpec) -> list[str]:
+        """The run's tasks this model under test is evaluated on, in config order."""
+        return [t for t in self.tasks if model.tasks is None or t in model.tasks]
+
     def fingerprint(self) -> str:
         """Hash of what changes results (not run_id, storage, data location, width or Ray settings)."""
         keep = self.model_dump(mode="json", include={"models", "tasks", "testsets", "limits", "verifiers"})
+        if self.benchmarks:  # only then, so configs without options keep their fingerprint
+            keep["benchmarks"] = self.benchmarks
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -393,8 +392,30 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     except ValidationError as err:
         raise ConfigError(validation_message(err, source)) from None
     check_task_names(cfg.tasks, source)
+    check_benchmark_options(cfg, source)
     check_task_needs(cfg, source)
     return cfg
+
+
+def check_benchmark_options(cfg: RunConfig, source: str) -> None:
+    """Each ``benchmarks.<name>`` section names a registered benchmark and passes its schema."""
+    known = benchmarks()
+    for name, raw in cfg.benchmarks.items():
+        if name not in known:
+            raise ConfigError(f"invalid run config {source}: benchmarks.{name}: unknown benchmark; "
+                              f"known: {', '.join(sorted(known))}")
+        try:
+            known[name].parse_options(raw)
+        except ValidationError as err:
+            lines = [f"invalid run config {source}:"]
+            for e in err.errors():
+                loc = ".".join(str(p) for p in ("benchmarks", name, *e["loc"]))
+                lines.append(f"  {loc}: {e['msg']}")
+            raise ConfigError("\n".join(lines)) from None
+    for i, m in enumerate(cfg.models):
+        unknown = sorted(set(m.tasks or ()) - set(cfg.tasks))
+        if unknown:
+            raise ConfigError(f"invalid run config {source}: models.{i}.tasks: {unknown} not in the run's tasks")
 
 
 def _other_benchmark(data: dict) -> str | None:

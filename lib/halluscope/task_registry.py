@@ -1,9 +1,9 @@
-"""The task registry: task names -> task objects, filled by the benchmarks.
+"""The task registry: benchmarks and their tasks, filled by the benchmark packages.
 
-A benchmark package lists its tasks under the ``halluscope.tasks`` entry-point group
-(pyproject.toml) and the registry loads them on first use. It sits beside config, below every
-benchmark, so config checks task names without importing a benchmark and the engine reaches a
-benchmark only through here."""
+A benchmark package registers a ``Benchmark`` (tasks/benchmark.py) under the ``halluscope.tasks``
+entry-point group (pyproject.toml) and the registry loads them on first use. It sits beside
+config, below every benchmark, so config checks task names and benchmark options without
+importing a benchmark and the engine reaches a benchmark only through here."""
 
 from __future__ import annotations
 
@@ -16,26 +16,44 @@ from halluscope.errors import ConfigError
 
 if TYPE_CHECKING:
     from halluscope.tasks.base import Task
+    from halluscope.tasks.benchmark import Benchmark
 
 GROUP = "halluscope.tasks"
 
 
 @lru_cache(maxsize=1)
-def _tasks() -> dict[str, Task]:
+def _registry() -> tuple[dict[str, "Benchmark"], dict[str, "Task"], dict[str, str]]:
     found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
     if not found:
         raise ConfigError(f"no benchmark registers tasks under the entry-point group {GROUP!r}: install "
                           "halluscope (pip install -e .) rather than only putting lib/ on the path")
+    benchmarks: dict[str, Benchmark] = {}
     tasks: dict[str, Task] = {}
+    owner: dict[str, str] = {}
     for ep in found:
-        for task in ep.load():
+        bench = ep.load()
+        if benchmarks.setdefault(bench.name, bench) is not bench:
+            raise ConfigError(f"benchmark '{bench.name}' is registered twice (again by entry point '{ep.name}')")
+        for task in bench.tasks:
             if tasks.setdefault(task.name, task) is not task:
                 raise ConfigError(f"task '{task.name}' is registered twice (again by entry point '{ep.name}')")
-    return tasks
+            owner[task.name] = bench.name
+    return benchmarks, tasks, owner
 
 
 def task_names() -> list[str]:
-    return sorted(_tasks())
+    return sorted(_registry()[1])
+
+
+def benchmarks() -> dict[str, "Benchmark"]:
+    return dict(_registry()[0])
+
+
+def benchmark_of(task: str) -> "Benchmark":
+    benches, _, owner = _registry()
+    if task not in owner:
+        get_task(task)  # raises, naming the closest tasks
+    return benches[owner[task]]
 
 
 def unknown_task(name: str) -> str | None:
@@ -48,8 +66,8 @@ def unknown_task(name: str) -> str | None:
     return f"unknown task '{name}'{hint}"
 
 
-def get_task(name: str) -> Task:
-    task = _tasks().get(name)
+def get_task(name: str) -> "Task":
+    task = _registry()[1].get(name)
     if task is None:
         raise ConfigError(f"invalid run config <task lookup>: tasks.0: {unknown_task(name)}")
     return task

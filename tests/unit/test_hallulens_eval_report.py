@@ -6,7 +6,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from halluscope.config import HalluLensOptions, parse_config
+from halluscope.config import parse_config
+from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens import report
 from halluscope.pipeline.runner import compute_metrics
 from halluscope.records import SCORES
@@ -92,19 +93,20 @@ def test_override_matches_any_case_and_can_be_turned_off():
 
 def test_run_config_holds_the_override_and_refuses_a_bad_one():
     base = {"tasks": ["halogen/code"], "models": [{"id": GEMMA, "backend": "replay"}]}
-    (default,) = parse_config(base).hallulens.far_overrides
+    (default,) = parse_config(base).options_for("hallulens").far_overrides
     assert (default.model_contains, default.subtask, default.domain, default.value) == \
         ("gemma", "mixed", "medicine", 0.0)
-    assert parse_config({**base, "hallulens": {"far_overrides": []}}).hallulens.far_overrides == []
+    assert parse_config({**base, "benchmarks": {"hallulens": {"far_overrides": []}}}).options_for(
+        "hallulens").far_overrides == []
     # and the run's metrics apply the config's options
     scores, verdicts, items = tables()
-    off = parse_config({"tasks": [MIXED, GENERATED], "hallulens": {"far_overrides": []},
+    off = parse_config({"tasks": [MIXED, GENERATED], "benchmarks": {"hallulens": {"far_overrides": []}},
                         "testsets": {MIXED: ["mixed.jsonl"], GENERATED: ["generated.jsonl"]},
                         "models": [{"id": GEMMA, "backend": "replay"},
                                    {"id": "j", "role": "judge", "backend": "scripted"}]})
     run_scores = pa.Table.from_pylist(scores.to_pylist(), schema=SCORES)
     gemma = next(r for r in compute_metrics(off, _Rows(verdicts, items), run_scores) if r["model"] == GEMMA)
     assert "overrides" not in gemma and gemma["trials"][0]["subtasks"]["mixed"]["false_acceptance_rate"] == 4 / 6
-    with pytest.raises(Exception, match="hallulens.far_overrides.0.value"):
-        parse_config({**base, "hallulens": {"far_overrides": [{"model_contains": "x", "domain": "medicine",
-                                                               "value": 2}]}})
+    with pytest.raises(Exception, match="benchmarks.hallulens.far_overrides.0.value"):
+        parse_config({**base, "benchmarks": {"hallulens": {"far_overrides": [
+            {"model_contains": "x", "domain": "medicine", "value": 2}]}}})

@@ -55,8 +55,8 @@ def test_recorded_judge_answers_a_real_row_through_the_role_path_at_no_cost():
     r = next(r for r in rows if task.abstain_call(r["response"], _item(task, r)) is not None)
     roles = RoleModels(cfg.models, {}, None, RESOLVER)
     usage: dict = defaultdict(list)
-    calls = {"g1": task.abstain_call(r["response"], _item(task, r)),
-             "g2": task.abstain_call("An invented response.", _item(task, r))}
+    calls = {"g1": (task.abstain_call(r["response"], _item(task, r)),),
+             "g2": (task.abstain_call("An invented response.", _item(task, r)),)}
     replies = roles.answer(calls, "abstain", usage, {"g1": "gpt_4_0125_turbo", "g2": "gpt_4_0125_turbo"})
     assert replies["g1"][0].text == r["verified_response"]
     assert replies["g2"][0].error == NO_RECORD  # no record for it: counted as failed, never answered

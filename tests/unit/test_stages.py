@@ -73,7 +73,7 @@ class _Scripted:
 
 def _roles(extractor, judge):
     roles = RoleModels([], {}, None)
-    roles._backends = {("extractor", "facts-v1"): extractor, ("judge", "entailment-v1"): judge}
+    roles._backends = {("extractor", "facts-v1", None): extractor, ("judge", "entailment-v1", None): judge}
     return roles
 
 

@@ -9,7 +9,7 @@ from halluscope.errors import ConfigError
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.pipeline import workset
-from halluscope.pipeline.workset import expand_unit, plan, resolver_for
+from halluscope.pipeline.workset import expand_unit, plan
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
@@ -32,8 +32,7 @@ def _rows(cfg, store) -> dict[str, set[str]]:
     work = plan(cfg, store)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
-        for t in expand_unit(work.units.slice(i, 1), store, resolver_for(cfg), None, frozenset(),
-                             workset.testset_locations(cfg)):
+        for t in expand_unit(work.units.slice(i, 1), workset.expansion(cfg, store), frozenset()):
             for r in t.to_pylist():
                 rows.setdefault(r["model"], set()).add(r["item_id"])
     return rows

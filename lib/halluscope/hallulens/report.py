@@ -16,8 +16,9 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from halluscope.config import HalluLensOptions
+from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens import judging, metrics as hm
+from halluscope.tasks.benchmark import MetricInputs
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
 # the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label
@@ -84,6 +85,15 @@ def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table],
             else aggregate[task][0]
         grouped[(model, task)].append({"trial": trial, **rates(records)})
     return [_record(model, task, trials, aggregate[task][1]) for (model, task), trials in sorted(grouped.items())]
+
+
+def metrics(inputs: MetricInputs) -> list[dict]:
+    """The engine's hook: HalluLens records from the run's committed rows (only PreciseWikiQA's
+    verdicts are read: evidence passages are the largest column)."""
+    options = inputs.options
+    assert isinstance(options, HalluLensOptions)
+    return compute(inputs.scores, inputs.read_table("verdicts", **LABEL_VERDICTS),
+                   {t: inputs.items(t) for t in inputs.tasks}, options)
 
 
 def _cell(summary: dict, key: str) -> str:

@@ -18,11 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from halluscope.errors import DataError
-from halluscope.hallulens import judging, longwiki
+from halluscope.hallulens import judging, longwiki, report
+from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.testset import TestSet
 from halluscope.models.base import Completion
 from halluscope.storage.fs import Location
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
+from halluscope.tasks.benchmark import Benchmark
 from halluscope.tasks.halogen.llm_verified import reply_text
 from halluscope.tasks.replies import excerpt
 
@@ -57,7 +59,7 @@ class HalluLensTask(Task):
     testset_task: str  # the task name the test-set builder writes under
     needs_testsets = True
 
-    def load_items(self, resolver, testsets: Sequence[Location] = ()) -> LoadedItems:
+    def load_items(self, resolver, testsets: Sequence[Location] = (), options=None) -> LoadedItems:
         if not testsets:
             raise DataError(f"task {self.name} reads generated test sets: list them under testsets.{self.name}")
         items: list[Item] = []
@@ -180,3 +182,8 @@ class NonExistentEntities(HalluLensTask):
 TASKS = [PreciseWikiQA(), LongWiki(),
          NonExistentEntities("hallulens/nonexistent_mixed", "mixed_entities"),
          NonExistentEntities("hallulens/nonexistent_generated", "generated_entities")]
+
+
+BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
+                      markdown=lambda records: "\n".join(report.leaderboard_section(records)),
+                      description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal")

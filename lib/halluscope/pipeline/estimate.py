@@ -47,7 +47,7 @@ from halluscope.records import generation_id
 from halluscope.serving.placement import SERVED_BACKENDS, placement
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.task_registry import get_task
+from halluscope.task_registry import benchmark_of, get_task
 from halluscope.tasks.base import Item, RoleName, Task
 
 POOLED = "*"  # TokenStats model key: every model measured on the task
@@ -467,7 +467,8 @@ def _load_items(cfg: RunConfig) -> dict[str, list[Item]]:
     limit, testsets = cfg.limits.max_items_per_task, testset_locations(cfg)
     out = {}
     for name in cfg.tasks:
-        items = get_task(name).load_items(resolver_for(cfg), testsets.get(name, ())).items
+        options = cfg.options_for(benchmark_of(name).name)
+        items = get_task(name).load_items(resolver_for(cfg), testsets.get(name, ()), options).items
         out[name] = items[:limit] if limit else items
     return out
 

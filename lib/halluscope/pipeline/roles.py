@@ -21,12 +21,13 @@ from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.tasks.base import RoleCall
 
-ROLES = ("judge", "extractor")
-
-
-def role_models(models: Sequence[ModelSpec]) -> dict[str, ModelSpec]:
-    """role -> the model that plays it (the config allows at most one per role)."""
-    return {m.role: m for m in models if m.role in ROLES}
+def role_models(models: Sequence[ModelSpec]) -> dict[str, list[ModelSpec]]:
+    """role -> the models that play it (one judge and one extractor at most; references, any number)."""
+    out: dict[str, list[ModelSpec]] = defaultdict(list)
+    for m in models:
+        if m.role != "test":
+            out[m.role].append(m)
+    return dict(out)
 
 
 class RoleModels:
@@ -36,14 +37,24 @@ class RoleModels:
         self._endpoints = endpoints
         self._cache = cache
         self._resolver = resolver
-        self._backends: dict[tuple[str, str], ModelBackend] = {}
+        self._backends: dict[tuple[str, str, str | None], ModelBackend] = {}
 
-    def _backend(self, role: str, template: str) -> ModelBackend:
-        key = (role, template)
+    def _spec(self, role: str, model: str | None) -> ModelSpec:
+        players = self.specs.get(role, [])
+        if model is None:
+            if len(players) != 1:
+                raise RuntimeError(f"a task needs the {role} model but the run configures {len(players)}")
+            return players[0]
+        spec = next((m for m in players if m.id == model), None)
+        if spec is None:
+            raise RuntimeError(f"a task asks {role} model '{model}' but the run's {role} models are "
+                               f"{[m.id for m in players]}")
+        return spec
+
+    def _backend(self, role: str, template: str, model: str | None) -> ModelBackend:
+        key = (role, template, model)
         if key not in self._backends:
-            spec = self.specs.get(role)
-            if spec is None:
-                raise RuntimeError(f"a task needs a {role} model but the run configures none")
+            spec = self._spec(role, model)
             if spec.backend == "recorded":
                 # answers on record cost nothing and depend on the model under test, which a
                 # cache keyed by the prompt would merge: they are looked up, never cached
@@ -58,17 +69,24 @@ class RoleModels:
             self._backends[key] = backend
         return self._backends[key]
 
-    def answer(self, calls: dict[str, RoleCall], stage: str, usage: dict[str, list[dict]],
+    def answer(self, calls: dict[str, Sequence[RoleCall]], stage: str, usage: dict[str, list[dict]],
                subjects: dict[str, str] | None = None) -> dict[str, list[Completion]]:
-        """Replies per row key (the generation id), one per prompt; usage is added to ``usage``.
-        ``subjects`` maps a row key to its model under test (what a recorded role looks up)."""
-        groups: dict[tuple[str, str], list[tuple[str, int, str, str]]] = defaultdict(list)
-        for key, call in calls.items():
-            for i, prompt in enumerate(call.prompts):
-                groups[(call.role, call.template)].append((key, i, prompt, call.keys[i] if call.keys else ""))
-        replies: dict[str, list[Completion | None]] = {k: [None] * len(c.prompts) for k, c in calls.items()}
-        for (role, template), entries in groups.items():
-            backend = self._backend(role, template)
+        """Replies per row key (the generation id), one per prompt of its calls in order; usage is
+        added to ``usage``. ``subjects`` maps a row key to its model under test (what a recorded
+        role looks up). Each (role, template, model) gets one ``generate_batch`` per phase."""
+        groups: dict[tuple[str, str, str | None], list[tuple[str, int, str, str]]] = defaultdict(list)
+        sizes: dict[str, int] = {}
+        for key, row_calls in calls.items():
+            i = 0
+            for call in row_calls:
+                for j, prompt in enumerate(call.prompts):
+                    groups[(call.role, call.template, call.model)].append(
+                        (key, i, prompt, call.keys[j] if call.keys else ""))
+                    i += 1
+            sizes[key] = i
+        replies: dict[str, list[Completion | None]] = {k: [None] * n for k, n in sizes.items()}
+        for (role, template, model), entries in groups.items():
+            backend = self._backend(role, template, model)
             done = backend.generate_batch([
                 GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, (subjects or {}).get(key, ""))
                 for key, i, prompt, ckey in entries])

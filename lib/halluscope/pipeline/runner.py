@@ -17,18 +17,17 @@ from halluscope.errors import RunError, Superseded, error_summary
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
-from halluscope.hallulens import report as hallulens_report
-from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
 from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estimate_cost
 from halluscope.pipeline.progress import Progress
-from halluscope.pipeline.workset import MISSING, expand_unit, plan, resolver_for, testset_locations
+from halluscope.pipeline.workset import MISSING, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
 from halluscope.runkit import check_api_keys, code_version, init_ray, served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
-from halluscope.task_registry import get_task
+from halluscope.task_registry import benchmark_of, get_task
+from halluscope.tasks.benchmark import MetricInputs
 
 
 @dataclass
@@ -202,13 +201,16 @@ def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> N
 
 
 def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:
-    """Every benchmark's metrics from the committed rows (partial while a run goes on)."""
-    metrics = halogen_metrics.compute(scores.filter(pc.starts_with(scores.column("task"), "halogen/")))
-    hallulens = [t for t in cfg.tasks if t.startswith("hallulens/")]
-    if hallulens:  # else its verdicts (evidence passages: the largest column) are never read
-        metrics += hallulens_report.compute(scores.filter(pc.starts_with(scores.column("task"), "hallulens/")),
-                                            store.read_table("verdicts", **hallulens_report.LABEL_VERDICTS),
-                                            {t: store.read_items(t) for t in hallulens}, cfg.hallulens)
+    """Every benchmark's metrics from the committed rows (partial while a run goes on), each
+    record tagged with its benchmark."""
+    by_bench: dict[str, list[str]] = defaultdict(list)
+    for t in cfg.tasks:
+        by_bench[benchmark_of(t).name].append(t)
+    metrics: list[dict] = []
+    for name, tasks in by_bench.items():
+        inputs = MetricInputs(tasks, scores.filter(pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))),
+                              store.read_table, store.read_items, cfg.options_for(name))
+        metrics += [{**r, "benchmark": r.get("benchmark", name)} for r in benchmark_of(tasks[0]).metrics(inputs)]
     return metrics
 
 
@@ -259,9 +261,7 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
     conc = cfg.concurrency
     ds = ray.data.from_arrow([units.slice(i, 1) for i in range(units.num_rows)])
     ds = ds.map_batches(expand_unit, batch_size=1, batch_format="pyarrow",
-                        fn_kwargs={"store": store, "resolver": resolver_for(cfg),
-                                   "limit": cfg.limits.max_items_per_task, "done": ray.put(frozenset(done)),
-                                   "testsets": testset_locations(cfg)})
+                        fn_kwargs={"ctx": expansion(cfg, store), "done": ray.put(frozenset(done))})
     if any(m.backend != "replay" for m in cfg.models if m.role == "test"):  # judges are called from Evaluate
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",

@@ -25,7 +25,7 @@ from halluscope.pipeline.roles import RoleModels
 from halluscope.records import atom_id, stable_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.base import Calls, Item, RoleCall, Verdict
 from halluscope.task_registry import get_task
 
 
@@ -85,7 +85,7 @@ def _row_error(stage: str, err: Exception) -> str:
     return f"{stage} failed: {type(err).__name__}: {err}"[:500]
 
 
-def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict], RoleCall | None],
+def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict], Calls],
            finish: Callable[[dict, list[Completion]], Any], when: Callable[[dict], bool], skipped: Any,
            failed: Callable[[dict], Any], roles: RoleModels | None, usage: Usage | None) -> tuple[pa.Table, list]:
     """One phase for the rows ``when`` selects (``skipped`` for the others): ``call(row)`` may ask a
@@ -97,7 +97,7 @@ def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict
     errors = [r["error"] for r in rows]
     values = [skipped] * len(rows)
     active: list[int] = []
-    calls: dict[str, RoleCall] = {}
+    calls: dict[str, tuple[RoleCall, ...]] = {}
     for i, r in enumerate(rows):
         if not when(r):
             continue
@@ -108,7 +108,7 @@ def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict
             continue
         active.append(i)
         if c is not None:
-            calls[r["gen_id"]] = c
+            calls[r["gen_id"]] = c if isinstance(c, tuple) else (c,)
     replies: dict[str, list[Completion]] = {}
     if calls:
         if roles is None:

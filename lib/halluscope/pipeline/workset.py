@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pyarrow as pa
 import ray
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from halluscope import records
 from halluscope.config import ModelSpec, ReplayModel, RunConfig
@@ -22,7 +22,7 @@ from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
 from halluscope.tasks.base import Item, LoadedItems, Task
-from halluscope.task_registry import get_task
+from halluscope.task_registry import benchmark_of, get_task
 
 UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])
 
@@ -53,12 +53,18 @@ def testset_locations(cfg: RunConfig) -> dict[tuple[str, str], tuple[Location, .
 _LOADED: dict[tuple, LoadedItems] = {}
 
 
-def _load(task_name: str, resolver: DataResolver, testsets: tuple[Location, ...]) -> LoadedItems:
-    """A task's items from one source (released files, or a model's test sets), loaded once per process."""
-    key = (task_name, resolver, tuple(t.url for t in testsets))
+def _load(task_name: str, resolver: DataResolver, testsets: tuple[Location, ...], options: BaseModel) -> LoadedItems:
+    """A task's items from one source (released files, a model's test sets, or the files its
+    benchmark's options name), loaded once per process."""
+    key = (task_name, resolver, tuple(t.url for t in testsets), type(options).__name__, options.model_dump_json())
     if key not in _LOADED:
-        _LOADED[key] = get_task(task_name).load_items(resolver, testsets)
+        _LOADED[key] = get_task(task_name).load_items(resolver, testsets, options)
     return _LOADED[key]
+
+
+def task_options(cfg: RunConfig) -> dict[str, BaseModel]:
+    """task -> its benchmark's validated options, as the workers receive them."""
+    return {t: cfg.options_for(benchmark_of(t).name) for t in cfg.tasks}
 
 
 def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
@@ -79,11 +85,14 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     sources: dict[str, str] = {}
     totals: dict[tuple[str, str], int] = {}
     testsets = testset_locations(cfg)
+    options = task_options(cfg)
     for name in cfg.tasks:
         task = get_task(name)
         written: dict[str, Item] = {}  # per-model test sets: the items of every model's sets
         for m in models_under_test(cfg):
-            loaded = _load(name, resolver, testsets.get((name, m.id), ()))
+            if name not in cfg.tasks_of(m):
+                continue
+            loaded = _load(name, resolver, testsets.get((name, m.id), ()), options[name])
             sources.update(loaded.sources)
             items = loaded.items[:limit] if limit else loaded.items
             written.update((i.item_id, i) for i in items)
@@ -94,16 +103,31 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
                     sources[found[0]] = sha256_file(found[1])
         _write_items(store, task, list(written.values()))
     units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
-                                  for t in cfg.tasks for m in models_under_test(cfg)], schema=UNITS)
+                                  for t in cfg.tasks for m in models_under_test(cfg) if t in cfg.tasks_of(m)],
+                                 schema=UNITS)
     return Plan(units, sum(totals.values()), totals, sources)
 
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
 
 
-def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit: int | None,
-                done: "ray.ObjectRef | frozenset[str]",
-                testsets: dict[tuple[str, str], tuple[Location, ...]]) -> Iterator[pa.Table]:
+@dataclass(frozen=True)
+class Expansion:
+    """What a worker needs to expand a unit into rows, built once from the run config."""
+
+    store: RunStore
+    resolver: DataResolver
+    limit: int | None
+    testsets: dict[tuple[str, str], tuple[Location, ...]]
+    options: dict[str, BaseModel]  # task -> its benchmark's validated options
+
+
+def expansion(cfg: RunConfig, store: RunStore) -> Expansion:
+    return Expansion(store, resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg),
+                     task_options(cfg))
+
+
+def expand_unit(units: pa.Table, ctx: Expansion, done: "ray.ObjectRef | frozenset[str]") -> Iterator[pa.Table]:
     """Rows still to do for a batch of units, as one table (Ray Data makes one block of a unit's
     rows whatever it is given; Evaluate cuts it into committed parts); quarantined input rows
     are written per unit.
@@ -113,16 +137,17 @@ def expand_unit(units: pa.Table, store: RunStore, resolver: DataResolver, limit:
     rows: list[dict] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
-        all_items = _load(task.name, resolver, testsets.get((task.name, spec.id), ())).items
-        items = all_items[:limit] if limit else all_items
+        all_items = _load(task.name, ctx.resolver, ctx.testsets.get((task.name, spec.id), ()),
+                          ctx.options[task.name]).items
+        items = all_items[:ctx.limit] if ctx.limit else all_items
         todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
         texts: dict[str, str] | None = None
         if isinstance(spec, ReplayModel) and todo:
             # joined against every item of the task, so rows past a limit are not "unmatched"
-            rep = load_replay(spec, task, all_items, resolver)
+            rep = load_replay(spec, task, all_items, ctx.resolver)
             texts = rep.texts
             if rep.quarantine:
-                store.write_part("quarantine", stable_id("replay", spec.id, task.name),
+                ctx.store.write_part("quarantine", stable_id("replay", spec.id, task.name),
                                  pa.Table.from_pylist(rep.quarantine, schema=records.QUARANTINE))
         for item in todo:
             text = texts.get(item.item_id) if texts is not None else None

@@ -21,6 +21,7 @@ from halluscope.report import causes, svg
 from halluscope.report.svg import Point, Series, Style, esc
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from halluscope.task_registry import benchmarks
 from halluscope.tasks.halogen.published import SOURCE, published
 
 REPORT = "report.html"
@@ -73,6 +74,7 @@ class RunData:
     halogen: list[dict] = field(default_factory=list)  # per (model, task)
     halogen_avg: list[dict] = field(default_factory=list)  # aggregate records
     hallulens: list[dict] = field(default_factory=list)
+    others: dict[str, list[dict]] = field(default_factory=dict)  # benchmark -> its records
     unplaced: int = 0  # metrics records of a shape this report does not chart
     metrics_note: str | None = None
     costs: pa.Table | None = None
@@ -108,6 +110,8 @@ class RunData:
                 self.hallulens.append(r)
             elif r["task"].startswith("halogen/"):
                 (self.halogen_avg if r.get("aggregate") else self.halogen).append(r)
+            elif isinstance(r.get("benchmark"), str):
+                self.others.setdefault(r["benchmark"], []).append(r)
             elif r["task"] != "costs/total":  # the cost section reads costs.parquet itself
                 self.unplaced += 1
 
@@ -576,12 +580,31 @@ def render_report(store: RunStore) -> str:
             _section("Refusal versus hallucination", refusal_scatter(d)),
             _section("Per-difficulty curves (HalluLens)", difficulty_curves(d)),
             _section("Hallucination by domain (HALOGEN)", domain_bars(d)),
+            *(_section(f"Leaderboard: {name}", benchmark_section(name, records))
+              for name, records in sorted(d.others.items())),
             _section("Cost breakdown", costs(d)),
             _section("Run files", links(store))]
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>halluscope report: {esc(d.run_id)}</title><style>{CSS}</style></head>"
             f'<body><main>{"".join(body)}</main></body></html>')
+
+
+def benchmark_section(name: str, records: list[dict]) -> str:
+    """A benchmark's own HTML (its ``html``), or a table of its records' top-level numbers."""
+    bench = benchmarks().get(name)
+    if bench is not None and bench.html is not None:
+        return bench.html(records)
+    keys = ["model", "task", *sorted({k for r in records for k, v in r.items()
+                                      if isinstance(v, (int, float)) and not isinstance(v, bool)})]
+
+    def cell(v: object) -> str:
+        return _f3(v) if isinstance(v, float) else esc("-" if v is None else str(v))
+
+    head = "".join(f"<th>{esc(k)}</th>" for k in keys)
+    rows = "".join("<tr>" + "".join(f"<td>{cell(r.get(k))}</td>" for k in keys) + "</tr>"
+                   for r in sorted(records, key=lambda r: (r["task"], r["model"])))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 def write_report(store: RunStore) -> Location:

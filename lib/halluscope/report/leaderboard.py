@@ -12,6 +12,7 @@ from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.report.causes import CAUSES, DOC, SECTION
 from halluscope.report.escape import markdown
+from halluscope.task_registry import benchmarks
 from halluscope.tasks.halogen.published import SOURCE, published
 
 
@@ -137,7 +138,8 @@ def _task_section(task: str, rows: list[dict], twins: dict[str, dict]) -> list[s
 
 def leaderboard(metrics: list[dict], run_id: str) -> str:
     hallulens = [m for m in metrics if m.get("benchmark") == "hallulens"]
-    metrics = [m for m in metrics if m.get("benchmark") != "hallulens"]
+    others = [m for m in metrics if m.get("benchmark") not in (None, "halogen", "hallulens")]
+    metrics = [m for m in metrics if m.get("benchmark") in (None, "halogen")]
     lines = [f"# halluscope leaderboard: run {markdown(run_id)}", "",
              "H = hallucination score (macro; micro in brackets), R = response ratio, U = utility. "
              "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
@@ -170,4 +172,30 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
         usd = "not priced (no price for these models)" if cost["usd"] is None else f"${cost['usd']:.4f}"
         lines += [f"Cost of this run: {usd}; {cost['calls']} model calls, {cost['input_tokens']} input and "
                   f"{cost['output_tokens']} output tokens (costs.parquet has the breakdown).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + benchmark_sections(others))
+
+
+def benchmark_sections(records: list[dict]) -> list[str]:
+    """Each other benchmark's section, as the benchmark writes it (its ``markdown``), or a table
+    of its records' numbers."""
+    lines: list[str] = []
+    for name in sorted({r["benchmark"] for r in records}):
+        own = [r for r in records if r["benchmark"] == name]
+        bench = benchmarks().get(name)
+        if bench is not None and bench.markdown is not None:
+            lines += [bench.markdown(own), ""]
+        else:
+            lines += generic_table(f"{name} metrics", own)
+    return lines
+
+
+def generic_table(title: str, records: list[dict]) -> list[str]:
+    """Model, task and every top-level number of the records (a benchmark without its own layout)."""
+    keys = sorted({k for r in records for k, v in r.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    lines = [f"## {markdown(title)}", "", "| model | task | " + " | ".join(markdown(k) for k in keys) + " |",
+             "|---|---|" + "---|" * len(keys)]
+    for r in sorted(records, key=lambda r: (r["task"], r["model"])):
+        cells = [_fmt(r[k]) if isinstance(r.get(k), float) else str(r.get(k, "-")) for k in keys]
+        lines.append(f"| {markdown(r['model'])} | {markdown(r['task'])} | " + " | ".join(cells) + " |")
+    return lines + [""]

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from halluscope.knowledge.base import Knowledge
     from halluscope.models.base import Completion
     from halluscope.sources import DataResolver
     from halluscope.storage.fs import Location
 
-RoleName = Literal["judge", "extractor"]
+RoleName = Literal["judge", "extractor", "reference"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class RoleCall:
     prompts: tuple[str, ...]
     template: str  # versioned id of the prompt template, part of the call-cache key
     keys: tuple[str, ...] = ()  # content key per prompt: what a recorded role model looks up
+    model: str | None = None  # one of several models of the role (e.g. a reference); None: its only one
+
+
+# What a phase's ``*_call`` returns: nothing, one call, or several (their replies come back in
+# order, one list); several calls let a row ask each of several reference models.
+Calls = RoleCall | tuple[RoleCall, ...] | None
 
 
 @dataclass
@@ -70,19 +78,21 @@ class Task(ABC):
     needs_testsets: bool = False
 
     @abstractmethod
-    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = ()) -> LoadedItems:
-        """The task's items: from released files, or from the generated test sets the run lists."""
+    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = (),
+                   options: "BaseModel | None" = None) -> LoadedItems:
+        """The task's items: from released files, from the generated test sets the run lists, or
+        from files its benchmark's options name (``options``: the run's validated section)."""
 
     # Each phase may first ask a role model: ``*_call`` returns the prompts (or None), and the
     # phase method then gets one reply per prompt, in order. Program-only tasks ignore replies.
 
-    def abstain_call(self, text: str, item: Item) -> RoleCall | None:
+    def abstain_call(self, text: str, item: Item) -> Calls:
         return None
 
-    def decompose_call(self, text: str, item: Item) -> RoleCall | None:
+    def decompose_call(self, text: str, item: Item) -> Calls:
         return None
 
-    def verify_call(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> RoleCall | None:
+    def verify_call(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> Calls:
         return None
 
     @abstractmethod

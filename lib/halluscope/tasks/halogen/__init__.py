@@ -8,8 +8,18 @@ from halluscope.tasks.halogen.lists import FalsePresuppositions, Rationalization
 from halluscope.tasks.halogen.rationalization_binary import RationalizationBinary
 from halluscope.tasks.halogen.references import References
 
+from halluscope.metrics.halogen import compute
+from halluscope.tasks.benchmark import Benchmark, MetricInputs
 from halluscope.tasks.halogen.paper import RULE_SETS
 
 TASKS = [task(rules) for rules in RULE_SETS
          for task in (CodePackages, References, summarization, simplification, Biographies, HistoricalEvents,
                       FalsePresuppositions, RationalizationBinary, RationalizationNumerical)]
+
+
+def _metrics(inputs: MetricInputs) -> list[dict]:
+    return compute(inputs.scores)
+
+
+BENCHMARK = Benchmark("halogen", TASKS, metrics=_metrics,
+                      description="HALOGEN: nine domains, paper rules and corrected rules")

@@ -84,7 +84,7 @@ class HalogenTask(Task):
         """Task fields kept from a prompt-file row (raises ValueError for a bad row)."""
         return {}
 
-    def load_items(self, resolver: DataResolver, testsets=()) -> LoadedItems:
+    def load_items(self, resolver: DataResolver, testsets=(), options=None) -> LoadedItems:
         rel = f"halogen/prompts/{self.prompt_file}"
         path = resolver.resolve(rel)
         items: list[Item] = []

@@ -94,11 +94,11 @@ class RationalizationBinary(HalogenTask):
             fields["offered"] = sorted(_flight(f) for f in paper.prompt_flights(prompt, self.rules))
         return fields
 
-    def load_items(self, resolver, testsets=()):
+    def load_items(self, resolver, testsets=(), options=None):
         """Paper rules also carry, per item, the authors' parse prompt for its category, read
         from their recorded pipeline (the prompt before and after the response), so a live
         extractor is asked what their parser was asked."""
-        loaded = super().load_items(resolver, testsets)
+        loaded = super().load_items(resolver, testsets, options)
         if self.rules != "paper":
             return loaded
         templates, sources = paper_parse_templates(resolver)

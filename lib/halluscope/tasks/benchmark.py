@@ -1,0 +1,57 @@
+"""What a benchmark package gives the engine: its tasks, its options and its metrics.
+
+A benchmark registers one ``Benchmark`` under the ``halluscope.tasks`` entry-point group. The
+engine plans, streams, commits, resumes and prices the benchmark's rows knowing only this
+object; the run config's ``benchmarks.<name>`` section is validated by ``options`` and handed
+to the benchmark's tasks and its ``metrics``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from halluscope.tasks.base import Task
+
+
+class NoOptions(BaseModel):
+    """A benchmark without a config section: any key under it is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class MetricInputs:
+    """What a benchmark's metrics read: committed rows of its own tasks only."""
+
+    tasks: Sequence[str]  # the run's tasks of this benchmark, in config order
+    scores: "pa.Table"  # committed ``scores`` rows of those tasks
+    read_table: Callable[..., "pa.Table"]  # RunStore.read_table: committed rows of any run table
+    items: Callable[[str], "pa.Table"]  # task -> the items written to the run
+    options: BaseModel  # the run's ``benchmarks.<name>`` section, validated
+
+
+def no_metrics(inputs: MetricInputs) -> list[dict]:
+    return []
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # its section under ``benchmarks:`` in a run config; its tasks are named ``<name>/...``
+    tasks: Sequence["Task"]
+    options: type[BaseModel] = NoOptions
+    # metric records (one dict per model and task, or aggregate) from the committed rows
+    metrics: Callable[[MetricInputs], list[dict]] = no_metrics
+    # Markdown for leaderboard.md and an HTML fragment for report.html from its metric records;
+    # None: the generic table of the records' numbers
+    markdown: Callable[[list[dict]], str] | None = None
+    html: Callable[[list[dict]], str] | None = None
+    description: str = ""
+
+    def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
+        return self.options.model_validate(dict(raw or {}))

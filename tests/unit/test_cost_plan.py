@@ -17,13 +17,13 @@ from halluscope.errors import DataError, RunError
 from halluscope.models.base import Completion, GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
-from halluscope.pipeline.estimate import (PlanOptions, Shape, Throughput, TokenStats, check_budget, params_billions, plan,
-                                      stage_rules)
+from halluscope.pipeline.estimate import PlanOptions, Throughput, TokenStats, check_budget, params_billions, plan
 from halluscope.records import generation_id
 from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from halluscope.tasks.cost_rules import Shape
 from halluscope.tasks.halogen import prompts
 from halluscope.tasks.registry import get_task, task_names
 
@@ -257,15 +257,22 @@ def test_summarization_judges_every_fact(data):
 
 
 def test_every_task_that_calls_a_role_model_has_an_estimate():
-    rules = stage_rules()
     for name in task_names():
         task = get_task(name)
-        assert bool(task.roles) == (name in rules), name
-        assert {r.role for r in rules.get(name, ())} == set(task.roles), name
+        rules = task.cost_rules()
+        assert bool(task.roles) == bool(rules), name
+        assert {r.role for r in rules} == set(task.roles), name
         shape = Shape(P=10.0, G=100.0, evidence=50.0, o=PlanOptions())  # every template renders empty
-        for r in rules.get(name, ()):
+        for r in rules:
             sizes = (r.calls(shape), r.input_tokens(shape), r.output_tokens(shape))
             assert all(math.isfinite(x) and x > 0 for x in sizes), (name, r.stage)
+
+
+def test_a_task_with_roles_and_no_cost_rules_stops_the_plan(data, monkeypatch):
+    monkeypatch.setattr(get_task("halogen/historical_events"), "cost_rules", lambda: ())
+    with pytest.raises(RunError, match="task 'halogen/historical_events' calls role models \\(judge\\) but "
+                                       "declares no cost rules"):
+        plan(_cfg(data), PRICES, options=OPTIONS)
 
 
 @pytest.mark.parametrize("source, billions", [

@@ -24,6 +24,7 @@ from halluscope.hallulens.testset import TestSet
 from halluscope.models.base import Completion
 from halluscope.storage.fs import Location
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
+from halluscope.tasks.cost_rules import StageRule, json_verdict, once, per_fact, verdict
 from halluscope.tasks.benchmark import Benchmark
 from halluscope.tasks.halogen.llm_verified import reply_text
 from halluscope.tasks.replies import excerpt
@@ -85,6 +86,14 @@ class PreciseWikiQA(HalluLensTask):
     verifier = f"judge:{judging.CORRECTNESS}"
     roles = ("judge",)
 
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """One abstention call and one correctness call (with the gold answer) per generation."""
+        return (StageRule("abstain", "judge", once,
+                          lambda s: s.tokens(judging.abstention_prompt("", "")) + s.P + s.G, json_verdict),
+                StageRule("verify", "judge", once,
+                          lambda s: s.tokens(judging.correctness_prompt("", "", "")) + s.P + s.G + s.o.answer_tokens,
+                          verdict))
+
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
         return RoleCall("judge", (judging.abstention_prompt(item.prompt, text),), judging.ABSTAIN)
 
@@ -114,6 +123,18 @@ class LongWiki(HalluLensTask):
     verifier = f"retrieval+judge:{judging.VERIFY}"
     roles = ("judge", "extractor")
     knowledge = ("wiki",)
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """The knowledgeable judge; one extraction per sentence (a snippet of up to 5 sentences:
+        3 before, the sentence, 1 after; its claims restate the sentence); one verification per claim."""
+        return (StageRule("abstain", "judge", once,
+                          lambda s: s.tokens(judging.knowledgeable_prompt("", "")) + s.P + s.G, json_verdict),
+                StageRule("decompose", "extractor", lambda s: s.sentences,
+                          lambda s: s.tokens(judging.claims_prompt("")) + min(5.0, s.sentences) * s.G / s.sentences,
+                          lambda s: s.G / s.sentences),
+                StageRule("verify", "judge", per_fact,
+                          lambda s: s.tokens(judging.verification_prompt("", [])) + s.evidence + s.fact_tokens,
+                          json_verdict))
 
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
         return RoleCall("judge", (longwiki.refusal_prompt(item.prompt, text),), judging.KNOWLEDGEABLE)
@@ -156,6 +177,12 @@ class NonExistentEntities(HalluLensTask):
         self.name = name
         self.testset_task = testset_task
         self.abstention_rule = "judge:" + "|".join(sorted(judging.BELIEF_TEMPLATES.values()))
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """One belief call per generation."""
+        return (StageRule("abstain", "judge", once,
+                          lambda s: s.tokens(judging.belief_prompt("entity", "", "", "")) + s.P + s.G,
+                          json_verdict),)
 
     @staticmethod
     def _kind(item: Item) -> str:

@@ -13,7 +13,7 @@ task. What was not measured is estimated:
 - generation tokens: the model's ``max_tokens`` x ``fill_factor`` (0.5: HALOGEN's released
   responses of 14 models average 23-159 words per task, i.e. 30-210 tokens, and the longest
   model mean, 242 words, is 0.6 of the default 512 tokens); replayed generations: their texts;
-- role calls per generation: ``StageRule`` per task below, from the task's code (which phase
+- role calls per generation: the task's own ``cost_rules()`` (tasks/cost_rules.py: which phase
   calls which role, once or per atom) with atoms = facts of ``words_per_fact`` words. They
   assume every generation responds and every fact finds evidence: an upper bound, which a
   budget wants; a pilot run's measured stats replace them.
@@ -30,7 +30,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,7 +48,8 @@ from halluscope.serving.placement import SERVED_BACKENDS, placement
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
-from halluscope.tasks.base import Item, RoleName, Task
+from halluscope.tasks.base import Item, Task
+from halluscope.tasks.cost_rules import Shape, StageRule
 
 POOLED = "*"  # TokenStats model key: every model measured on the task
 REFERENCE_PARAMS_B = 8.0  # Throughput figures are for a dense model of this many billion parameters
@@ -183,140 +184,6 @@ class TokenStats:
 def _add(acc: list[float], *values: float) -> None:
     for i, v in enumerate(values):
         acc[i] += v
-
-
-# --- estimate rules ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a stage's calls are sized from: per generation, the item prompt's tokens P and the
-    generation's tokens G; ``evidence`` is the retrieved passages' tokens per judged fact."""
-
-    P: float
-    G: float
-    evidence: float
-    o: PlanOptions
-
-    def tokens(self, text: str) -> float:
-        return len(text.split()) * self.o.tokens_per_word
-
-    @property
-    def facts(self) -> float:
-        return self.G / self.o.tokens_per_word / self.o.words_per_fact
-
-    @property
-    def fact_tokens(self) -> float:
-        return self.o.words_per_fact * self.o.tokens_per_word
-
-    @property
-    def title_tokens(self) -> float:
-        return self.o.words_per_title * self.o.tokens_per_word
-
-    @property
-    def titles(self) -> float:
-        """Cited titles: the half of the response the title extraction is assumed to copy."""
-        return 0.5 * self.G / self.title_tokens
-
-    @property
-    def sentences(self) -> float:
-        return max(1.0, self.G / self.o.tokens_per_word / self.o.words_per_sentence)
-
-
-@dataclass(frozen=True)
-class StageRule:
-    """Calls one generation makes in a stage and their sizes (before the role model's max_tokens)."""
-
-    stage: str
-    role: RoleName
-    calls: Callable[[Shape], float]
-    input_tokens: Callable[[Shape], float]
-    output_tokens: Callable[[Shape], float]
-
-
-def stage_rules() -> dict[str, tuple[StageRule, ...]]:
-    """Per task, the phases that call a role model (tasks/halogen/*, hallulens/tasks.py). Template
-    overheads are the templates rendered with empty inputs, so they follow the wording."""
-    from halluscope.hallulens import judging as hj
-    from halluscope.tasks.halogen import paper
-    from halluscope.tasks.halogen import prompts as hp
-
-    def one(_: Shape) -> float:
-        return 1.0
-
-    def facts(s: Shape) -> float:
-        return s.facts
-
-    def verdict(s: Shape) -> float:
-        return s.o.verdict_tokens
-
-    def json_verdict(s: Shape) -> float:
-        return s.o.json_verdict_tokens
-
-    def parse(template: Callable[[Shape], float]) -> tuple[StageRule, ...]:
-        """The paper's parse step: one extractor call per response, a short parse back."""
-        return (StageRule("decompose", "extractor", one, lambda s: template(s) + s.G, lambda s: s.o.parse_tokens),)
-
-    # FactsByExtractor: one call per response; the facts restate it, so output ~ G
-    extract_facts = StageRule("decompose", "extractor", one, lambda s: s.tokens(hp.facts_prompt("")) + s.G,
-                              lambda s: s.G)
-    # GroundedFacts: one entailment call per fact, the source (~ the item prompt) as premise
-    entailment = StageRule("verify", "judge", facts,
-                           lambda s: s.tokens(hp.entailment_prompt("", "")) + s.P + s.fact_tokens, verdict)
-    grounded = (extract_facts, entailment)
-    # NonExistentEntities: one belief call per response
-    belief = (StageRule("abstain", "judge", one,
-                        lambda s: s.tokens(hj.belief_prompt("entity", "", "", "")) + s.P + s.G, json_verdict),)
-    # References: one title extraction per response; the cited titles are part of it (half assumed)
-    titles = StageRule("decompose", "extractor", one, lambda s: s.tokens(hp.titles_prompt("")) + s.G,
-                       lambda s: 0.5 * s.G)
-    halogen = {
-        "halogen/summarization": grounded,
-        "halogen/simplification": grounded,
-        # Biographies: one call per fact against top_k retrieved passages; the prompt holds the name
-        "halogen/biographies": (extract_facts, StageRule(
-            "verify", "judge", facts,
-            lambda s: s.tokens(hp.bio_fact_prompt("", [], "")) + s.evidence + s.fact_tokens + s.P, verdict)),
-        # paper References: one judge call per cited title (the authors' Semantic Scholar lookup)
-        "halogen/references": (titles, StageRule(
-            "verify", "judge", lambda s: s.titles, lambda s: s.tokens(hp.title_found_prompt("")) + s.title_tokens,
-            verdict)),
-        # HistoricalEvents: one meeting call per response not abstained by phrase (upper bound: all)
-        "halogen/historical_events": (StageRule("abstain", "judge", one,
-                                                lambda s: s.tokens(hp.meeting_prompt("", "", "")) + s.G + s.P,
-                                                verdict),),
-        # the paper's parse of the response; the yes/no template asks by category: the longest is sized
-        "halogen/rationalization_binary": parse(
-            lambda s: max(s.tokens(hp.parse_binary_prompt(c, "")) for c in paper.GOLD)),
-        "halogen/rationalization_numerical": parse(lambda s: s.tokens(hp.parse_numerical_prompt(""))),
-        "halogen/false_presuppositions": parse(lambda s: s.tokens(hp.parse_list_prompt(""))),
-    }
-    # the corrected rules make the same calls, but references look titles up in the run's own
-    # index instead of asking the judge
-    halogen |= {f"{name}@corrected": rules for name, rules in halogen.items()}
-    halogen["halogen/references@corrected"] = (titles,)
-    return {
-        **halogen,
-        "hallulens/precise_wikiqa": (
-            StageRule("abstain", "judge", one, lambda s: s.tokens(hj.abstention_prompt("", "")) + s.P + s.G,
-                      json_verdict),
-            StageRule("verify", "judge", one,
-                      lambda s: s.tokens(hj.correctness_prompt("", "", "")) + s.P + s.G + s.o.answer_tokens,
-                      verdict)),
-        # LongWiki: knowledgeable judge; one extraction per sentence (snippet of up to 5 sentences:
-        # 3 before, the sentence, 1 after; its claims restate it); one verification per claim
-        "hallulens/longwiki": (
-            StageRule("abstain", "judge", one, lambda s: s.tokens(hj.knowledgeable_prompt("", "")) + s.P + s.G,
-                      json_verdict),
-            StageRule("decompose", "extractor", lambda s: s.sentences,
-                      lambda s: s.tokens(hj.claims_prompt("")) + min(5.0, s.sentences) * s.G / s.sentences,
-                      lambda s: s.G / s.sentences),
-            StageRule("verify", "judge", facts,
-                      lambda s: s.tokens(hj.verification_prompt("", [])) + s.evidence + s.fact_tokens,
-                      json_verdict)),
-        "hallulens/nonexistent_mixed": belief,
-        "hallulens/nonexistent_generated": belief,
-    }
 
 
 # --- served models ----------------------------------------------------------------------------
@@ -502,7 +369,6 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     resumed run already committed; they make no more calls."""
     o = options or PlanOptions()
     stats = stats or TokenStats()
-    rules = stage_rules()
     roles = {m.role: m for m in cfg.models if m.role != "test"}
     wiki = cfg.verifiers.wiki
     top_k = wiki.top_k if wiki else WikiSpec.model_fields["top_k"].default
@@ -512,11 +378,11 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
     for task_name in cfg.tasks:
         task, task_items = get_task(task_name), items[task_name]
-        rule_of = {(r.stage, r.role): r for r in rules.get(task_name, ())}
+        rule_of = {(r.stage, r.role): r for r in task.cost_rules()}
+        if task.roles and not rule_of:
+            raise RunError(f"plan: task '{task_name}' calls role models ({', '.join(task.roles)}) but declares "
+                           "no cost rules (Task.cost_rules), so its role calls cannot be estimated")
         stages = [*rule_of, *sorted(stats.stages(task_name) - set(rule_of))]
-        if task.roles and not stages:
-            raise RunError(f"plan: no estimate for the role calls of task '{task_name}'; measure them with a "
-                           "pilot run and plan with its stats")
         for m in models_under_test(cfg):
             todo = [i for i in task_items if generation_id(task_name, i.item_id, m.id) not in done]
             with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from halluscope.models.base import Completion
     from halluscope.sources import DataResolver
     from halluscope.storage.fs import Location
+    from halluscope.tasks.cost_rules import StageRule
 
 RoleName = Literal["judge", "extractor", "reference"]
 
@@ -63,7 +64,14 @@ class LoadedItems:
 
 
 class Task(ABC):
-    """A benchmark task. Instances are stateless and picklable: knowledge comes in per call."""
+    """A benchmark task. Instances are stateless and picklable: knowledge comes in per call.
+
+    A task that calls role models (``roles``) must also say what those calls cost: override
+    ``cost_rules`` to return one ``tasks.cost_rules.StageRule`` per (stage, role) a phase calls,
+    sized from the generation's ``Shape`` (calls per generation, input and output tokens per call;
+    ``Shape.tokens`` of a template rendered with empty inputs gives its fixed overhead). The cost
+    estimate (``halluscope plan``, ``costs.budget_usd``) refuses a run with a task that has roles
+    and no rules."""
 
     name: str
     kind: Literal["response", "refusal"]
@@ -107,6 +115,11 @@ class Task(ABC):
     def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge",
                replies: Sequence["Completion"] = ()) -> list[Verdict]:
         """V: one verdict per atom, in order."""
+
+    def cost_rules(self) -> tuple["StageRule", ...]:
+        """The role-model calls one generation makes, per stage, for the cost estimate; a task
+        that calls no role model makes none."""
+        return ()
 
     def replay_group(self, record: Mapping[str, Any]) -> str:
         """What repeats of a recorded row are counted over (its ``occurrence``): the

@@ -13,9 +13,10 @@ from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import RoleCall, Verdict
+from halluscope.tasks.cost_rules import StageRule, per_fact, verdict
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.llm_verified import FactsByExtractor, judge_verdict
+from halluscope.tasks.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
 from halluscope.tasks.halogen.steps import FACT_VERDICT
 
 
@@ -57,6 +58,13 @@ class Biographies(FactsByExtractor, HalogenTask):
         super().__init__(rules)
         # the paper variant also runs without an article store: a recorded judge needs none
         self.knowledge = ("wiki",) if rules == "corrected" else ()
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """The facts extraction, then one judge call per fact against the top_k retrieved
+        passages; the prompt holds the person's name (~ the item prompt)."""
+        return FACTS_RULE, StageRule(
+            "verify", "judge", per_fact,
+            lambda s: s.tokens(prompts.bio_fact_prompt("", [], "")) + s.evidence + s.fact_tokens + s.P, verdict)
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         name = item.fields["name"]

@@ -9,9 +9,10 @@ from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import RoleCall, Verdict
+from halluscope.tasks.cost_rules import StageRule, per_fact, verdict
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt
-from halluscope.tasks.halogen.llm_verified import FactsByExtractor, judge_verdict
+from halluscope.tasks.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
 from halluscope.tasks.halogen.steps import FACT_VERDICT
 
 
@@ -47,6 +48,13 @@ class GroundedFacts(FactsByExtractor, HalogenTask):
         if source:
             keys.append(f"source:{normalize_prompt(source)}#{record.get('occurrence', 0)}")
         return keys
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """The facts extraction, then one entailment call per fact with the source (~ the item
+        prompt) as premise."""
+        return FACTS_RULE, StageRule(
+            "verify", "judge", per_fact,
+            lambda s: s.tokens(prompts.entailment_prompt("", "")) + s.P + s.fact_tokens, verdict)
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         source = item.fields["source"]

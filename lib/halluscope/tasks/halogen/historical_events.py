@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.cost_rules import StageRule, once, verdict
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import reply_text
@@ -40,6 +41,11 @@ class HistoricalEvents(HalogenTask):
     def __init__(self, rules="paper") -> None:
         super().__init__(rules)
         self.abstention_rule = f"halogen-phrases-{rules}-v2+judge-{rules}:{prompts.MEETING}"
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """One meeting call per response not abstained by phrase (upper bound: every response)."""
+        return (StageRule("abstain", "judge", once,
+                          lambda s: s.tokens(prompts.meeting_prompt("", "", "")) + s.G + s.P, verdict),)
 
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
         if abstained(text, self.rules):

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from halluscope.tasks.base import Item, Verdict
+from halluscope.tasks.cost_rules import StageRule
 import halluscope.tasks.halogen.paper as paper
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask, parse_list_field
-from halluscope.tasks.halogen.llm_verified import reply_text
+from halluscope.tasks.halogen.llm_verified import parse_rule, reply_text
 from halluscope.tasks.halogen.steps import PARSE
 
 
@@ -97,6 +98,9 @@ class RationalizationNumerical(_ListTask):
         self.decomposer = f"count+entities-from-parse-{rules}-v2:{prompts.PARSE_NUMERICAL}"
         self.verifier = f"gold-count+list-{rules}-v2"
 
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        return (parse_rule(lambda s: s.tokens(prompts.parse_numerical_prompt(""))),)
+
     def decompose_call(self, text: str, item: Item):
         prompt = prompts.parse_numerical_prompt(text)
         return self.recorded_call("extractor", PARSE, [prompt], prompts.PARSE_NUMERICAL, text, item)
@@ -148,6 +152,9 @@ class FalsePresuppositions(_ListTask):
 
     def responded(self, text: str, item: Item, replies=()) -> bool:
         return not paper.abstained(text, self.rules) and "no response" not in text.lower()
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        return (parse_rule(lambda s: s.tokens(prompts.parse_list_prompt(""))),)
 
     def decompose_call(self, text: str, item: Item):
         return self.recorded_call("extractor", PARSE, [prompts.parse_list_prompt(text)], prompts.PARSE_LIST, text, item)

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.cost_rules import Shape, Size, StageRule, once
 import halluscope.tasks.halogen.paper as paper
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.steps import FACTS
@@ -40,6 +41,21 @@ def judge_verdict(reply: Completion) -> Verdict:
     if decided is None:
         return Verdict(None, f"unreadable judge answer: {excerpt(reply.text)!r}")
     return Verdict(decided, f"judge: {excerpt(reply.text, 200)}")
+
+
+# FactsByExtractor's cost: one call per response; the facts restate it, so output ~ G
+FACTS_RULE = StageRule("decompose", "extractor", once, lambda s: s.tokens(prompts.facts_prompt("")) + s.G,
+                       lambda s: s.G)
+
+
+def parse_rule(template: Size) -> StageRule:
+    """The paper's parse step: one extractor call per response (``template``: the prompt's own
+    tokens), a short parse back."""
+    return StageRule("decompose", "extractor", once, lambda s: template(s) + s.G, _parse_tokens)
+
+
+def _parse_tokens(s: Shape) -> float:
+    return s.o.parse_tokens
 
 
 class FactsByExtractor:

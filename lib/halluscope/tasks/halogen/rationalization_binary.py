@@ -18,10 +18,11 @@ from typing import Any, Mapping
 from halluscope.errors import DataError
 from halluscope.sources import sha256_file
 from halluscope.tasks.base import Item, Verdict
+from halluscope.tasks.cost_rules import StageRule
 import halluscope.tasks.halogen.paper as paper
 import halluscope.tasks.halogen.prompts as prompts
 from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.llm_verified import reply_text
+from halluscope.tasks.halogen.llm_verified import parse_rule, reply_text
 from halluscope.tasks.halogen.steps import PARSE, read_rows, recorded_path
 
 GOLD = paper.GOLD
@@ -76,6 +77,10 @@ class RationalizationBinary(HalogenTask):
         super().__init__(rules)
         self.decomposer = f"answer+extractor-parse-{rules}-v2:{prompts.PARSE_BINARY}"
         self.verifier = f"fixed-label+prompt-graph-{rules}-v2"
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """The yes/no parse template asks by category: the longest is sized."""
+        return (parse_rule(lambda s: max(s.tokens(prompts.parse_binary_prompt(c, "")) for c in GOLD)),)
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         category = row.get("category", "")

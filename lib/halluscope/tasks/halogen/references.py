@@ -11,11 +11,20 @@ from typing import Sequence
 
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, RoleCall, Verdict
+from halluscope.tasks.cost_rules import StageRule, once, verdict
 import halluscope.tasks.halogen.prompts as prompts
 import halluscope.tasks.halogen.paper as paper
 from halluscope.tasks.halogen.common import HalogenTask
 from halluscope.tasks.halogen.llm_verified import judge_verdict, listed_items, reply_text
 from halluscope.tasks.halogen.steps import TITLE_FOUND, TITLES
+
+
+# one title extraction per response; the cited titles are part of it (half assumed)
+_TITLES_RULE = StageRule("decompose", "extractor", once, lambda s: s.tokens(prompts.titles_prompt("")) + s.G,
+                         lambda s: 0.5 * s.G)
+# paper: one judge call per cited title (the authors' Semantic Scholar lookup)
+_TITLE_FOUND_RULE = StageRule("verify", "judge", lambda s: s.titles,
+                              lambda s: s.tokens(prompts.title_found_prompt("")) + s.title_tokens, verdict)
 
 
 class References(HalogenTask):
@@ -35,6 +44,10 @@ class References(HalogenTask):
         self.verifier = "semantic-scholar-on-record-v1" if rules == "paper" else "scholarly-title-index-v1"
         self.knowledge = ("titles",) if rules == "corrected" else ()
         self.roles = ("extractor", "judge") if rules == "paper" else ("extractor",)
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """Corrected rules look titles up in the run's own index instead of asking the judge."""
+        return (_TITLES_RULE, _TITLE_FOUND_RULE) if self.rules == "paper" else (_TITLES_RULE,)
 
     def decompose_call(self, text: str, item: Item) -> RoleCall | None:
         return self.recorded_call("extractor", TITLES, [prompts.titles_prompt(text)], prompts.TITLES, text, item)

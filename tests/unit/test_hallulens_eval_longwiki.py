@@ -13,7 +13,8 @@ from halluscope.hallulens.judging import SENTENCE_END, SENTENCE_START
 from halluscope.knowledge.passages import ArticleStore
 from halluscope.knowledge.retrieval import DenseRetriever, Encoder
 from halluscope.models.base import Completion
-from halluscope.tasks.base import Verdict
+from halluscope.hallulens.tasks import LongWiki
+from halluscope.tasks.base import Item
 
 WORDS = 60  # passage budget of the test store: each paragraph below is one passage
 ARTICLES = {
@@ -236,11 +237,10 @@ def test_batched_steps_end_to_end(finder):
     assert refusals == [False, True, False, False, False]
     answered = [row for row, refused in zip(ROWS, refusals) if not refused]
 
-    # step 1: the extraction prompts of all answered rows together
-    flat, counts = lw.fan_out([lw.extraction_prompts(g) for *_, g in answered])
-    assert counts == [3, 2, 1, 2]
-    replies = lw.fan_in([fake_judge(p) for p in flat], counts)
-    claims = {row[0]: lw.read_claims(r) for row, r in zip(answered, replies)}
+    # step 1: one extraction prompt per sentence of each answered row
+    extraction = [lw.extraction_prompts(g) for *_, g in answered]
+    assert [len(p) for p in extraction] == [3, 2, 1, 2]
+    claims = {row[0]: lw.read_claims([fake_judge(p) for p in prompts]) for row, prompts in zip(answered, extraction)}
     assert claims["bejisa"].claims == ["Cyclone Bejisa passed west of Réunion in January 2014.",
                                        "Bejisa cut electricity to 140,000 homes.",
                                        "Bejisa destroyed the airport of Saint-Denis."]
@@ -248,21 +248,25 @@ def test_batched_steps_end_to_end(finder):
     assert claims["garbled"].n_unreadable == 1
     assert "unreadable answer 'Sure thing! Happy to help.'" in claims["garbled"].error
 
-    # steps 2-3: evidence, then one verification batch for the rows with usable claims
+    # steps 2-3: evidence, then the verification prompts of the rows with usable claims
     to_verify = [row for row in answered if claims[row[0]].error is None and claims[row[0]].claims]
     evidence = {item: finder.find(topic, q, claims[item].claims) for item, _, topic, q, _ in to_verify}
-    flat, counts = lw.fan_out([lw.verification_prompts(claims[item].claims, evidence[item]) for item, *_ in to_verify])
-    assert counts == [3, 2]
-    replies = lw.fan_in([fake_judge(p) for p in flat], counts)
-    verdicts = {item: lw.read_verdicts(claims[item].claims, evidence[item], r)
-                for (item, *_), r in zip(to_verify, replies)}
+    verification = {item: lw.verification_prompts(claims[item].claims, evidence[item]) for item, *_ in to_verify}
+    assert [len(p) for p in verification.values()] == [3, 2]
+    verdicts = {item: lw.read_verdicts(claims[item].claims, evidence[item], [fake_judge(p) for p in prompts])
+                for item, prompts in verification.items()}
     assert [v.supported for v in verdicts["bejisa"]] == [True, True, False]  # no airport in the passages
     assert [v.supported for v in verdicts["nurbaya"]] == [True, False]  # not a painter
     assert verdicts["bejisa"][1].evidence.startswith("pages: Cyclone Bejisa")
 
-    # step 4: the rows as the metrics read them
-    judged = [lw.judged(item, refused, claims.get(item), verdicts.get(item, ()), bin=b)
-              for (item, b, *_), refused in zip(ROWS, refusals)]
+    # step 4: the rows as the metrics read them (an extraction error makes an error row)
+    def row_of(item, b, refused):
+        c, v = claims.get(item), verdicts.get(item, ())
+        return metrics.LongFormJudged(item, refused, len(c.claims) if c else 0,
+                                      sum(x.supported is True for x in v), sum(x.supported is None for x in v), b,
+                                      c.error if c else None)
+
+    judged = [row_of(item, b, refused) for (item, b, *_), refused in zip(ROWS, refusals)]
     assert [(j.refused, j.n_claims, j.n_supported, j.error is not None) for j in judged] == \
         [(False, 3, 2, False), (True, 0, 0, False), (False, 1, 0, True), (False, 0, 0, False), (False, 2, 1, False)]
     m = metrics.longwiki(judged, k=4)
@@ -284,8 +288,6 @@ def test_verdicts_without_evidence_failed_or_unreadable_are_unverified():
     assert verdicts[1].evidence.startswith("no evidence passage")
     assert verdicts[2].evidence == "verifier call failed: timeout"
     assert verdicts[3].evidence == "verifier unreadable answer 'Perhaps.'"
-    row = lw.judged("x", False, lw.Claims(claims, 4), verdicts)
-    assert (row.n_claims, row.n_supported, row.n_unverified) == (4, 1, 3)
     with pytest.raises(RunError, match="2 replies for 3 prompts"):
         lw.read_verdicts(claims, evidence, replies[:2])
 
@@ -303,7 +305,9 @@ def test_claims_are_deduplicated_across_sentences_and_failures_counted():
     assert c.claims == ["A fact.", "B fact.", "C fact."]
     assert (c.n_sentences, c.n_failed, c.n_unreadable) == (3, 1, 0)
     assert c.error == "claim extraction: 1 failed and 0 unreadable of 3 sentences; first: call failed: HTTP 429"
-    assert lw.judged("x", False, c).error == c.error
+    with pytest.raises(ValueError) as err:  # the task fails the row with the same message
+        LongWiki().decompose("", Item("hallulens/longwiki", "x", "q"), replies)
+    assert str(err.value) == c.error
 
 
 
@@ -323,10 +327,6 @@ def test_claims_reach_the_verifier_as_the_extractor_wrote_them():
     prompts = lw.verification_prompts(c.claims, evidence)
     assert [re.search(r"Claim: (.*)\n", p).group(1) for p in prompts] == c.claims
 
-def test_row_checks():
-    with pytest.raises(RunError, match="3 replies for 2 prompts"):
-        lw.fan_in([Completion("a")] * 3, [1, 1])
-    with pytest.raises(RunError, match="item x: 1 verdicts for 2 claims"):
-        lw.judged("x", False, lw.Claims(["a", "b"], 1), [Verdict(True)])
-    assert lw.fan_in([], [0, 0]) == [[], []]
+
+def test_a_failed_refusal_call_is_unreadable():
     assert lw.read_refusal(Completion(None, error="down")) is None

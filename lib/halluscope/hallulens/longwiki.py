@@ -1,16 +1,15 @@
 """LongWiki evaluation steps: refusal, claims per sentence, evidence passages, verdicts per claim.
 
 Each LLM step is a pair of functions, one making a row's prompts and one reading that row's
-replies (``list[Completion]`` in the same order), so a pipeline can send the prompts of every row
-of a batch at once (``fan_out``/``fan_in`` flatten and regroup them). The flow for one generation
-(spec section 4.3):
+replies (``list[Completion]`` in the same order), so the pipeline can send the prompts of every
+row of a batch at once (the task is ``tasks.LongWiki``). The flow for one generation (spec section
+4.3):
 
 0. ``refusal_prompt`` -> ``read_refusal``: the knowledgeable judge; a refused row stops here.
 1. ``extraction_prompts`` -> ``read_claims``: one prompt per sentence, the sentence marked inside
    up to 3 sentences before and 1 after; claims are de-duplicated exactly within the generation.
 2. ``EvidenceFinder.find``: the top-5 passages per claim, pooled over the candidate pages.
 3. ``verification_prompts`` -> ``read_verdicts``: one judge call per claim that has evidence.
-4. ``judged``: the counts ``metrics.longwiki`` aggregates.
 
 Offline substitutes for the authors' components, documented as decisions:
 - Sentences: ``sections.split_sentences`` (abbreviations and initials stay inside a sentence) on
@@ -36,7 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.errors import ConfigError, RunError
 from halluscope.hallulens import judging, sections
-from halluscope.hallulens.metrics import Bin, LongFormJudged
 from halluscope.knowledge.passages import normalize_title
 from halluscope.knowledge.retrieval import DenseRetriever
 from halluscope.models.base import Completion
@@ -312,39 +310,3 @@ def read_verdicts(claims: Sequence[str], evidence: Sequence[Sequence[Passage]],
 def _check_aligned(claims: Sequence[str], evidence: Sequence[Sequence[Passage]]) -> None:
     if len(claims) != len(evidence):
         raise RunError(f"LongWiki: {len(evidence)} evidence lists for {len(claims)} claims")
-
-
-# --- step 4: the row's counts --------------------------------------------------------------------
-
-
-def judged(item_id: str, refused: bool | None, claims: Claims | None = None,
-           verdicts: Sequence[Verdict] = (), bin: Bin | None = None, error: str | None = None) -> LongFormJudged:
-    """The row as the metrics read it. ``claims`` and ``verdicts`` are absent for a refused row;
-    a failed generation (``error``) or an incomplete extraction is an error row."""
-    if claims is not None and claims.error is None and not refused and len(verdicts) != len(claims.claims):
-        raise RunError(f"LongWiki item {item_id}: {len(verdicts)} verdicts for {len(claims.claims)} claims")
-    error = error or (claims.error if claims is not None else None)
-    return LongFormJudged(
-        item_id=item_id, bin=bin, refused=refused, error=error,
-        n_claims=len(claims.claims) if claims is not None else 0,
-        n_supported=sum(1 for v in verdicts if v.supported is True),
-        n_unverified=sum(1 for v in verdicts if v.supported is None))
-
-
-# --- batching ------------------------------------------------------------------------------------
-
-
-def fan_out(per_row: Sequence[Sequence[str]]) -> tuple[list[str], list[int]]:
-    """Every row's prompts in one list, and how many each row sent."""
-    return [p for prompts in per_row for p in prompts], [len(prompts) for prompts in per_row]
-
-
-def fan_in(replies: Sequence[Completion], counts: Sequence[int]) -> list[list[Completion]]:
-    """The replies of a ``fan_out`` batch, regrouped per row."""
-    if len(replies) != sum(counts):
-        raise RunError(f"{len(replies)} replies for {sum(counts)} prompts")
-    out, start = [], 0
-    for n in counts:
-        out.append(list(replies[start:start + n]))
-        start += n
-    return out

@@ -86,8 +86,66 @@ class EvaluationReport:
                                   "skipped": dict(t.skipped)} for t in self.ranked_first]}
 
 
-def _scores(fewl: Fewl, question: ds.Question, art: QuestionArtefacts) -> dict[str, float]:
-    return {c.key: fewl.score(c.text, art).score for c in question.candidates}
+# What one question's candidates scored under each method: {candidate key: score}, or why the
+# method could not score them (a missing reference, a question that could not be prepared).
+QuestionScores = Mapping[str, "dict[str, float] | str"]
+
+
+def candidate_scores(question: ds.Question, art: QuestionArtefacts | None,
+                     methods: Mapping[str, Fewl]) -> dict[str, dict[str, float] | str]:
+    """Every candidate of a question scored by each method's scorer; a method that cannot score
+    it gets the reason instead."""
+    out: dict[str, dict[str, float] | str] = {}
+    for m, scorer in methods.items():
+        if art is None:
+            out[m] = "not prepared"
+            continue
+        try:
+            out[m] = {c.key: scorer.score(c.text, art).score for c in question.candidates}
+        except MissingReference as err:
+            out[m] = f"no answer from reference {err.ref_id}"
+    return out
+
+
+def default_pairs(questions: Sequence[ds.Question]) -> tuple[tuple[str, str], ...]:
+    datasets = {q.dataset for q in questions}
+    if len(datasets) != 1 or next(iter(datasets)) not in DEFAULT_PAIRS:
+        raise ConfigError(f"evaluate: no default answer pairs for datasets {sorted(datasets)}; pass pairs")
+    return DEFAULT_PAIRS[next(iter(datasets))]
+
+
+def tally(questions: Sequence[ds.Question], scores: Mapping[str, QuestionScores], setups: Mapping[str, str],
+          pairs: Sequence[tuple[str, str]]) -> EvaluationReport:
+    """The comparisons from scores already computed (``scores``: question id -> method -> scores);
+    the methods are those of ``setups`` (method -> setup id); a question without scores is skipped
+    as not prepared."""
+    tallies = {(m, pos, neg): PairTally(m, pos, neg) for m in setups for pos, neg in pairs}
+    top_label = pairs[0][0]
+    firsts = {m: FirstTally(m, top_label) for m in setups}
+    for q in questions:
+        mine = scores.get(q.question_id, {})
+        for m in setups:
+            got = mine.get(m, "not prepared")
+            skip = got if isinstance(got, str) else None
+            by_key = got if isinstance(got, dict) else {}
+            for pos, neg in pairs:
+                pair = tallies[(m, pos, neg)]
+                a, b = q.first(pos), q.first(neg)
+                if skip or a is None or b is None:
+                    pair.skipped[skip or f"no {pos if a is None else neg} answer"] += 1
+                elif by_key[a.key] > by_key[b.key]:
+                    pair.wins += 1
+                elif by_key[a.key] == by_key[b.key]:
+                    pair.ties += 1
+                else:
+                    pair.losses += 1
+            top = q.first(top_label)
+            if skip or top is None:
+                firsts[m].skipped[skip or f"no {top_label} answer"] += 1
+            else:
+                firsts[m].compared += 1
+                firsts[m].first += all(by_key[top.key] > s for k, s in by_key.items() if k != top.key)
+    return EvaluationReport(dict(setups), list(tallies.values()), list(firsts.values()))
 
 
 def evaluate(fewl: Fewl, questions: Sequence[ds.Question], artefacts: Mapping[str, QuestionArtefacts],
@@ -104,41 +162,7 @@ def evaluate(fewl: Fewl, questions: Sequence[ds.Question], artefacts: Mapping[st
                    if k in ("fewl", "single_no_penalty")}
     if not questions:
         raise DataError("evaluate: no question to evaluate")
-    datasets = {q.dataset for q in questions}
-    if pairs is None:
-        if len(datasets) != 1 or next(iter(datasets)) not in DEFAULT_PAIRS:
-            raise ConfigError(f"evaluate: no default answer pairs for datasets {sorted(datasets)}; pass pairs")
-        pairs = DEFAULT_PAIRS[next(iter(datasets))]
+    pairs = pairs if pairs is not None else default_pairs(questions)
     scorers = {name: fewl.with_params(p) for name, p in methods.items()}
-    tallies = {(m, pos, neg): PairTally(m, pos, neg) for m in methods for pos, neg in pairs}
-    top_label = pairs[0][0]
-    firsts = {m: FirstTally(m, top_label) for m in methods}
-    for q in questions:
-        art = artefacts.get(q.question_id)
-        for m, scorer in scorers.items():
-            skip = None if art is not None else "not prepared"
-            scores: dict[str, float] = {}
-            if skip is None:
-                try:
-                    scores = _scores(scorer, q, art)
-                except MissingReference as err:
-                    skip = f"no answer from reference {err.ref_id}"
-            for pos, neg in pairs:
-                tally = tallies[(m, pos, neg)]
-                a, b = q.first(pos), q.first(neg)
-                if skip or a is None or b is None:
-                    tally.skipped[skip or f"no {pos if a is None else neg} answer"] += 1
-                elif scores[a.key] > scores[b.key]:
-                    tally.wins += 1
-                elif scores[a.key] == scores[b.key]:
-                    tally.ties += 1
-                else:
-                    tally.losses += 1
-            top = q.first(top_label)
-            if skip or top is None:
-                firsts[m].skipped[skip or f"no {top_label} answer"] += 1
-            else:
-                firsts[m].compared += 1
-                firsts[m].first += all(scores[top.key] > s for k, s in scores.items() if k != top.key)
-    return EvaluationReport({m: s.setup_id for m, s in scorers.items()}, list(tallies.values()),
-                            list(firsts.values()))
+    scores = {q.question_id: candidate_scores(q, artefacts.get(q.question_id), scorers) for q in questions}
+    return tally(questions, scores, {m: s.setup_id for m, s in scorers.items()}, pairs)

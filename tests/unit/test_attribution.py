@@ -89,9 +89,9 @@ def test_loaders_read_every_format_and_count_broken_records(corpus_dir):
     assert [e.split(": ")[0].rsplit("/", 1)[-1] for e in info["broken_examples"]] == \
         ["web.jsonl:3", "web.jsonl:4", "books.parquet:4"]
     assert info["skipped_files"] == 1 and info["skipped_examples"][0].endswith("notes/README.md")
-    assert corpus.docs_with_phrase("my_class") == {f"{corpus_dir}/web.jsonl:2"}
-    assert corpus.docs_with_phrase("Kofi Annan") == {f"{corpus_dir}/notes/a.txt", f"{corpus_dir}/notes/b.txt"}
-    assert corpus.docs_with_phrase("Italian condottiero") == {"b3"}
+    assert corpus.docs_with_all(["my_class"]) == {f"{corpus_dir}/web.jsonl:2"}
+    assert corpus.docs_with_all(["Kofi Annan"]) == {f"{corpus_dir}/notes/a.txt", f"{corpus_dir}/notes/b.txt"}
+    assert corpus.docs_with_all(["Italian condottiero"]) == {"b3"}
 
 
 def test_loader_errors_name_the_source(corpus_dir):
@@ -108,15 +108,15 @@ def test_phrase_semantics():
     corpus = LocalCorpus([("1", "Born 1844, died 1900."), ("2", "In 18445 nothing happened"),
                           ("3", "friedrich\n  NIETZSCHE wrote"), ("4", "Friedrich-Nietzsche"),
                           ("5", "my_classes, my_class.")])
-    assert corpus.docs_with_phrase("1844") == {"1"}  # word boundary: not inside 18445
-    assert corpus.docs_with_phrase("Friedrich Nietzsche") == {"3"}  # case and whitespace runs; '-' is not a space
-    assert corpus.docs_with_phrase("my_class") == {"5"}
+    assert corpus.docs_with_all(["1844"]) == {"1"}  # word boundary: not inside 18445
+    assert corpus.docs_with_all(["Friedrich Nietzsche"]) == {"3"}  # case and whitespace runs; '-' is not a space
+    assert corpus.docs_with_all(["my_class"]) == {"5"}
     assert corpus.docs_with_all(["1844", "1900"]) == {"1"}
     assert corpus.docs_with_all(["1844", "wrote"]) == set()  # co-occurrence means the same document
     hits = corpus.hits(["my_class"], sample=3)
     assert (hits.count, hits.sample) == (1, ["5"])
     with pytest.raises(ValueError):
-        corpus.docs_with_phrase("  --  ")
+        corpus.docs_with_all(["  --  "])
 
 
 def test_parquet_on_s3(s3_endpoint, bucket, corpus_dir):
@@ -196,7 +196,7 @@ def test_search_service_agrees_with_local_corpus(corpus_dir, stub, monkeypatch):
         for q in QUERIES:
             assert service.docs_with_all(q) == local.docs_with_all(q), q
             assert service.hits(q, 3) == local.hits(q, 3), q
-        assert service.docs_with_phrase("REST_FRAMEWORK") == local.docs_with_phrase("REST_FRAMEWORK")
+        assert service.docs_with_all(["REST_FRAMEWORK"]) == local.docs_with_all(["REST_FRAMEWORK"])
     path, body, auth = stub.requests[0]
     assert path == "/c4/_count" and auth == "ApiKey s3cret"
     assert body == {"query": {"bool": {"must": [{"match_phrase": {"text": "rest_framework"}}]}}}

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from halluscope.errors import DataError
-from halluscope.hallulens.sections import count_sentences, split_sections, split_sentences, usable_sections, words
+from halluscope.hallulens.sections import count_sentences, split_sections, split_sentences, words
 from halluscope.hallulens.sources import (load_goodwiki, load_harmonic_centrality, load_itis, load_medicines,
                                           title_key)
 
@@ -173,11 +173,6 @@ def para(word: str, n: int) -> str:
 ])
 def test_split_sections(doc, expected):
     assert [words(s) for s in split_sections(doc, 20, 50)] == expected
-
-
-def test_page_without_usable_section():
-    assert usable_sections("Too short to ask about.", 20, 50) == []
-    assert [i for i, _ in usable_sections(f"Short lead.\n\n## A\n\n{para('x', 25)}", 20, 50)] == [1]
 
 
 @pytest.mark.parametrize("text, n", [

@@ -79,10 +79,10 @@ def test_sqlite_in_factscore_layout(tmp_path):
         ("Broken", None),
     ])
     store = ArticleStore.load(str(db))
-    assert store.article("Ada Lovelace") == ["Ada was a mathematician.", "She worked with Babbage."]
-    assert store.article("alan_turing") == ["Alan Turing was a computer scientist.\n\nHe broke Enigma."]
-    assert store.article("  ADA   lovelace ") == store.article("Ada Lovelace")
-    assert store.article("Grace Hopper") is None
+    assert store.articles["Ada Lovelace"] == ["Ada was a mathematician.", "She worked with Babbage."]
+    assert store.articles["Alan Turing"] == ["Alan Turing was a computer scientist.\n\nHe broke Enigma."]
+    assert store.resolve("alan_turing") == "Alan Turing" and store.resolve("  ADA   lovelace ") == "Ada Lovelace"
+    assert store.resolve("Grace Hopper") is None
     assert store.skipped == [(3, "missing text")]
     desc = store.describe()
     assert desc["articles"] == 2 and desc["passages"] == 3 and len(desc["source_sha256"]) == 64
@@ -97,7 +97,7 @@ def test_sqlite_over_fsspec_url(tmp_path):
     db = tmp_path / "k.db"
     _factscore_db(db, [("Ada Lovelace", "<s>Ada was a mathematician.</s>")])
     fsspec.filesystem("memory").pipe("/kb/k.db", db.read_bytes())
-    assert ArticleStore.load("memory://kb/k.db").article("Ada Lovelace") == ["Ada was a mathematician."]
+    assert ArticleStore.load("memory://kb/k.db").articles["Ada Lovelace"] == ["Ada was a mathematician."]
 
 
 def test_jsonl_counts_bad_lines(tmp_path):
@@ -115,8 +115,8 @@ def test_jsonl_counts_bad_lines(tmp_path):
     ]
     path.write_text("\n".join(lines) + "\n")
     store = ArticleStore.load(str(path), max_words=5)
-    assert store.article("Alan Turing") == ["He was born in 1912.", "He broke Enigma."]
-    assert store.article("Ada Lovelace") == ["Ada was a mathematician."]
+    assert store.articles["Alan Turing"] == ["He was born in 1912.", "He broke Enigma."]
+    assert store.articles["Ada Lovelace"] == ["Ada was a mathematician."]
     assert store.skipped == [(2, "invalid JSON"), (3, "missing title"), (5, "missing text"),
                              (6, "not a JSON object"), (7, "duplicate title"), (9, "empty text")]
 

@@ -44,10 +44,6 @@ class Hits:
 class CorpusIndex(Protocol):
     """A document collection answering phrase and co-occurrence queries."""
 
-    def docs_with_phrase(self, phrase: str) -> set[str]:
-        """Ids of the documents that contain the phrase."""
-        ...
-
     def docs_with_all(self, phrases: Sequence[str]) -> set[str]:
         """Ids of the documents that contain every phrase (co-occurrence = same document)."""
         ...
@@ -124,9 +120,6 @@ class LocalCorpus:
         postings = sorted((self._postings.get(t, set()) for t in tokens), key=len)
         candidates = postings[0].intersection(*postings[1:])
         return sorted(d for d in candidates if all(p.search(self._texts[d]) for p in patterns))
-
-    def docs_with_phrase(self, phrase: str) -> set[str]:
-        return self.docs_with_all([phrase])
 
     def docs_with_all(self, phrases: Sequence[str]) -> set[str]:
         return {self._ids[d] for d in self._matching(phrases)}
@@ -313,9 +306,6 @@ class SearchServiceCorpus:
     def _ids(self, phrases: Sequence[str], size: int) -> list[str]:
         found = self._post("_search", {"query": self._query(phrases), "size": size, "_source": False})
         return [h["_id"] for h in found["hits"]["hits"]]
-
-    def docs_with_phrase(self, phrase: str) -> set[str]:
-        return self.docs_with_all([phrase])
 
     def docs_with_all(self, phrases: Sequence[str]) -> set[str]:
         count = self._count(phrases)

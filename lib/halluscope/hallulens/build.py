@@ -21,10 +21,6 @@ from halluscope.hallulens.testset import TestSet
 from halluscope.knowledge.passages import ArticleStore
 from halluscope.storage.fs import Location, storage_options
 
-BUILDERS = {"precise_wikiqa": "hallulens/precise_wikiqa", "longwiki": "hallulens/longwiki",
-            "mixed_entities": "hallulens/nonexistent_mixed", "generated_entities": "hallulens/nonexistent_generated"}
-
-
 class Sources(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

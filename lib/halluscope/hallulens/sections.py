@@ -59,11 +59,6 @@ def split_sections(document: str, min_words: int, max_words: int) -> list[str]:
     return sections
 
 
-def usable_sections(document: str, min_words: int, max_words: int) -> list[tuple[int, str]]:
-    """(index among ``split_sections``, text) of the sections long enough to ask about."""
-    return [(i, s) for i, s in enumerate(split_sections(document, min_words, max_words)) if words(s) >= min_words]
-
-
 def split_sentences(text: str) -> list[str]:
     """Sentences of a plain-text answer; "Dr. Smith", "U.S. Army" and "J. R. R. Tolkien" stay whole."""
     sentences: list[str] = []

@@ -157,11 +157,6 @@ class ArticleStore:
                             f"({len(skipped)} rows skipped)")
         return cls(articles, name, max_words, skipped, loc.fs, loc.path)
 
-    def article(self, title: str) -> list[str] | None:
-        """The passages of ``title``, matched exactly, then after ``normalize_title``."""
-        found = self.resolve(title)
-        return None if found is None else self.articles[found]
-
     def resolve(self, title: str) -> str | None:
         """The stored title that ``title`` names, or None."""
         return title if title in self.articles else self._by_norm.get(normalize_title(title))

@@ -1,4 +1,4 @@
-"""`halluscope run | plan | serve | tasks | report | testset | attribute | ragtruth | fewl | submit`."""
+"""`halluscope run | plan | serve | tasks | report | testset | attribute | submit`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from collections.abc import Callable
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import ConfigError, HalluscopeError, user_error
-from halluscope.fewl.cli import add_parser as add_fewl_parser
-from halluscope.ragtruth.cli import add_parser as add_ragtruth_parser
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
@@ -242,8 +240,6 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("job", help="test-set job YAML (path or URL)")
     ts.set_defaults(fn=_cmd_testset)
     add_attribute_parser(sub)
-    add_ragtruth_parser(sub)
-    add_fewl_parser(sub)
     add_submit_parser(sub)
     return p
 

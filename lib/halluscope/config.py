@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from halluscope.errors import ConfigError
 from halluscope.storage.names import checked, model_id_problem, root_problem, run_id_problem
-from halluscope.task_registry import benchmarks, get_task, unknown_task
+from halluscope.task_registry import benchmark_of, benchmarks, get_task, unknown_task
 
 
 DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
@@ -383,10 +383,6 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     """Validate a mapping as a RunConfig; task names are checked against the task registry."""
     if not isinstance(data, dict):
         raise ConfigError(f"invalid run config {source}: expected a mapping at the top level")
-    other = _other_benchmark(data)
-    if other:
-        raise ConfigError(f"{source} is a {other} config, not an evaluation run config: "
-                          f"run it with `halluscope {other} {source}`")
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
@@ -400,33 +396,28 @@ def parse_config(data: Any, source: str = "<config>") -> RunConfig:
 def check_benchmark_options(cfg: RunConfig, source: str) -> None:
     """Each ``benchmarks.<name>`` section names a registered benchmark and passes its schema."""
     known = benchmarks()
-    for name, raw in cfg.benchmarks.items():
+    listed = {benchmark_of(t).name for t in cfg.tasks}  # a listed benchmark's defaults must validate too
+    for name in [*cfg.benchmarks, *sorted(listed - set(cfg.benchmarks))]:
         if name not in known:
             raise ConfigError(f"invalid run config {source}: benchmarks.{name}: unknown benchmark; "
                               f"known: {', '.join(sorted(known))}")
         try:
-            known[name].parse_options(raw)
+            options = known[name].parse_options(cfg.benchmarks.get(name))
         except ValidationError as err:
             lines = [f"invalid run config {source}:"]
             for e in err.errors():
                 loc = ".".join(str(p) for p in ("benchmarks", name, *e["loc"]))
                 lines.append(f"  {loc}: {e['msg']}")
             raise ConfigError("\n".join(lines)) from None
+        if name in listed and known[name].role_models is not None:
+            for role, model in known[name].role_models(options):
+                if not any(m.id == model and m.role == role for m in cfg.models):
+                    raise ConfigError(f"invalid run config {source}: benchmarks.{name} names {role} model "
+                                      f"'{model}', but models has no model with id '{model}' and role: {role}")
     for i, m in enumerate(cfg.models):
         unknown = sorted(set(m.tasks or ()) - set(cfg.tasks))
         if unknown:
             raise ConfigError(f"invalid run config {source}: models.{i}.tasks: {unknown} not in the run's tasks")
-
-
-def _other_benchmark(data: dict) -> str | None:
-    """'ragtruth' or 'fewl' for those jobs' configs (their own subcommands run them)."""
-    if data.get("benchmark") in ("ragtruth", "fewl"):
-        return data["benchmark"]
-    if {"corpus", "detector"} & data.keys():
-        return "ragtruth"
-    if {"dataset", "references", "generator"} & data.keys():
-        return "fewl"
-    return None
 
 
 def check_task_needs(cfg: RunConfig, source: str) -> None:

@@ -1,4 +1,4 @@
-"""What every job that calls models shares (evaluation runs, RAGTruth, FEWL, the test-set job):
+"""What every job that calls models shares (evaluation runs, the test-set job):
 loading their YAML configs, starting or joining Ray, serving their models for the job, the code
 version their manifests record. Clients and call counters are ``models.registry.client`` and
 ``models.usage.Usage``.
@@ -6,8 +6,6 @@ version their manifests record. Clients and call counters are ``models.registry.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import subprocess
 import time
@@ -39,11 +37,6 @@ def parse_model(cls: type[C], data: object, source: str) -> C:
 def load_yaml_config(cls: type[C], uri: str) -> C:
     """A config of type ``cls`` from a local path or any fsspec URL (s3://...)."""
     return parse_model(cls, read_yaml(uri, "config"), uri)
-
-
-def fingerprint(doc: object) -> str:
-    """16 hex chars of sha256 over canonical JSON: what makes two runs' results comparable."""
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def conflicting_ids(specs: Iterable[ModelSpec]) -> list[str]:

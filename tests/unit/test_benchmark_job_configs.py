@@ -1,4 +1,4 @@
-"""The RAGTruth and FEWL job configs load with their own loaders, and every model they call is a
+"""The RAGTruth and FEWL job configs load (FEWL's as a run config), and every model they call is a
 route and model id the RayService serves; a config error names the field."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from halluscope.errors import ConfigError
-from halluscope.fewl.run import FewlRunConfig, load_fewl_config
+from halluscope.config import load_config
+from halluscope.fewl.options import FewlOptions
 from halluscope.ragtruth.run import RagTruthRunConfig, load_ragtruth_config
 from halluscope.runkit import parse_model
 
@@ -27,7 +28,7 @@ def served_routes() -> set[tuple[str, str]]:
 
 @pytest.mark.parametrize("name, load, models", [
     ("ragtruth-detect.yaml", load_ragtruth_config, lambda c: [c.detector, *c.generate]),
-    ("fewl-truthfulqa.yaml", load_fewl_config, lambda c: [*c.references, c.generator]),
+    ("fewl-truthfulqa.yaml", load_config, lambda c: c.models),
 ])
 def test_job_config_loads_and_reaches_the_rayservice(name, load, models):
     cfg = load(str(ROOT / "jobs" / "configs" / name))
@@ -44,9 +45,8 @@ def rag(**changes) -> tuple:
 
 
 def fewl(**changes) -> tuple:
-    return FewlRunConfig, {"dataset": {"name": "chale", "source": "x"},
-                           "references": [{"id": "a", "backend": "scripted"}],
-                           "generator": {"id": "g", "backend": "scripted"}, **changes}
+    return FewlOptions, {"dataset": {"name": "chale", "source": "x"}, "references": ["a"], "generator": "g",
+                         **changes}
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -57,8 +57,7 @@ def fewl(**changes) -> tuple:
     (fewl(single_reference="b"), "single_reference 'b' is not a reference id (['a'])"),
     (fewl(params={"single_reference": "b"}), "params.single_reference 'b' is not a reference id"),
     (fewl(similarity={"kind": "cross_encoder"}), "cross_encoder: a path is needed"),
-    (fewl(generator={"id": "a", "backend": "scripted", "params": {"default": "other"}}),
-     "generator: id(s) ['a'] name a reference with different settings"),
+    (fewl(references=["a", "a"]), "references: duplicate model ids ['a', 'a']"),
 ])
 def test_bad_configs_name_the_field(spec, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

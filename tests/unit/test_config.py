@@ -137,15 +137,22 @@ def test_a_folder_or_a_binary_file_is_a_one_line_error(tmp_path):
         load_config(str(binary))
 
 
-@pytest.mark.parametrize("doc,command", [
-    ("benchmark: ragtruth\ncorpus: {responses: r.jsonl, sources: s.jsonl}\n", "ragtruth"),
-    ("corpus: {responses: r.jsonl, sources: s.jsonl}\ndetector: {id: j, backend: openai}\n", "ragtruth"),
-    ("benchmark: fewl\ndataset: {name: truthfulqa-gen, source: t.csv}\n", "fewl"),
+FEWL_MODELS = ("models:\n  - {id: t, backend: scripted}\n  - {id: r1, role: reference, backend: scripted}\n"
+               "tasks: [fewl/score]\n")
+
+
+@pytest.mark.parametrize("section,message", [
+    ("", r"benchmarks\.fewl\.dataset: Field required"),
+    ("benchmarks:\n  fewl: {dataset: {name: chale, source: c.json}, references: [r1, r2], generator: r1}\n",
+     r"benchmarks\.fewl names reference model 'r2', but models has no model with id 'r2' and role: reference"),
+    ("benchmarks:\n  fewl: {dataset: {name: chale, source: c.json}, references: [r1], generator: r1,\n"
+     "         generator_role: judge}\n", r"names judge model 'r1', but models has no model with id 'r1' and role"),
 ])
-def test_other_benchmarks_configs_point_to_their_command(tmp_path, doc, command):
-    path = _write(tmp_path, doc)
-    with pytest.raises(ConfigError, match=rf"is a {command} config, .*run it with `halluscope {command} {path}`"):
-        load_config(path)
+def test_a_benchmark_section_is_checked_when_its_task_is_listed(tmp_path, section, message):
+    """A listed benchmark's options validate even when its section is absent, and the role models
+    they name must be in models."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, FEWL_MODELS + section))
 
 
 def test_relative_replay_paths_are_taken_from_the_config_folder(tmp_path, monkeypatch):

@@ -22,8 +22,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L4 task contract, accounting", ("tasks", "cost", "metrics")),
     ("L5 benchmarks, report", ("tasks.halogen", "hallulens", "ragtruth", "fewl", "attribution", "report")),
     ("L6 serving", ("serving", "runkit")),
-    ("L7 engine, jobs", ("pipeline", "hallulens.build", "ragtruth.run", "fewl.run")),
-    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "attribution.cli", "ragtruth.cli", "fewl.cli")),
+    ("L7 engine, jobs", ("pipeline", "hallulens.build")),
+    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "attribution.cli")),
 ]
 
 

@@ -1,41 +1,136 @@
-"""A FEWL run as Markdown: the paper's comparisons (share of questions where the labelled true
-answer outscores the other, per method), answers ranked first, mean scores, and what was left out."""
+"""FEWL's metrics from a run's committed rows, and its leaderboard and report sections.
+
+Per model under test: the mean FEWL score of its answers with the truthfulness and penalty terms,
+and the mean under each of the paper's methods. Per task, once: the paper's evaluation of FEWL
+as a measure (share of questions where the labelled true answer outscores the other, answers
+ranked first, the baselines), from the labelled candidates each verdict scored; the candidates'
+scores do not depend on the model whose row scored them, so each question's first row is used.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+from collections import defaultdict
+from typing import Iterable
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+from halluscope.fewl.evaluate import default_pairs, tally
+from halluscope.fewl.task import question_of
+from halluscope.report.escape import markdown as md
+from halluscope.report.svg import esc
+from halluscope.tasks.base import Item
+from halluscope.tasks.benchmark import MetricInputs
+
+EVALUATION = "(labelled candidates)"  # the model column of the evaluation record
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4f}"
+def _mean(values: list[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
 
 
-def markdown(metrics: dict) -> str:
-    ev = metrics["evaluation"]
-    lines = [f"# FEWL run {metrics['run_id']}: {metrics['dataset']}, {metrics['questions']} questions", "",
-             f"References {', '.join(metrics['reference_ids'])}; IW/CO by {metrics['generator']}; "
-             f"similarity {metrics['similarity']}; single-reference baselines use {metrics['single_reference']}.", "",
-             "## Pairwise: share of questions where the first label scores above the second", "",
-             "| method | pair | wins | ties | losses | share (%) | skipped |", "|---|---|---|---|---|---|---|"]
-    for t in ev["pairwise"]:
-        skipped = ", ".join(f"{k} {v}" for k, v in t["skipped"].items()) or "-"
-        lines.append(f"| {t['method']} | {t['positive']} > {t['negative']} | {t['wins']} | {t['ties']} | "
-                     f"{t['losses']} | {_pct(t['share'])} | {skipped} |")
-    lines += ["", "## Ranked first", "", "| method | label | first | compared |", "|---|---|---|---|"]
-    lines += [f"| {t['method']} | {t['label']} | {t['first']} | {t['compared']} |" for t in ev["ranked_first"]]
-    lines += ["", "## Mean score per label", "", "| method | label | n | unscored | mean |", "|---|---|---|---|---|"]
-    lines += [f"| {r['method']} | {r['label']} | {r['n']} | {r['unscored']} | {_num(r['mean'])} |"
-              for r in metrics["mean_scores"]]
-    prep = metrics["preparation"]
-    lines += ["", f"Prepared {prep['prepared']} questions; excluded {len(prep['excluded'])}; uniform-weight "
-                  f"fallback {len(prep['uniform_fallback'])}; questions missing a reference "
-                  f"{len(prep['missing_references'])}."]
-    for step, models in metrics["parse_report"].items():
-        for model, kinds in models.items():
-            lines.append(f"Unusable {step} replies of {model}: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
-    c = metrics["costs"]["total"]
-    lines.append(f"Model calls: {c['calls']} ({c['cached_calls']} from the cache, {c['failed_calls']} failed), "
-                 f"{c['input_tokens']} input and {c['output_tokens']} output tokens.")
-    return "\n".join(lines) + "\n"
+def _model_record(model: str, task: str, rows: list[dict], evidence: dict[str, dict]) -> dict:
+    scored = [evidence[r["gen_id"]] for r in rows if "score" in evidence.get(r["gen_id"], {})]
+    methods: dict[str, list[float]] = defaultdict(list)
+    for e in scored:
+        for m, s in e["methods"].items():
+            if not isinstance(s, str):
+                methods[m].append(s)
+    return {"model": model, "task": task, "items": len(rows), "scored": len(scored),
+            "unscored": len(rows) - len(scored),
+            "mean_score": _mean([e["score"] for e in scored]),
+            "mean_truthfulness": _mean([e["truthfulness"] for e in scored]),
+            "mean_penalty": _mean([e["penalty"] for e in scored]),
+            "share_above_zero": _mean([float(e["score"] > 0) for e in scored]),
+            "methods": {m: _mean(v) for m, v in sorted(methods.items())}}
+
+
+def _evaluation_record(task: str, items: list[Item], first: dict[str, dict]) -> dict:
+    questions = [question_of(i) for i in items]
+    candidates = {qid: e["candidates"] for qid, e in first.items()}
+    setup = next(iter(first.values()), {}).get("setup")
+    methods = sorted({m for c in candidates.values() for m in c}, key=lambda m: (m != "fewl", m))
+    labels: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for q in questions:
+        for m, by_key in candidates.get(q.question_id, {}).items():
+            if isinstance(by_key, dict):
+                for c in q.candidates:
+                    labels[(m, str(c.label))].append(by_key[c.key])
+    report = tally(questions, candidates, {m: setup or "" for m in methods}, default_pairs(questions))
+    return {"model": EVALUATION, "task": task, "dataset": questions[0].dataset, "questions": len(questions),
+            "scored_questions": len(first), "evaluation": report.to_dict(),
+            "mean_by_label": [{"method": m, "label": label, "n": len(v), "mean": _mean(v)}
+                              for (m, label), v in sorted(labels.items())]}
+
+
+def metrics(inputs: MetricInputs) -> list[dict]:
+    """The engine's hook: one record per model under test and task, and the task's evaluation."""
+    out: list[dict] = []
+    verdicts = inputs.read_table("verdicts", columns=["gen_id", "task", "evidence"],
+                                 filters=[("task", "in", list(inputs.tasks))]).to_pylist()
+    evidence: dict[str, dict] = {v["gen_id"]: json.loads(v["evidence"]) for v in verdicts if v["evidence"]}
+    rows = sorted(inputs.scores.select(["gen_id", "model", "task", "item_id"]).to_pylist(),
+                  key=lambda r: (r["task"], r["model"], r["item_id"]))
+    for task in inputs.tasks:
+        mine = [r for r in rows if r["task"] == task]
+        by_model: dict[str, list[dict]] = defaultdict(list)
+        first: dict[str, dict] = {}
+        for r in mine:
+            by_model[r["model"]].append(r)
+            e = evidence.get(r["gen_id"], {})
+            if "candidates" in e:
+                first.setdefault(r["item_id"], e)
+        out += [_model_record(m, task, rs, evidence) for m, rs in sorted(by_model.items())]
+        table = inputs.items(task).to_pylist()
+        items = [Item(task, i["item_id"], i["prompt"], json.loads(i["fields"])) for i in table]
+        if items:
+            out.append(_evaluation_record(task, items, first))
+    return out
+
+
+def _num(x: float | None, pct: bool = False) -> str:
+    return "-" if x is None else (f"{100 * x:.1f}" if pct else f"{x:.4f}")
+
+
+def _tables(records: list[dict]) -> Iterable[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of FEWL's tables, cells as plain text."""
+    models = [r for r in records if r["model"] != EVALUATION]
+    if models:
+        methods = sorted({m for r in models for m in r["methods"]}, key=lambda m: (m != "fewl", m))
+        yield ("FEWL scores of the models' answers (higher: less hallucinated)",
+               ["model", "task", "scored", "unscored", "FEWL", "truthfulness", "penalty", "share > 0 (%)",
+                *methods],
+               [[r["model"], r["task"], str(r["scored"]), str(r["unscored"]), _num(r["mean_score"]),
+                 _num(r["mean_truthfulness"]), _num(r["mean_penalty"]), _num(r["share_above_zero"], True),
+                 *(_num(r["methods"].get(m)) for m in methods)] for r in models])
+    for r in records:
+        if r["model"] != EVALUATION:
+            continue
+        ev = r["evaluation"]
+        where = f"{r['task']} on {r['dataset']}, {r['scored_questions']} of {r['questions']} questions scored"
+        yield (f"Evaluation against the labelled answers ({where}): share of questions where the first "
+               "label scores above the second",
+               ["method", "pair", "wins", "ties", "losses", "share (%)", "skipped"],
+               [[t["method"], f"{t['positive']} > {t['negative']}", str(t["wins"]), str(t["ties"]),
+                 str(t["losses"]), _num(t["share"], True),
+                 ", ".join(f"{k} {v}" for k, v in t["skipped"].items()) or "-"] for t in ev["pairwise"]])
+        yield ("Ranked first", ["method", "label", "first", "compared"],
+               [[t["method"], t["label"], str(t["first"]), str(t["compared"])] for t in ev["ranked_first"]])
+        yield ("Mean score per label", ["method", "label", "n", "mean"],
+               [[m["method"], m["label"], str(m["n"]), _num(m["mean"])] for m in r["mean_by_label"]])
+
+
+def markdown(records: list[dict]) -> str:
+    lines = ["## FEWL"]
+    for title, header, rows in _tables(records):
+        lines += ["", f"### {md(title)}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def html(records: list[dict]) -> str:
+    parts: list[str] = []
+    for title, header, rows in _tables(records):
+        head = "".join(f"<th>{esc(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+        parts.append(f"<h3>{esc(title)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return "".join(parts)

@@ -9,6 +9,7 @@ counted apart and cost nothing.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Sequence
 
 from halluscope.config import ModelSpec
@@ -87,11 +88,21 @@ class RoleModels:
         replies: dict[str, list[Completion | None]] = {k: [None] * n for k, n in sizes.items()}
         for (role, template, model), entries in groups.items():
             backend = self._backend(role, template, model)
-            done = backend.generate_batch([
-                GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, (subjects or {}).get(key, ""))
-                for key, i, prompt, ckey in entries])
+            # rows asking the same (e.g. FEWL's neighbour questions) share one call: the first
+            # asker pays for it, the others get a copy counted as a cache hit
+            asked: dict[tuple[str, str, str], int] = {}
+            requests: list[GenerationRequest] = []
+            for key, i, prompt, ckey in entries:
+                subject = (subjects or {}).get(key, "")
+                if asked.setdefault((prompt, ckey, subject), len(requests)) == len(requests):
+                    requests.append(GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject))
+            done = backend.generate_batch(requests)
             per_row: dict[str, Usage] = defaultdict(Usage)
-            for (key, i, _, _), completion in zip(entries, done):
+            paid: set[int] = set()
+            for key, i, prompt, ckey in entries:
+                j = asked[(prompt, ckey, (subjects or {}).get(key, ""))]
+                completion = done[j] if j not in paid else replace(done[j], extra={**done[j].extra, "cached": True})
+                paid.add(j)
                 replies[key][i] = completion
                 per_row[key].add([completion])
             for key, u in per_row.items():

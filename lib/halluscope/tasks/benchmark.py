@@ -52,6 +52,8 @@ class Benchmark:
     markdown: Callable[[list[dict]], str] | None = None
     html: Callable[[list[dict]], str] | None = None
     description: str = ""
+    # (role, model id) of each role model its options name; the run must configure every one
+    role_models: Callable[[BaseModel], Sequence[tuple[str, str]]] | None = None
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

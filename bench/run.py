@@ -7,6 +7,7 @@ bench/results.json as {name, value, unit, baseline, baseline_value, ratio} recor
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -47,11 +48,31 @@ def loop_seconds(root: str) -> tuple[float, int]:
     return time.perf_counter() - t0, rows
 
 
-def main() -> None:
+def compare() -> list[dict]:
+    """The pipeline beside the loop on the same rows, back to back."""
     with tempfile.TemporaryDirectory() as tmp:
         pipe_s, pipe_rows = pipeline_seconds(f"file://{tmp}/pipe")
         loop_s, loop_rows = loop_seconds(f"file://{tmp}/loop")
     assert pipe_rows == loop_rows, (pipe_rows, loop_rows)
+    return [
+        {"name": "halogen_demo_pipeline_throughput", "value": round(pipe_rows / pipe_s, 1), "unit": "rows/s",
+         "baseline": "single-process loop over the same stage functions and rows",
+         "baseline_value": round(loop_rows / loop_s, 1), "ratio": round(loop_s / pipe_s, 3)},
+        {"name": "halogen_demo_pipeline_wall_time", "value": round(pipe_s, 2), "unit": "s",
+         "baseline": f"target: {pipe_rows} rows in under {TARGET_S:.0f} s, Ray start included",
+         "baseline_value": TARGET_S, "ratio": round(pipe_s / TARGET_S, 3)},
+    ]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--compare-only", action="store_true",
+                   help="only the pipeline beside the loop (seconds), not the hour of saturation and scale benches")
+    args = p.parse_args()
+    results = compare()
+    if args.compare_only:
+        _report(results)
+        return
     # in a process of its own: it starts a Ray of its own
     saturation = json.loads(subprocess.run([sys.executable, str(HERE / "saturation.py"), "--json"], check=True,
                                            capture_output=True, text=True).stdout.strip().splitlines()[-1])
@@ -60,17 +81,12 @@ def main() -> None:
     sizes = os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()
     scale = json.loads(subprocess.run([sys.executable, str(HERE / "scale.py"), "--json", "--faults", "--sizes", *sizes],
                                       check=True, stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
-    results = [
-        {"name": "halogen_demo_pipeline_throughput", "value": round(pipe_rows / pipe_s, 1), "unit": "rows/s",
-         "baseline": "single-process loop over the same stage functions and rows",
-         "baseline_value": round(loop_rows / loop_s, 1), "ratio": round(loop_s / pipe_s, 3)},
-        {"name": "halogen_demo_pipeline_wall_time", "value": round(pipe_s, 2), "unit": "s",
-         "baseline": f"target: {pipe_rows} rows in under {TARGET_S:.0f} s, Ray start included",
-         "baseline_value": TARGET_S, "ratio": round(pipe_s / TARGET_S, 3)},
-        *saturation,
-        *scale,
-    ]
+    results += [*saturation, *scale]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    _report(results)
+
+
+def _report(results: list[dict]) -> None:
     for r in results:
         print(f"{r['name']}: {r['value']} {r['unit']}  (baseline {r['baseline_value']}: {r['baseline']}; "
               f"ratio {r['ratio']})")

@@ -1,21 +1,24 @@
-"""RAGTruth end to end on Ray: a corpus of the released schema (three tasks, two models, one
-response with a broken label) read from S3, a scripted judge served by Ray Serve as the detector,
-tables and metrics written to S3 and checked against hand computations; the call cache; resume;
-and the RAG-generation benchmark with scripted models under test."""
+"""RAGTruth end to end through the engine: a corpus of the released schema (three tasks, two models,
+one response with a broken label, one truncated) read from S3, a detector behind an OpenAI-compatible
+endpoint as the model under test of ragtruth/detect, metrics checked against hand computations, its
+priced tokens in costs.parquet; resume and the call cache; a bad corpus line failing before any model
+starts; and ragtruth/generate with scripted models under test and a scripted judge."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import boto3
-import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from halluscope.config import parse_config
 from halluscope.errors import DataError, RunError
-from halluscope.ragtruth.run import RagTruthRunConfig, run_ragtruth
-from halluscope.runkit import parse_model
+from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from tests.support.openai_server import OpenAIStubServer
 from tests.support.servers import s3_storage
 
 pytestmark = pytest.mark.slow
@@ -83,131 +86,165 @@ JUDGE_RULES = [
 ]
 
 
-def scripted(model_id: str, rules: list[dict], default: str) -> dict:
-    return {"id": model_id, "role": "judge", "backend": "scripted",
-            "params": {"rules": rules, "default": default, "serve": {"num_cpus": 0.25, "max_batch_prompts": 4}}}
-
-
-JUDGE = scripted("judge", JUDGE_RULES, judge_list())
+def answer(rules: list[dict], default: str):
+    """The first rule whose pattern is found in the prompt answers it, as the scripted backend does."""
+    def respond(prompt: str) -> str:
+        return next((r["response"] for r in rules if re.search(r["pattern"], prompt)), default)
+    return respond
 
 
 def write_jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
-def config(root: str, corpus: dict, **extra) -> RagTruthRunConfig:
-    return parse_model(RagTruthRunConfig, {"storage": root, "corpus": corpus, "detector": JUDGE,
-                                           "concurrency": {"batch_size": 2, "actors": 2, "actor_cpus": 0.25},
-                                           **extra}, "test")
+def detect_config(storage: dict, corpus: dict, detector: dict, prices: str | None, **options) -> dict:
+    return {"storage": storage, "models": [detector], "tasks": ["ragtruth/detect"],
+            "benchmarks": {"ragtruth": {"corpus": corpus, **options}},
+            "costs": {"price_table": prices}, "concurrency": {"batch_size": 2}}
 
 
-def test_detector_run_on_s3_matches_hand_counts_then_caches_and_resumes(ray_head, s3_endpoint, bucket):
+def by(records: list[dict], table: str, *keys: str) -> dict:
+    return {tuple(r[k] for k in keys): r for r in records if r.get("benchmark") == "ragtruth" and
+            r.get("table") == table}
+
+
+def write_prices(path) -> str:
+    path.write_text(yaml.safe_dump({"as_of": "2026-01-01", "source": "test prices",
+                                    "api_usd_per_million_tokens": {"detector-model": {"input": 3.0, "output": 15.0}}}))
+    return str(path)
+
+
+def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(ray_head, s3_endpoint, bucket,
+                                                                                tmp_path):
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.put_object(Bucket=bucket, Key="data/ragtruth/response.jsonl", Body=write_jsonl(RESPONSES))
     s3.put_object(Bucket=bucket, Key="data/ragtruth/source_info.jsonl", Body=write_jsonl(SOURCES))
     storage = s3_storage(s3_endpoint, f"s3://{bucket}/runs")
     corpus = {"responses": f"s3://{bucket}/data/ragtruth/response.jsonl",
-              "sources": f"s3://{bucket}/data/ragtruth/source_info.jsonl"}
-    cfg = config(storage, corpus)
+              "sources": f"s3://{bucket}/data/ragtruth/source_info.jsonl", "storage": storage}
+    prices = write_prices(tmp_path / "prices.yaml")
+    with OpenAIStubServer(responder=answer(JUDGE_RULES, judge_list())) as server:
+        detector = {"id": "detector", "backend": "openai",
+                    "params": {"base_url": server.base_url, "model": "detector-model"}}
+        cfg = parse_config(detect_config(storage, corpus, detector, prices))
+        first = run(cfg, run_id="detect", progress=False)
+        assert server.calls == 6 and first.processed == 6
 
-    first = run_ragtruth(cfg, run_id="detect")
+        def doc(key: str):
+            return json.loads(s3.get_object(Bucket=bucket, Key=f"runs/detect/{key}")["Body"].read())
 
-    def doc(key: str):
-        return json.loads(s3.get_object(Bucket=bucket, Key=f"runs/detect/{key}")["Body"].read())
+        metrics = doc("metrics.json")
+        assert metrics == json.loads(json.dumps(first.metrics))
+        det = by(metrics, "detection", "task_type", "generator")
+        assert {r["model"] for r in det.values()} == {"detector"}
+        # r1 TN, r2 TP, r3 FP, r4 unreadable (an empty list: FN), r5 TP, r6 TN: P = R = 2/3
+        o = det[("Overall", "*")]
+        assert (o["tp"], o["fp"], o["fn"], o["tn"], o["n_responses"], o["unpredicted"], o["unreadable"]) == \
+            (2, 1, 1, 2, 6, 0, 1)
+        assert (o["response_precision"], o["response_recall"], o["response_f1"]) == (pytest.approx(2 / 3),) * 3
+        # gold chars: "15 minutes" 10 + "has live music" 14 + "delivery" 8 + "50 million" 10 = 42; predicted:
+        # r2 "15 minutes" + "add salt" = 18, r3 "free WiFi" = 9, r5 "cost 50 million dollars" 23 + unlocated
+        # "a tunnel" 8 = 31; 58 in all, of which 20 gold chars are hit: P = 20/58, R = 20/42, F1 = 40/100
+        assert (o["gold_chars"], o["pred_chars"], o["tp_chars"], o["unlocated_spans"], o["unlocated_chars"]) == \
+            (42, 58, 20, 1, 8)
+        assert (o["span_precision"], o["span_recall"], o["span_f1"]) == \
+            (pytest.approx(20 / 58), pytest.approx(20 / 42), pytest.approx(0.4))
+        # per task and per response model, from the same counts
+        assert (det[("QA", "*")]["response_f1"], det[("QA", "*")]["span_precision"]) == (1.0, pytest.approx(10 / 18))
+        d2t = det[("Data2txt", "*")]
+        assert (d2t["fp"], d2t["fn"], d2t["unpredicted"], d2t["unreadable"]) == (1, 1, 0, 1)
+        assert [u for u in d2t["undefined"] if u.startswith("response_")] == ["response_f1"]
+        assert det[("Summary", "*")]["span_precision"] == pytest.approx(10 / 31)
+        assert det[("Overall", A)]["response_precision"] == 0.5 and det[("Overall", A)]["span_precision"] == 10 / 40
+        assert det[("Overall", B)]["response_f1"] == pytest.approx(2 / 3)
+        assert det[("Overall", B)]["span_precision"] == pytest.approx(10 / 18)
+        assert by(metrics, "detector_problems", "model")[("detector",)]["problems"] == \
+            {"unlocated_span": 1, "unreadable": 1}
 
-    metrics = doc("metrics.json")
-    assert metrics == first.metrics
-    response = {(r["task"], r["model"]): r for r in metrics["response_level"]}
-    span = {(r["task"], r["model"]): r for r in metrics["span_level"]}
-    # r1 TN, r2 TP, r3 FP, r4 unreadable (an empty list: FN), r5 TP, r6 TN: P = R = 2/3
-    o = response[("Overall", "*")]
-    assert (o["tp"], o["fp"], o["fn"], o["tn"], o["n_responses"], o["unpredicted"], o["unreadable"]) == \
-        (2, 1, 1, 2, 6, 0, 1)
-    assert (o["precision"], o["recall"], o["f1"]) == (pytest.approx(2 / 3),) * 3
-    # gold chars: "15 minutes" 10 + "has live music" 14 + "delivery" 8 + "50 million" 10 = 42; predicted:
-    # r2 "15 minutes" + "add salt" = 18, r3 "free WiFi" = 9, r5 "cost 50 million dollars" 23 + unlocated
-    # "a tunnel" 8 = 31; 58 in all, of which 20 gold chars are hit: P = 20/58, R = 20/42, F1 = 40/100
-    s = span[("Overall", "*")]
-    assert (s["gold_chars"], s["pred_chars"], s["tp_chars"], s["unlocated_spans"], s["unlocated_chars"]) == \
-        (42, 58, 20, 1, 8)
-    assert (s["precision"], s["recall"], s["f1"]) == \
-        (pytest.approx(20 / 58), pytest.approx(20 / 42), pytest.approx(0.4))
-    # per task and per model, from the same counts
-    assert (response[("QA", "*")]["f1"], span[("QA", "*")]["precision"]) == (1.0, pytest.approx(10 / 18))
-    d2t = response[("Data2txt", "*")]
-    assert (d2t["fp"], d2t["fn"], d2t["unpredicted"], d2t["unreadable"]) == (1, 1, 0, 1)
-    assert span[("Summary", "*")]["precision"] == pytest.approx(10 / 31)
-    assert response[("Overall", A)]["precision"] == 0.5 and span[("Overall", A)]["precision"] == 10 / 40
-    assert response[("Overall", B)]["f1"] == pytest.approx(2 / 3)
-    assert span[("Overall", B)]["precision"] == pytest.approx(10 / 18)
-    assert metrics["detector_problems"] == {"unlocated_span": 1, "unreadable": 1}
-    assert metrics["costs"]["total"] == {"calls": 6, "cached_calls": 0, "failed_calls": 0,
-                                         "input_tokens": metrics["costs"]["total"]["input_tokens"],
-                                         "output_tokens": metrics["costs"]["total"]["output_tokens"]}
+        # the engine's rows: predicted spans are the atoms, checked against the gold spans
+        store = RunStore(Location.from_url(storage["root"], cfg.storage), "detect")
+        scores = {r["item_id"]: r for r in store.read_table("scores").to_pylist()}
+        assert sorted(scores) == ["r1", "r2", "r3", "r4", "r5", "r6"]
+        assert scores["r2"]["atoms"] == ["15 minutes", "add salt"] and scores["r2"]["unsupported_atoms"] == ["add salt"]
+        assert scores["r5"]["atoms"] == ["cost 50 million dollars", "a tunnel"]
+        assert scores["r5"]["unsupported_atoms"] == ["a tunnel"]
+        assert scores["r3"]["unsupported_atoms"] == ["free WiFi"] and scores["r1"]["atoms"] == []
+        assert scores["r4"]["responded"] is False  # an unreadable answer lists nothing
+        r2 = [(v["supported"], v["evidence"]) for v in store.read_table("verdicts").to_pylist()
+              if v["gen_id"] == scores["r2"]["gen_id"]]
+        assert r2 == [(True, "characters 18-28: 10 in gold spans"), (False, "characters 33-41: 0 in gold spans")]
 
-    # the per-response table on S3: three batches (batch_size 2, whole sources), committed
-    store = RunStore(Location.from_url(storage["root"], cfg.storage), "detect")
-    keys = store.part_keys("counts")
-    assert len(keys) == 3 and store.part_keys("predictions") == keys
-    preds = {}
-    for key in keys:
-        with store.loc.fs.open(store.loc.child("predictions", f"part-{key}.parquet").path, "rb") as f:
-            preds.update({r["response_id"]: r for r in pq.read_table(f).to_pylist()})
-    assert sorted(preds) == ["r1", "r2", "r3", "r4", "r5", "r6"]
-    assert preds["r2"]["spans"] == [{"start": 18, "end": 28, "label": None}, {"start": 33, "end": 41, "label": None}]
-    assert preds["r2"]["gold_spans"] == [{"start": 18, "end": 28, "label": "Evident Conflict"}]
-    assert preds["r5"]["unlocated"] == ["a tunnel"] and preds["r5"]["n_spans"] == 2
-    assert (preds["r4"]["predicted"], preds["r4"]["unreadable"], preds["r4"]["problem"], preds["r4"]["n_spans"]) == \
-        (True, True, None, 0)
-    assert preds["r4"]["problems"] == [{"reason": "unreadable", "detail": "I am not sure about this one."}]
-    assert preds["r1"]["predicted"] and preds["r1"]["spans"] == [] and preds["r1"]["problem"] is None
+        manifest = doc("manifest.json")
+        assert manifest["status"] == "complete"
+        assert len(manifest["data_sources"]["ragtruth/response.jsonl"]) == 64
+        (corpus_doc,) = [r for r in metrics if r.get("table") == "corpus"]
+        assert corpus_doc["held_out"] == {"invalid_labels": ["r7"], "quality": ["r8"]}
+        assert corpus_doc["excluded"] == {"invalid_labels": 1, "quality": 1}
+        assert [(p["reason"], p["response_id"], p["line"]) for p in corpus_doc["invalid_labels"]] == \
+            [("text_mismatch", "r7", 7)]
+        stats = by(metrics, "corpus_tasks", "task_type", "source")
+        overall = stats[("Overall", "*")]
+        assert (overall["n_responses"], overall["n_hallucinated"], overall["n_spans"]) == (6, 3, 4)
+        # selection between model-a and model-b: on each source exactly one of the two responses has
+        # gold spans; on s-qa and s-sum it has more detected spans, on s-d2t (r4, unreadable: none) fewer
+        (sel,) = [r for r in metrics if r.get("table") == "selection"]
+        assert (sel["models"], sel["n_instances"], sel["skipped"]) == ([A, B], 3, {})
+        assert sel["strategies"]["random"]["rate"] == 0.5
+        assert sel["strategies"]["fewer_spans"]["valid"] == 3 and sel["strategies"]["fewer_spans"]["rate"] == 1 / 3
+        assert sel["strategies"]["no_spans"]["valid"] == 3 and sel["strategies"]["no_spans"]["reduction"] == 1 / 3
 
-    manifest = doc("manifest.json")
-    assert manifest["status"] == "complete"
-    assert manifest["excluded"] == {"invalid_labels": ["r7"], "quality": ["r8"]}
-    assert manifest["corpus"]["excluded"] == {"invalid_labels": 1, "quality": 1}
-    assert [(p["reason"], p["response_id"], p["line"]) for p in manifest["label_problems"]] == \
-        [("text_mismatch", "r7", 7)]
-    assert len(manifest["corpus"]["files"]["response.jsonl"]["sha256"]) == 64
-    stats = {r["task"]: r for r in doc("stats.json")["table2_tasks"] if r["source"] == "*"}
-    overall = stats["Overall"]
-    assert (overall["n_responses"], overall["n_hallucinated"], overall["n_spans"]) == (6, 3, 4)
-    # selection between model-a and model-b: on each source exactly one of the two responses has
-    # gold spans; on s-qa and s-sum it has more detected spans, on s-d2t (r4, unreadable: none) fewer
-    (sel,) = doc("selection.json")
-    assert (sel["models"], sel["n_instances"], sel["skipped"]) == ([A, B], 3, {})
-    assert sel["strategies"]["random"]["rate"] == 0.5
-    assert sel["strategies"]["fewer_spans"]["valid"] == 3 and sel["strategies"]["fewer_spans"]["rate"] == 1 / 3
-    assert sel["strategies"]["no_spans"]["valid"] == 3 and sel["strategies"]["no_spans"]["reduction"] == 1 / 3
-    report = s3.get_object(Bucket=bucket, Key="runs/detect/report.md")["Body"].read().decode()
-    assert "6 responses scored, 1 of them unreadable answers scored as empty lists; 0 without a prediction" in report
-    # columns Data2txt, QA, Summary, Overall; Data2txt's one gold-positive response was missed: F1 is 0/0
-    assert "| all models | 0.0 / 0.0 / n/a | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | 66.7 / 66.7 / 66.7 |" \
-        in report
-    assert response[("Data2txt", "*")]["undefined"] == ["f1"]
+        board = s3.get_object(Bucket=bucket, Key="runs/detect/leaderboard.md")["Body"].read().decode()
+        assert "6 responses scored, 1 of them unreadable answers scored as empty lists; 0 without a prediction" \
+            in board
+        # columns Data2txt, QA, Summary, Overall; Data2txt's one gold-positive response was missed: F1 is 0/0
+        assert "| all models | 0.0 / 0.0 / n/a | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | " \
+               "66.7 / 66.7 / 66.7 |" in board
+        html = s3.get_object(Bucket=bucket, Key="runs/detect/report.html")["Body"].read().decode()
+        assert "RAGTruth detector detector, response level" in html and "RAGTruth corpus (Table 2)" in html
 
-    # the same run id: nothing left to do, no Ray work
-    again = run_ragtruth(cfg, run_id="detect")
-    assert (again.processed, again.skipped) == (0, 6) and again.metrics["response_level"] == metrics["response_level"]
-    # a new run id: every judge answer from the call cache, the same tables
-    cached = run_ragtruth(cfg, run_id="detect-2")
-    assert cached.metrics["costs"]["total"]["calls"] == 0 and cached.metrics["costs"]["total"]["cached_calls"] == 6
-    assert cached.metrics["response_level"] == metrics["response_level"]
-    assert cached.metrics["span_level"] == metrics["span_level"]
-    # the same run id with another scoring rule is refused, not mixed
-    with pytest.raises(RunError, match="different configuration"):
-        run_ragtruth(config(storage, corpus, metrics={"unreadable": "exclude"}), run_id="detect")
+        # the detector's tokens, priced by the run's price table
+        costs = {(c["model"], c["stage"]): c for c in store.read_table_file("costs.parquet").to_pylist()}
+        gen = costs[("detector", "generate")]
+        assert (gen["calls"], gen["cached_calls"], gen["failed_calls"]) == (6, 0, 0)
+        assert gen["usd"] == pytest.approx((3.0 * gen["input_tokens"] + 15.0 * gen["output_tokens"]) / 1e6)
+        assert gen["usd"] > 0
+
+        # the same run id: nothing left to do
+        again = run(cfg, run_id="detect", progress=False)
+        assert (again.processed, again.skipped) == (0, 6) and server.calls == 6
+        assert by(again.metrics, "detection", "task_type", "generator") == by(first.metrics, "detection", "task_type",
+                                                                               "generator")
+        # a new run id: every detector answer from the call cache, the same tables
+        cached = run(cfg, run_id="detect-2", progress=False)
+        assert server.calls == 6
+        cached_costs = {(c["model"], c["stage"]): c for c in RunStore(Location.from_url(storage["root"], cfg.storage),
+                                                                      "detect-2").read_table_file("costs.parquet")
+                        .to_pylist()}
+        assert (cached_costs[("detector", "generate")]["calls"], cached_costs[("detector", "generate")]["cached_calls"]) \
+            == (0, 6)
+        assert by(cached.metrics, "detection", "task_type", "generator") == by(first.metrics, "detection", "task_type",
+                                                                                "generator")
+        # the same run id with another scoring rule is refused, not mixed
+        with pytest.raises(RunError, match="different configuration"):
+            run(parse_config(detect_config(storage, corpus, detector, prices, metrics={"unreadable": "exclude"})),
+                run_id="detect", progress=False)
 
 
 def test_bad_corpus_line_fails_before_any_model_starts(tmp_path):
     broken = [*RESPONSES[:3], {k: v for k, v in RESPONSES[3].items() if k != "model"}]
     (tmp_path / "response.jsonl").write_bytes(write_jsonl(broken))
     (tmp_path / "source_info.jsonl").write_bytes(write_jsonl(SOURCES))
-    cfg = config({"root": f"file://{tmp_path}/runs"}, {"responses": str(tmp_path / "response.jsonl"),
-                                                       "sources": str(tmp_path / "source_info.jsonl")})
+    detector = {"id": "detector", "backend": "openai", "params": {"base_url": "http://127.0.0.1:9/v1"}}
+    cfg = parse_config(detect_config({"root": f"file://{tmp_path}/runs"},
+                                     {"responses": str(tmp_path / "response.jsonl"),
+                                      "sources": str(tmp_path / "source_info.jsonl")}, detector, None))
     with pytest.raises(DataError, match=r"response.jsonl:4: field 'model' is missing"):
-        run_ragtruth(cfg, run_id="bad")
+        run(cfg, run_id="bad", progress=False)
     assert not (tmp_path / "runs").exists()  # not even a manifest
+
+
+JUDGE = {"id": "judge", "role": "judge", "backend": "scripted",
+         "params": {"rules": JUDGE_RULES, "default": judge_list(), "serve": {"num_cpus": 0.25, "max_batch_prompts": 4}}}
 
 
 GEN_X = {"id": "gen-x", "backend": "scripted", "params": {
@@ -225,11 +262,13 @@ def test_rag_generation_rate_and_density(ray_head, tmp_path):
     folder.mkdir()
     (folder / "response.jsonl").write_bytes(write_jsonl(RESPONSES))
     (folder / "source_info.jsonl").write_bytes(write_jsonl(SOURCES))
-    cfg = config({"root": f"file://{tmp_path}/runs"},
-                 {"responses": str(folder / "response.jsonl"), "sources": str(folder / "source_info.jsonl")},
-                 generate=[GEN_X, GEN_Y])
-    result = run_ragtruth(cfg, run_id="rag")
-    rows = {(r["model"], r["task"]): r for r in result.rag_metrics["rows"]}
+    cfg = parse_config({
+        "storage": {"root": f"file://{tmp_path}/runs"}, "models": [GEN_X, GEN_Y, JUDGE],
+        "tasks": ["ragtruth/generate"], "costs": {"price_table": None},
+        "benchmarks": {"ragtruth": {"corpus": {"responses": str(folder / "response.jsonl"),
+                                               "sources": str(folder / "source_info.jsonl")}}}})
+    result = run(cfg, run_id="rag", progress=False)
+    rows = by(result.metrics, "generation", "model", "task_type")
     # gen-x: QA "Boil eggs for 20 minutes in the sea." (8 words, 1 span), Data2txt "Cafe Uno serves
     # pizza all night." (6 words, 2 spans), Summary "The mayor opened a bridge." (5 words, 0 spans)
     x = rows[("gen-x", "Overall")]
@@ -243,14 +282,13 @@ def test_rag_generation_rate_and_density(ray_head, tmp_path):
     assert rows[("gen-y", "QA")]["hallucination_rate"] == 0.0
 
     store = RunStore(Location.from_url(f"file://{tmp_path}/runs"), "rag")
-    gens = {(r["model"], r["source_id"]): r for r in store.read_table("rag_generations").to_pylist()}
-    assert len(gens) == 6
-    g = gens[("gen-x", "s-d2t")]
-    assert (g["response"], g["task"], g["n_spans"], g["error"]) == \
-        ("Cafe Uno serves pizza all night.", "Data2txt", 2, None)
-    assert g["spans"] == [{"start": 9, "end": 21, "label": None}, {"start": 22, "end": 31, "label": None}]
-    calls = {(c["model"], c["stage"]): c["calls"] + c["cached_calls"] for c in result.metrics["costs"]["calls"]}
-    assert calls == {("gen-x", "generate"): 3, ("gen-y", "generate"): 3, ("judge", "detect"): 6,
-                     ("judge", "detect_generated"): 6}
-    assert "## RAG generation, judged by judge" in result.report
-    assert (store.loc.child("rag_metrics.json")).exists()
+    scores = {(r["model"], r["item_id"]): r for r in store.read_table("scores").to_pylist()}
+    assert len(scores) == 6
+    g = scores[("gen-x", "s-d2t")]
+    assert (g["atoms"], g["n_unsupported"], g["error"]) == (["serves pizza", "all night"], 2, None)
+    gens = {(r["model"], r["item_id"]): r for r in store.read_table("generations").to_pylist()}
+    assert gens[("gen-x", "s-d2t")]["text"] == "Cafe Uno serves pizza all night."
+    costs = {(c["model"], c["stage"]): c["calls"] + c["cached_calls"]
+             for c in store.read_table_file("costs.parquet").to_pylist() if c["stage"] != "serve"}
+    assert costs == {("gen-x", "generate"): 3, ("gen-y", "generate"): 3, ("judge", "decompose"): 6}
+    assert "RAGTruth RAG generation, judged by the run's judge" in result.leaderboard

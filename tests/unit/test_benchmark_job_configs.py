@@ -1,4 +1,4 @@
-"""The RAGTruth and FEWL job configs load (FEWL's as a run config), and every model they call is a
+"""The RAGTruth and FEWL job configs load as run configs, and every model they call is a
 route and model id the RayService serves; a config error names the field."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 from halluscope.errors import ConfigError
 from halluscope.config import load_config
 from halluscope.fewl.options import FewlOptions
-from halluscope.ragtruth.run import RagTruthRunConfig, load_ragtruth_config
+from halluscope.ragtruth.tasks import RagTruthOptions
 from halluscope.runkit import parse_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def served_routes() -> set[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("name, load, models", [
-    ("ragtruth-detect.yaml", load_ragtruth_config, lambda c: [c.detector, *c.generate]),
+    ("ragtruth-detect.yaml", load_config, lambda c: c.models),
     ("fewl-truthfulqa.yaml", load_config, lambda c: c.models),
 ])
 def test_job_config_loads_and_reaches_the_rayservice(name, load, models):
@@ -40,8 +40,7 @@ def test_job_config_loads_and_reaches_the_rayservice(name, load, models):
 
 
 def rag(**changes) -> tuple:
-    return RagTruthRunConfig, {"corpus": {"responses": "r", "sources": "s"},
-                               "detector": {"id": "j", "backend": "scripted"}, **changes}
+    return RagTruthOptions, {"corpus": {"responses": "r", "sources": "s"}, **changes}
 
 
 def fewl(**changes) -> tuple:
@@ -51,7 +50,6 @@ def fewl(**changes) -> tuple:
 
 @pytest.mark.parametrize("spec, message", [
     (rag(corpus={"responses": "r", "sources": "s", "splits": ["dev"]}), "corpus.splits.0"),
-    (rag(detector={"id": "j", "backend": "replay"}), "must be a live model"),
     (rag(selection={"candidates": [["a", "a"]]}), "two or more distinct models"),
     (fewl(dataset={"name": "truthfulqa", "source": "x"}), "dataset.name"),
     (fewl(single_reference="b"), "single_reference 'b' is not a reference id (['a'])"),

@@ -193,14 +193,3 @@ def test_span_model_detector_contract():
     with pytest.raises(ConfigError):
         SpanModelDetector(flaky, batch_size=0)
 
-
-def test_unreadable_answer_is_stored_as_a_flagged_empty_prediction():
-    from halluscope.ragtruth.tables import detection_fields, read_prediction
-
-    answer = 'The answer says "15 minutes" but the passages say 9 to 12.'
-    for unreadable, stored in (("empty", (True, None, True, [])), ("exclude", (False, "unreadable", False, []))):
-        out = PromptDetector(unreadable=unreadable).parse([QA], [Completion(answer)])
-        row = detection_fields("judge", TEMPLATE_ID, out.predictions.get("qa"), out.problems, answer, False)
-        assert (row["predicted"], row["problem"], row["unreadable"], row["spans"]) == stored
-        assert row["problems"] == [{"reason": "unreadable", "detail": answer}]  # counted either way
-        assert read_prediction(row) == out.predictions.get("qa")

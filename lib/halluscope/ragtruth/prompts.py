@@ -24,7 +24,7 @@ _NAMES = {
 }
 
 
-def _instructions(task: TaskType) -> str:
+def instructions(task: TaskType) -> str:
     thing, ref = _NAMES[task]
     null_rule = ("In the data, null (or None) means the value is unknown: it does not mean no, false "
                  "or absent.\n") if task is TaskType.DATA2TXT else ""
@@ -49,4 +49,4 @@ def judge_prompt(record: Record) -> str:
                 f"Overview written from this data, to check:\n{response}")
     else:
         body = f"Article:\n{info.strip()}\n\nSummary to check:\n{response}"
-    return f"{body}\n\n{_instructions(task)}\n"
+    return f"{body}\n\n{instructions(task)}\n"

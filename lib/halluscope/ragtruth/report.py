@@ -1,61 +1,91 @@
-"""A RAGTruth run as Markdown: the paper's Tables 5 and 6 layout (P / R / F1 per task and Overall),
-one row per model and one for all models, then the selection experiment and RAG generation.
-A ratio that was 0/0 (e.g. recall where no response has gold spans) is shown as n/a."""
+"""RAGTruth's section of leaderboard.md and report.html, from its metric records: the paper's
+Tables 5 and 6 layout (P / R / F1 per task type and Overall, one row per response model and one
+for all of them) per detector, the selection experiment, and RAG generation. A ratio that was 0/0
+(e.g. recall where no response has gold spans) is shown as n/a."""
 
 from __future__ import annotations
 
+from html import escape
+
 from halluscope.ragtruth.metrics import ALL, OVERALL
 from halluscope.ragtruth.selection import STRATEGIES
+from halluscope.report.escape import markdown as md
+
+Table = tuple[str, list[str], list[list[str]]]  # title, header, rows
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
-def _prf_table(rows: list[dict]) -> list[str]:
-    tasks = [t for t in dict.fromkeys(r["task"] for r in rows) if t != OVERALL] + [OVERALL]
-    models = [ALL] + sorted({r["model"] for r in rows} - {ALL})
-    cell = {(r["task"], r["model"]): r for r in rows}
-    out = ["| model | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
-    for m in models:
+def _prf(rows: list[dict], level: str) -> tuple[list[str], list[list[str]]]:
+    """One row per response model, one column per task type; cells P / R / F1 (%) of ``level``."""
+    types = [t for t in dict.fromkeys(r["task_type"] for r in rows) if t != OVERALL] + [OVERALL]
+    generators = [ALL] + sorted({r["generator"] for r in rows} - {ALL})
+    cell = {(r["task_type"], r["generator"]): r for r in rows}
+    body = []
+    for g in generators:
         cells = []
-        for t in tasks:
-            r = cell.get((t, m))
+        for t in types:
+            r = cell.get((t, g))
             cells.append("-" if r is None else " / ".join(
-                "n/a" if k in r["undefined"] else _pct(r[k]) for k in ("precision", "recall", "f1")))
-        out.append(f"| {'all models' if m == ALL else m} | " + " | ".join(cells) + " |")
+                "n/a" if f"{level}_{k}" in r["undefined"] else _pct(r[f"{level}_{k}"])
+                for k in ("precision", "recall", "f1")))
+        body.append(["all models" if g == ALL else g, *cells])
+    return ["response model", *types], body
+
+
+def tables(records: list[dict]) -> list[Table]:
+    """Every table of the section, in order, with its title; the two renderings share it."""
+    out: list[Table] = []
+    for detector in sorted({r["model"] for r in records if r.get("table") == "detection"}):
+        rows = [r for r in records if r.get("table") == "detection" and r["model"] == detector]
+        overall = next(r for r in rows if r["task_type"] == OVERALL and r["generator"] == ALL)
+        problems = next((r["problems"] for r in records
+                         if r.get("table") == "detector_problems" and r["model"] == detector), {})
+        note = (f"{overall['n_responses']} responses scored, {overall['unreadable']} of them unreadable answers "
+                f"scored as empty lists; {overall['unpredicted']} without a prediction"
+                + ("; problems: " + ", ".join(f"{k} {v}" for k, v in problems.items()) if problems else ""))
+        out.append((f"RAGTruth detector {detector}, response level: P / R / F1 (%). {note}", *_prf(rows, "response")))
+        out.append((f"RAGTruth detector {detector}, span level, characters (micro): P / R / F1 (%)",
+                    *_prf(rows, "span")))
+        for rep in (r for r in records if r.get("table") == "selection" and r["model"] == detector):
+            out.append((f"RAGTruth selection by {detector} among {' + '.join(rep['models'])} "
+                        f"({rep['n_instances']} instances)",
+                        ["strategy", "valid", "hallucination rate (%)", "reduction (%)"],
+                        [[name, str(rep["strategies"][name]["valid"]), _pct(rep["strategies"][name]["rate"]),
+                          _pct(rep["strategies"][name]["reduction"])] for name in STRATEGIES]))
+    corpus = [r for r in records if r.get("table") == "corpus_tasks"]
+    if corpus:
+        out.append(("RAGTruth corpus (Table 2)", ["task type", "source", "instances", "responses",
+                                                   "hallucinated (%)", "spans"],
+                    [[r["task_type"], r["source"], str(r["n_instances"]), str(r["n_responses"]),
+                      _pct(None if r["hallucinated_pct"] is None else r["hallucinated_pct"] / 100), str(r["n_spans"])]
+                     for r in corpus]))
+    gen = [r for r in records if r.get("table") == "generation"]
+    if gen:
+        out.append(("RAGTruth RAG generation, judged by the run's judge",
+                    ["model", "task type", "scored", "hallucination rate (%)", "density (spans / 100 words)",
+                     "generation errors", "unpredicted"],
+                    [[r["model"], r["task_type"], str(r["scored"]), _pct(r["hallucination_rate"]),
+                      "-" if r["density"] is None else f"{r['density']:.2f}", str(r["generation_errors"]),
+                      str(r["unpredicted"])] for r in gen]))
     return out
 
 
-def markdown(run_id: str, metrics: dict, selection: list[dict] | None, rag: dict | None) -> str:
-    det = metrics["detector"]
-    overall = next(r for r in metrics["response_level"] if r["task"] == OVERALL and r["model"] == ALL)
-    policy = "left out" if metrics["options"]["unpredicted"] == "exclude" else "scored as empty lists"
-    lines = [f"# RAGTruth run {run_id}", "",
-             f"Detector: {det['model']} ({det['template']}); {overall['n_responses']} responses scored, "
-             f"{overall['unreadable']} of them unreadable answers scored as empty lists; "
-             f"{overall['unpredicted']} without a prediction ({policy}).", "",
-             "## Response level: P / R / F1 (%)", "", *_prf_table(metrics["response_level"]), "",
-             "## Span level, characters (micro): P / R / F1 (%)", "", *_prf_table(metrics["span_level"]), ""]
-    if metrics["detector_problems"]:
-        lines += ["Detector problems: " + ", ".join(f"{k} {v}" for k, v in metrics["detector_problems"].items()), ""]
-    for rep in selection or []:
-        lines += [f"## Selection among {' + '.join(rep['models'])} ({rep['n_instances']} instances)", "",
-                  "| strategy | valid | hallucination rate (%) | reduction (%) |", "|---|---|---|---|"]
-        for name in STRATEGIES:
-            s = rep["strategies"][name]
-            lines.append(f"| {name} | {s['valid']} | {_pct(s['rate'])} | {_pct(s['reduction'])} |")
+def markdown(records: list[dict]) -> str:
+    lines: list[str] = []
+    for title, header, rows in tables(records):
+        lines += [f"## {md(title)}", "", "| " + " | ".join(md(h) for h in header) + " |", "|---" * len(header) + "|"]
+        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
         lines.append("")
-    if rag:
-        lines += [f"## RAG generation, judged by {rag['detector']}", "",
-                  "| model | task | scored | hallucination rate (%) | density (spans / 100 words) | "
-                  "generation errors | unreadable (empty lists) | unpredicted |", "|---|---|---|---|---|---|---|---|"]
-        for r in rag["rows"]:
-            dens = "-" if r["density"] is None else f"{r['density']:.2f}"
-            lines.append(f"| {r['model']} | {r['task']} | {r['scored']} | {_pct(r['hallucination_rate'])} | {dens} | "
-                         f"{r['generation_errors']} | {r['unreadable']} | {r['unpredicted']} |")
-        lines.append("")
-    c = metrics["costs"]["total"]
-    lines.append(f"Model calls: {c['calls']} ({c['cached_calls']} from the cache, {c['failed_calls']} failed), "
-                 f"{c['input_tokens']} input and {c['output_tokens']} output tokens.")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
+
+
+def html(records: list[dict]) -> str:
+    parts = []
+    for title, header, rows in tables(records):
+        head = "".join(f"<th>{escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        parts.append(f"<h3>{escape(title)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return "".join(parts)

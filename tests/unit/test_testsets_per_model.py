@@ -8,7 +8,8 @@ from halluscope.config import parse_config
 from halluscope.errors import ConfigError
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
-from halluscope.pipeline import workset
+from halluscope.hallulens import tasks as hallulens_tasks
+from halluscope.pipeline import estimate, workset
 from halluscope.pipeline.workset import expand_unit, plan
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -61,3 +62,12 @@ def test_per_model_test_sets_must_cover_every_model(tmp_path):
                                           r"for \['b'\]"):
         parse_config({"tasks": [TASK], "testsets": {TASK: {"a": ["s3://x/y"]}}, "models": [
             {"id": "a", "backend": "scripted"}, {"id": "b", "backend": "scripted"}, JUDGE]})
+
+
+def test_the_estimate_counts_each_models_own_test_sets(tmp_path):
+    first, second = _testsets(tmp_path)
+    models = [{"id": "a", "backend": "scripted"}, {"id": "b", "backend": "scripted"}, JUDGE]
+    cfg = parse_config({"tasks": [TASK], "models": models, "testsets": {TASK: {"a": [first], "b": [first, second]}}})
+    generated = {r.model: r.generations for r in estimate.plan(cfg, None).rows if r.stage == "generate"}
+    first_n, second_n = (len(hallulens_tasks.testset_of(Location.from_url(u)).task_items()) for u in (first, second))
+    assert generated == {"a": first_n, "b": first_n + second_n}

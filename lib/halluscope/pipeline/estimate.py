@@ -35,7 +35,8 @@ from typing import Iterable
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from halluscope.config import ModelSpec, RunConfig, StorageSpec, WikiSpec
+from halluscope.config import (HFModel, ModelSpec, OpenAIModel, RecordedModel, ReplayModel, RunConfig, ScriptedModel,
+                               StorageSpec, VLLMModel, WikiSpec)
 from halluscope.cost.ledger import api_name
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
@@ -44,7 +45,7 @@ from halluscope.models.registry import revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.workset import models_under_test, resolver_for, testset_locations
 from halluscope.records import generation_id
-from halluscope.serving.placement import SERVED_BACKENDS, placement
+from halluscope.serving.placement import placement
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
@@ -330,13 +331,21 @@ class _Acc:
     bases: set[str] = field(default_factory=set)
 
 
-def _load_items(cfg: RunConfig) -> dict[str, list[Item]]:
+def _load_items(cfg: RunConfig) -> dict[tuple[str, str], list[Item]]:
+    """Items per (task, model under test): a model's own test sets where the run lists them per
+    model; a task's items are loaded once per distinct list of test sets."""
     limit, testsets = cfg.limits.max_items_per_task, testset_locations(cfg)
+    loaded: dict[tuple[str, tuple[str, ...]], list[Item]] = {}
     out = {}
     for name in cfg.tasks:
         options = cfg.options_for(benchmark_of(name).name)
-        items = get_task(name).load_items(resolver_for(cfg), testsets.get(name, ()), options).items
-        out[name] = items[:limit] if limit else items
+        for m in models_under_test(cfg):
+            sets = testsets.get((name, m.id), ())
+            key = (name, tuple(s.url for s in sets))
+            if key not in loaded:
+                items = get_task(name).load_items(resolver_for(cfg), sets, options).items
+                loaded[key] = items[:limit] if limit else items
+            out[(name, m.id)] = loaded[key]
     return out
 
 
@@ -369,7 +378,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     resumed run already committed; they make no more calls."""
     o = options or PlanOptions()
     stats = stats or TokenStats()
-    roles = {m.role: m for m in cfg.models if m.role != "test"}
+    roles: dict[str, ModelSpec] = {m.role: m for m in cfg.models if m.role != "test"}
     wiki = cfg.verifiers.wiki
     top_k = wiki.top_k if wiki else WikiSpec.model_fields["top_k"].default
     passage_words = wiki.passage_words if wiki else WikiSpec.model_fields["passage_words"].default
@@ -377,14 +386,14 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     items = _load_items(cfg)
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
     for task_name in cfg.tasks:
-        task, task_items = get_task(task_name), items[task_name]
-        rule_of = {(r.stage, r.role): r for r in task.cost_rules()}
+        task = get_task(task_name)
+        rule_of: dict[tuple[str, str], StageRule] = {(r.stage, r.role): r for r in task.cost_rules()}
         if task.roles and not rule_of:
             raise RunError(f"plan: task '{task_name}' calls role models ({', '.join(task.roles)}) but declares "
                            "no cost rules (Task.cost_rules), so its role calls cannot be estimated")
         stages = [*rule_of, *sorted(stats.stages(task_name) - set(rule_of))]
         for m in models_under_test(cfg):
-            todo = [i for i in task_items if generation_id(task_name, i.item_id, m.id) not in done]
+            todo = [i for i in items[(task_name, m.id)] if generation_id(task_name, i.item_id, m.id) not in done]
             with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
                                         stats, o, cache, cfg)
             shape = Shape(P, G, evidence, o)
@@ -410,11 +419,12 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
         return len(texts), P, G
     cached = _cached_items(m, items, cache) if cache is not None else set()
     todo = [i for i in items if i.item_id not in cached]
-    measured = stats.get(task.name, "generate", "test", m.id)
-    if measured:
-        P, G = measured[0].input_tokens_per_call, measured[0].output_tokens_per_call
+    s, basis = stats.get(task.name, "generate", "test", m.id) or (None, "estimated")
+    # measured generations always have token sizes: only rows with token counts are measured
+    if s is not None and s.input_tokens_per_call is not None and s.output_tokens_per_call is not None:
+        P, G = s.input_tokens_per_call, s.output_tokens_per_call
         a.tin += len(todo) * P
-        a.bases.add(measured[1])
+        a.bases.add(basis)
     else:
         G = sampling_of(m).max_tokens * o.fill_factor
         a.tin += _prompt_tokens(todo, o)
@@ -441,6 +451,7 @@ def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str
         tin = est_in if s.input_tokens_per_call is None else s.input_tokens_per_call
         tout = est_out if s.output_tokens_per_call is None else s.output_tokens_per_call
     else:
+        assert rule is not None, "a stage measured for no model is a stage of the task's rules"
         calls, tin, tout, basis = rule.calls(shape), est_in, est_out, "estimated"
     a = acc[(spec.id, task, stage)]
     a.generations += gens
@@ -461,9 +472,9 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
         basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
         row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
                       None, basis)
-        if spec.backend in ("replay", "recorded"):  # recorded answers cost nothing
+        if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
             row.usd = 0.0
-        elif spec.backend == "openai":
+        elif isinstance(spec, OpenAIModel):
             if prices is None:
                 row.note = "no price table (costs.price_table)"
             else:
@@ -480,12 +491,14 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                 busy_wall[model] = None
             else:
                 row.resource_hours = seconds / 3600
-                if busy_wall[model] is not None:
-                    busy_wall[model] += seconds / (units * spec.params.serve.num_replicas) if units else 0.0
+                busy = busy_wall[model]
+                if busy is not None:
+                    busy_wall[model] = busy + (seconds / (units * spec.params.serve.num_replicas) if units else 0.0)
                 row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
         rows.append(row)
-    served = [m for m in cfg.models if m.backend in SERVED_BACKENDS]
-    wall_s = None if None in busy_wall.values() else o.startup_s + max(busy_wall.values(), default=0.0)
+    served = [m for m in cfg.models if isinstance(m, (ScriptedModel, HFModel, VLLMModel))]  # Ray Serve hosts them
+    known = [s for s in busy_wall.values() if s is not None]
+    wall_s = o.startup_s + max(known, default=0.0) if len(known) == len(busy_wall) else None
     for m in served:
         resource, units = placement(m)
         idle = PlanRow(m.id, m.role, "*", "idle", 0, 0, 0, 0, 0, resource, None, None, "estimated")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from halluscope.config import ModelSpec
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
@@ -70,7 +70,7 @@ class RoleModels:
             self._backends[key] = backend
         return self._backends[key]
 
-    def answer(self, calls: dict[str, Sequence[RoleCall]], stage: str, usage: dict[str, list[dict]],
+    def answer(self, calls: Mapping[str, Sequence[RoleCall]], stage: str, usage: dict[str, list[dict]],
                subjects: dict[str, str] | None = None) -> dict[str, list[Completion]]:
         """Replies per row key (the generation id), one per prompt of its calls in order; usage is
         added to ``usage``. ``subjects`` maps a row key to its model under test (what a recorded

@@ -119,7 +119,8 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     ray.data.DataContext.get_current().enable_progress_bars = False
     timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
-    processed, deployments, mine = 0, [], set()
+    processed, mine = 0, set[str]()
+    deployments: list[dict] = []
     tracker = Progress(store, work.totals, _done_counts(done_rows), show=progress, every_s=cfg.progress_every_s)
     if len(done) < work.total:
         with served(cfg.models, cfg.serve_http_port) as (endpoints, deployments):

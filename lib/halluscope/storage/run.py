@@ -28,6 +28,7 @@ import io
 import json
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -158,7 +159,8 @@ class RunStore:
     def write_json(self, name: str, doc: object) -> None:
         self.loc.child(name).write_bytes_atomic(json.dumps(doc, indent=2, sort_keys=True, default=str).encode())
 
-    def read_json(self, name: str) -> object | None:
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """A JSON object the run keeps (manifest, progress, attempt), or None before it is written."""
         try:  # one request, not an existence check and a read: every commit reads attempt.json
             return json.loads(self.loc.child(name).read_bytes())
         except FileNotFoundError:

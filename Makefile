@@ -27,8 +27,9 @@ demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leade
 
 # both environments and chromium are independent; -j3 builds them side by side, the suites run in order
 MAKEFLAGS += -j3
-test: venv venv-vllm chromium  ## lint, the main suite (report.html rendered in headless chromium), then the vLLM suite
+test: venv venv-vllm chromium  ## lint, type-check the engine, the main suite (report.html rendered in headless chromium), then the vLLM suite
 	$(VENV)/bin/ruff check lib tests bench jobs
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -p no:cacheprovider --durations=12
 	$(MAKE) --no-print-directory test-vllm
 

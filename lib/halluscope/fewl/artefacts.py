@@ -27,10 +27,6 @@ class PreparedQuestions:
     uniform_fallback: list[str] = field(default_factory=list)
     missing_references: dict[str, list[str]] = field(default_factory=dict)  # question id -> absent ref ids
 
-    def to_dict(self) -> dict:
-        return {"prepared": len(self.artefacts), "excluded": self.excluded,
-                "uniform_fallback": self.uniform_fallback, "missing_references": self.missing_references}
-
 
 def prepare_questions(fewl: Fewl, questions: Sequence[Question], ref_ids: Sequence[str],
                       references: ReferenceAnswers, iw_co: Mapping[str, IwCoAnswers | None],

@@ -2,9 +2,9 @@
 
 from halluscope.fewl import report
 from halluscope.fewl.options import FewlOptions
-from halluscope.fewl.task import FewlScore
+from halluscope.fewl.task import FewlTask
 from halluscope.tasks.benchmark import Benchmark
 
-BENCHMARK = Benchmark("fewl", [FewlScore()], options=FewlOptions, metrics=report.metrics,
+BENCHMARK = Benchmark("fewl", [FewlTask()], options=FewlOptions, metrics=report.metrics,
                       markdown=report.markdown, html=report.html, role_models=lambda o: o.role_models(),
                       description="FEWL: hallucination scores without gold answers, from weighted reference LLMs")

@@ -86,7 +86,7 @@ def _scorer(item: Item, kb: "Knowledge") -> Scorer:
     return kb.derived(f"fewl:{content_key(setup)}", lambda k: Scorer(FewlOptions.model_validate(setup), k))
 
 
-class FewlScore(Task):
+class FewlTask(Task):
     name = "fewl/score"
     kind = "response"
     abstention_rule = "fewl-readable-answer-v1"

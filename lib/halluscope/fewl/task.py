@@ -34,6 +34,7 @@ from halluscope.fewl.similarity import CachedSimilarity, CrossEncoderSimilarity,
 from halluscope.knowledge.retrieval import Encoder
 from halluscope.models.base import Completion
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
+from halluscope.tasks.cost_rules import Shape, StageRule
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -93,6 +94,19 @@ class FewlTask(Task):
     decomposer = "fewl-one-answer-v1"
     verifier = f"fewl:{prompts.REFERENCE}+{prompts.IW_CO}"
     roles = ("reference",)
+
+    def cost_rules(self) -> tuple[StageRule, ...]:
+        """Per question, a reference's answer and the IW/CO pairs (25 corrected/wrong sentences by
+        default): the neighbours' answers are other questions' own calls, which the call cache
+        shares, so a full pass asks nothing more. The rules see no options, so the estimate counts
+        one reference; each further reference adds a call of the first kind."""
+        def input_tokens(s: Shape) -> float:
+            return (s.tokens(prompts.reference_prompt("")) + s.tokens(prompts.iw_co_prompt("", 25))) / 2 + s.P
+
+        def output_tokens(s: Shape) -> float:
+            return (s.o.answer_tokens + 2 * 25 * s.fact_tokens) / 2
+
+        return (StageRule("verify", "reference", lambda s: 2.0, input_tokens, output_tokens),)
 
     def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = (),
                    options: "BaseModel | None" = None) -> LoadedItems:

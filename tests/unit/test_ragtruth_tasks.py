@@ -1,0 +1,72 @@
+"""The RAGTruth tasks' own steps, without a run: the detector reply read into atoms and checked
+against gold, the judge's spans of a generated answer, and the options' errors before any model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from halluscope.errors import ConfigError
+from halluscope.models.base import Completion
+from halluscope.ragtruth.tasks import Detect, Generate, RagTruthOptions
+from halluscope.sources import DataResolver
+
+RESPONSE = "Boil the eggs for 15 minutes and add salt."
+SOURCE = {"source_id": "s-qa", "task_type": "QA", "source": "MARCO",
+          "source_info": {"question": "how long to boil an egg", "passages": "Boil eggs for 9 to 12 minutes."},
+          "prompt": "Briefly answer the following question:\nhow long to boil an egg\noutput:"}
+GOLD = {"start": 18, "end": 28, "text": "15 minutes", "meta": "", "label_type": "Evident Conflict"}
+
+
+def corpus(tmp_path, models=("model-a", "model-b")) -> dict:
+    rows = [{"id": f"r-{m}", "source_id": "s-qa", "model": m, "temperature": 0.7, "labels": [GOLD],
+             "split": "test", "quality": "good", "response": RESPONSE} for m in models]
+    (tmp_path / "response.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "source_info.jsonl").write_text(json.dumps(SOURCE) + "\n")
+    return {"responses": str(tmp_path / "response.jsonl"), "sources": str(tmp_path / "source_info.jsonl")}
+
+
+def reply(*spans: str) -> str:
+    return json.dumps({"hallucination list": list(spans)})
+
+
+def test_detector_spans_are_atoms_checked_against_gold(tmp_path):
+    options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path)})
+    loaded = Detect().load_items(DataResolver(), (), options)
+    item = loaded.items[0]
+    assert "Answer to check:\n" + RESPONSE in item.prompt and set(loaded.sources) == {
+        "ragtruth/response.jsonl", "ragtruth/source_info.jsonl"}
+    text = reply("15 minutes", "add salt", "a tunnel")
+    atoms = Detect().decompose(text, item)
+    assert atoms == ["15 minutes", "add salt", "a tunnel"]
+    verdicts = Detect().verify(atoms, text, item, kb=None)
+    assert [(v.supported, v.evidence) for v in verdicts] == [
+        (True, "characters 18-28: 10 in gold spans"), (False, "characters 33-41: 0 in gold spans"),
+        (False, "not found in the response")]
+    assert not Detect().responded("I cannot tell.", item) and Detect().responded(reply(), item)
+
+
+def test_the_judge_spans_of_a_generated_answer_are_unsupported_atoms(tmp_path):
+    options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path), "metrics": {"unreadable": "exclude"}})
+    (item,) = Generate().load_items(DataResolver(), (), options).items
+    answer = "Eggs boil for an hour in the sea."
+    (call,) = [Generate().decompose_call(answer, item)]
+    assert call.role == "judge" and "Answer to check:\n" + answer in call.prompts[0]
+    # overlapping spans count once, as the detector's n_spans does
+    atoms = Generate().decompose(answer, item, [Completion(reply("an hour", "hour in the sea", "never"))])
+    assert atoms == ["an hour in the sea", "never"]
+    assert [v.supported for v in Generate().verify(atoms, answer, item, kb=None)] == [False, False]
+    with pytest.raises(ValueError, match="no readable list"):
+        Generate().decompose(answer, item, [Completion("not sure")])
+    with pytest.raises(ValueError, match="the judge gave no answer: HTTP 503"):
+        Generate().decompose(answer, item, [Completion(None, error="HTTP 503")])
+
+
+def test_bad_options_fail_when_items_load(tmp_path):
+    with pytest.raises(ConfigError, match=r"benchmarks.ragtruth.corpus: not set"):
+        Detect().load_items(DataResolver(), (), RagTruthOptions())
+    options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path),
+                                              "selection": {"candidates": [["model-a", "model-z"]]}})
+    with pytest.raises(ConfigError, match=r"selection.candidates: model\(s\) \['model-z'\] have no response"):
+        Detect().load_items(DataResolver(), (), options)

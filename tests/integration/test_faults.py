@@ -4,6 +4,8 @@ every generation and atom exactly once."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -17,6 +19,7 @@ from tests.conftest import SHARED_DATA
 from tests.support.drills import (Driver, comparable_tables, id_problems, kill_busy_worker, restarts, stage_class,
                                   table_differences, wait_until_gone)
 from tests.support.flaky_s3 import FlakyS3Proxy
+from tests.support.openai_server import FailPlan, OpenAIStubServer
 from tests.support.servers import free_port, s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
@@ -168,3 +171,91 @@ def test_botocore_retries_are_what_absorbs_a_failed_write(s3_endpoint, bucket, r
         assert [loc.child(n).read_bytes() for n in "abc"] == [b"first", b"second", b"third"]
     assert dict(proxy.injected) == {("SlowDown", "PUT"): 1, ("InternalError", "PUT"): 1}
     assert proxy.seen["PUT"] == (4 if fails else 5)
+
+
+# --- FEWL: a run whose rows ask reference models -------------------------------------------------
+
+FEWL_SUBJECTS = ["the moon", "a volcano", "the heart", "a violin", "the internet", "a glacier"]
+FEWL_FORMS = ["What is {} made of?", "Who first studied {}?", "Why does {} matter to people?",
+              "Where can you find {}?"]
+FEWL_QUESTIONS = [form.format(s) for s in FEWL_SUBJECTS for form in FEWL_FORMS]  # 24 generations
+
+
+def _asked(prompt: str) -> str:
+    return prompt.split("Question: ", 1)[1].split("\n", 1)[0]
+
+
+def _fewl_config(root: str, data: str, servers: dict[str, OpenAIStubServer]) -> dict:
+    """One model under test that takes 0.4 s a prompt, one at a time (so the run lasts long enough
+    to be hit), two references and an IW/CO writer; batches of 4, so a kill lands between commits."""
+    def model(model_id: str, role: str, concurrency: int) -> dict:
+        return {"id": model_id, "role": role, "backend": "openai",
+                "params": {"base_url": servers[model_id].base_url, "model": model_id,
+                           "max_concurrency": concurrency}}
+    return {"storage": {"root": root}, "tasks": ["fewl/score"], "cache": {"enabled": False},
+            "costs": {"price_table": None},
+            "models": [model("slow", "test", 1), *(model(m, "reference", 8) for m in ("ref-a", "ref-b", "iwco"))],
+            "benchmarks": {"fewl": {"dataset": {"name": "truthfulqa-gen", "source": data},
+                                    "references": ["ref-a", "ref-b"], "generator": "iwco",
+                                    "params": {"iw_pairs": 2, "k_nn": 2}}},
+            "concurrency": {"batch_size": 4, "generate_batch_size": 4, "verify_actors": 1}}
+
+
+def _fewl_servers() -> dict[str, OpenAIStubServer]:
+    pairs = ("1. Wrong: It is made of cheese.\n   Corrected: Cheese has nothing to do with it.\n"
+             "2. Wrong: Nobody knows anything.\n   Corrected: Much is known about it.")
+    return {"slow": OpenAIStubServer(lambda p: f"I think: {_asked(p)}", FailPlan(delay_s=0.4)),
+            "ref-a": OpenAIStubServer(lambda p: f"A careful answer to: {_asked(p)}"),
+            "ref-b": OpenAIStubServer(lambda p: f"Briefly, {_asked(p).lower()}"),
+            "iwco": OpenAIStubServer(lambda p: pairs)}
+
+
+def _fewl_data(path) -> str:
+    rows = ["Question,Best Answer,Correct Answers,Incorrect Answers"]
+    rows += [f'"{q}",A true answer {i},A true answer {i}; Another true answer {i},A false answer {i}'
+             for i, q in enumerate(FEWL_QUESTIONS)]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def _fewl_scores(store: RunStore) -> dict[str, float]:
+    """FEWL score per generation, from the verdicts' evidence."""
+    return {v["gen_id"]: json.loads(v["evidence"])["score"] for v in store.read_table("verdicts").to_pylist()}
+
+
+def test_killed_fewl_driver_resubmitted_scores_every_question_once(ray_head, tmp_path, drivers):
+    """A FEWL driver SIGKILLed after two commits and resubmitted under the same run id ends with
+    every generation, atom and verdict once, and the scores of an uninterrupted run."""
+    data = _fewl_data(tmp_path / "questions.csv")
+    servers = _fewl_servers()
+    for s in servers.values():
+        s.__enter__()
+    try:
+        clean_root = f"file://{tmp_path}/clean"
+        assert run(parse_config(_fewl_config(clean_root, data, servers)), run_id="clean",
+                   progress=False).processed == len(FEWL_QUESTIONS)
+        clean = RunStore(Location.from_url(clean_root), "clean")
+
+        cfg_path = tmp_path / "run.yaml"
+        cfg_path.write_text(yaml.safe_dump(_fewl_config(f"file://{tmp_path}/drill", data, servers)))
+        store = RunStore(Location.from_url(f"file://{tmp_path}/drill"), "drill")
+        drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
+        first.wait_for_commits(store, 2)
+        first.kill()
+        assert 0 < store.read_table("scores", ["gen_id"]).num_rows < len(FEWL_QUESTIONS)
+        wait_until_gone(ray_head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
+        drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
+        assert second.proc.wait(timeout=240) == 0, second.tail()
+
+        manifest = store.read_json("manifest.json")
+        assert manifest["status"] == "complete"
+        assert manifest["counts"]["done_before"] + manifest["counts"]["processed"] == len(FEWL_QUESTIONS)
+        tables, want = comparable_tables(store), comparable_tables(clean)
+        assert not (problems := id_problems(tables, len(FEWL_QUESTIONS))), problems
+        assert tables["generations"].equals(want["generations"]) and tables["scores"].equals(want["scores"])
+        got, expected = _fewl_scores(store), _fewl_scores(clean)
+        assert got.keys() == expected.keys()
+        assert all(got[g] == pytest.approx(expected[g], abs=1e-6) for g in got)
+    finally:
+        for s in servers.values():
+            s.__exit__(None, None, None)

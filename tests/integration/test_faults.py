@@ -259,3 +259,78 @@ def test_killed_fewl_driver_resubmitted_scores_every_question_once(ray_head, tmp
     finally:
         for s in servers.values():
             s.__exit__(None, None, None)
+
+
+# --- RAGTruth: the model under test is the detector ---------------------------------------------
+
+RT_SOURCES = 8
+RT_MODELS = ("m1", "m2", "m3")
+RT_TOTAL = RT_SOURCES * len(RT_MODELS)  # 24 responses, one detector reply each
+
+
+def _ragtruth_corpus(folder) -> dict:
+    """Eight QA sources with three answers each; the third model's answers hold a gold span."""
+    sources, responses = [], []
+    for i in range(RT_SOURCES):
+        question = f"what colour is the sky over town {i}"
+        sources.append({"source_id": f"s{i}", "task_type": "QA", "source": "MARCO",
+                        "source_info": {"question": question, "passages": f"passage 1:The sky over town {i} is grey."},
+                        "prompt": f"Briefly answer the following question:\n{question}\noutput:"})
+        for model in RT_MODELS:
+            colour = "blue" if model == "m3" else "grey"
+            text = f"The sky over town {i} is {colour}."
+            labels = [{"start": text.index("blue"), "end": text.index("blue") + 4, "text": "blue", "meta": "",
+                       "label_type": "Evident Conflict"}] if colour == "blue" else []
+            responses.append({"id": f"r{i}-{model}", "source_id": f"s{i}", "model": model, "temperature": 0.7,
+                              "labels": labels, "split": "test", "quality": "good", "response": text})
+    for name, rows in (("response.jsonl", responses), ("source_info.jsonl", sources)):
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"responses": str(folder / "response.jsonl"), "sources": str(folder / "source_info.jsonl")}
+
+
+def _ragtruth_config(root: str, corpus: dict, detector: OpenAIStubServer) -> dict:
+    """A detector that takes 0.4 s a prompt, one at a time; batches of 4, so a kill lands between commits."""
+    return {"storage": {"root": root}, "tasks": ["ragtruth/detect"], "cache": {"enabled": False},
+            "costs": {"price_table": None}, "benchmarks": {"ragtruth": {"corpus": corpus}},
+            "models": [{"id": "detector", "backend": "openai",
+                        "params": {"base_url": detector.base_url, "model": "detector", "max_concurrency": 1}}],
+            "concurrency": {"batch_size": 4, "generate_batch_size": 4, "verify_actors": 1}}
+
+
+def _detection(store: RunStore) -> list[dict]:
+    return [r for r in store.read_json("metrics.json") if r.get("table") == "detection"]
+
+
+def test_killed_ragtruth_driver_resubmitted_judges_every_response_once(ray_head, tmp_path, drivers):
+    """A ragtruth/detect driver SIGKILLed after two commits and resubmitted under the same run id
+    ends with every response judged once and the detection metrics of an uninterrupted run."""
+    corpus = _ragtruth_corpus(tmp_path)
+    def flag_blue(prompt: str) -> str:
+        return '{"hallucination list": [%s]}' % ('"blue"' if "is blue." in prompt else "")
+
+    with OpenAIStubServer(flag_blue, FailPlan(delay_s=0.4)) as detector:
+        clean_root = f"file://{tmp_path}/clean"
+        assert run(parse_config(_ragtruth_config(clean_root, corpus, detector)), run_id="clean",
+                   progress=False).processed == RT_TOTAL
+        clean = RunStore(Location.from_url(clean_root), "clean")
+
+        cfg_path = tmp_path / "run.yaml"
+        cfg_path.write_text(yaml.safe_dump(_ragtruth_config(f"file://{tmp_path}/drill", corpus, detector)))
+        store = RunStore(Location.from_url(f"file://{tmp_path}/drill"), "drill")
+        drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
+        first.wait_for_commits(store, 2)
+        first.kill()
+        assert 0 < store.read_table("scores", ["gen_id"]).num_rows < RT_TOTAL
+        wait_until_gone(ray_head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
+        drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
+        assert second.proc.wait(timeout=240) == 0, second.tail()
+
+    manifest = store.read_json("manifest.json")
+    assert manifest["status"] == "complete"
+    assert manifest["counts"]["done_before"] + manifest["counts"]["processed"] == RT_TOTAL
+    tables, want = comparable_tables(store), comparable_tables(clean)
+    assert not (problems := id_problems(tables, RT_TOTAL)), problems
+    assert not table_differences(tables, want)
+    assert _detection(store) == _detection(clean)
+    overall = next(r for r in _detection(store) if (r["task_type"], r["generator"]) == ("Overall", "*"))
+    assert (overall["n_responses"], overall["tp"], overall["fp"]) == (RT_TOTAL, RT_SOURCES, 0)

@@ -73,7 +73,7 @@ class ParseIssue:
 
 @dataclass
 class ParseReport:
-    """Everything a parse step could not use, per step, model and question, for the run's report."""
+    """Everything a parse step could not use, per step, model and question (a verdict's evidence)."""
 
     issues: list[ParseIssue] = field(default_factory=list)
 
@@ -87,12 +87,6 @@ class ParseReport:
         for (step, model, kind), n in sorted(tally.items()):
             out.setdefault(step, {}).setdefault(model, {})[kind] = n
         return out
-
-    def questions(self, kind: IssueKind, step: Step | None = None) -> list[str]:
-        return sorted({i.question_id for i in self.issues if i.kind == kind and step in (None, i.step)})
-
-    def merge(self, other: "ParseReport") -> None:
-        self.issues.extend(other.issues)
 
     def to_dict(self) -> dict:
         return {"counts": self.counts(),

@@ -43,7 +43,8 @@ def loop_seconds(root: str) -> tuple[float, int]:
     store = RunStore(Location.from_url(root), "loop")
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size)
     rows = 0
-    for batch in expand_unit(plan(cfg, store).units, expansion(cfg, store), frozenset()):
+    work = plan(cfg, store)
+    for batch in expand_unit(work.units, expansion(cfg, store, work), frozenset()):
         rows += sum(sum(t.column("rows").to_pylist()) for t in evaluate(batch))
     return time.perf_counter() - t0, rows
 

@@ -41,16 +41,22 @@ def load_provider(ref: str) -> Replies:
 
 
 class RecordedBackend:
-    def __init__(self, model_id: str, provider: str, resolver: DataResolver) -> None:
+    """``shared``: answers by (provider, subject) that several backends fill and read, so the
+    extractor and the judge of a run read a recorded file once between them, not once each."""
+
+    def __init__(self, model_id: str, provider: str, resolver: DataResolver,
+                 shared: dict[tuple[str, str], Answers] | None = None) -> None:
         self.model_id = model_id
+        self._ref = provider
         self._provider = load_provider(provider)
         self._resolver = resolver
-        self._replies: dict[str, Answers] = {}
+        self._replies: dict[tuple[str, str], Answers] = {} if shared is None else shared
 
     def _for(self, subject: str) -> Answers:
-        if subject not in self._replies:
-            self._replies[subject] = self._provider(self._resolver, subject)
-        return self._replies[subject]
+        key = (self._ref, subject)
+        if key not in self._replies:
+            self._replies[key] = self._provider(self._resolver, subject)
+        return self._replies[key]
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []

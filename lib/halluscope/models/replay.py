@@ -12,6 +12,7 @@ import gzip
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -86,6 +87,14 @@ def _rows_from_file(path: Path, fmt: str) -> Iterator[tuple[int, dict | None, st
         raise DataError(f"cannot read {path} after row {i}: {err}") from None
 
 
+@lru_cache(maxsize=1)
+def _file_rows(path: Path, fmt: str, stamp: tuple[int, int]) -> tuple[tuple[int, dict | None, str], ...]:
+    """A file's rows, kept for the next unit: the units that replay one file (a benchmark's rule
+    sets of a domain) are expanded one after another, so the file is parsed once, not per unit.
+    ``stamp`` (mtime, size) keeps a rewritten file from being served from the cache."""
+    return tuple(_rows_from_file(path, fmt))
+
+
 def check_readable(path: Path, fmt: str) -> None:
     """Fail before any worker starts on a file that cannot be read as ``fmt`` at all (UTF-16,
     binary, not gzip, a Parquet file without its footer); bad rows are found and quarantined later."""
@@ -142,7 +151,8 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
     quarantine: list[dict] = []
     seen: Counter[str] = Counter()
     text_col = cols.get("text")
-    for i, row, problem in _rows_from_file(path, fmt):
+    stat = path.stat()
+    for i, row, problem in _file_rows(path, fmt, (stat.st_mtime_ns, stat.st_size)):
         if row is None:
             quarantine.append({"row": i, "reason": problem})
             continue

@@ -33,4 +33,6 @@ class Usage:
         return Usage(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # by hand: dataclasses.asdict deep-copies, and this runs once per row that calls a model
+        return {"calls": self.calls, "cached_calls": self.cached_calls, "failed_calls": self.failed_calls,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}

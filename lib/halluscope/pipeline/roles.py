@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 from halluscope.config import ModelSpec
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
 from halluscope.models.cache import CachedBackend
-from halluscope.models.recorded import RecordedBackend
+from halluscope.models.recorded import Answers, RecordedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
@@ -39,6 +39,7 @@ class RoleModels:
         self._cache = cache
         self._resolver = resolver
         self._backends: dict[tuple[str, str, str | None], ModelBackend] = {}
+        self._recorded: dict[tuple[str, str], Answers] = {}  # shared by every recorded backend
 
     def _spec(self, role: str, model: str | None) -> ModelSpec:
         players = self.specs.get(role, [])
@@ -61,7 +62,8 @@ class RoleModels:
                 # cache keyed by the prompt would merge: they are looked up, never cached
                 if self._resolver is None:
                     raise RuntimeError(f"recorded {role} '{spec.id}' needs the run's data resolver")
-                self._backends[key] = RecordedBackend(spec.id, spec.params.steps, self._resolver)
+                self._backends[key] = RecordedBackend(spec.id, spec.params.steps, self._resolver,
+                                                       self._recorded)
                 return self._backends[key]
             backend = live_backend(spec, self._endpoints.get(spec.id))
             if self._cache is not None:

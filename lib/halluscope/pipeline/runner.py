@@ -20,7 +20,7 @@ from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
 from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estimate_cost
 from halluscope.pipeline.progress import Progress
-from halluscope.pipeline.workset import MISSING, expand_unit, expansion, plan, resolver_for
+from halluscope.pipeline.workset import MISSING, Plan, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
 from halluscope.runkit import check_api_keys, code_version, init_ray, served
 from halluscope.report.leaderboard import leaderboard
@@ -124,7 +124,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     tracker = Progress(store, work.totals, _done_counts(done_rows), show=progress, every_s=cfg.progress_every_s)
     if len(done) < work.total:
         with served(cfg.models, cfg.serve_http_port) as (endpoints, deployments):
-            processed, mine = _execute(cfg, store, work.units, done, endpoints, tracker)
+            processed, mine = _execute(cfg, store, work, done, endpoints, tracker)
     tracker.flush(final=True)
     late = store.prune(BATCH_TABLES, snapshot | mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)
@@ -209,7 +209,9 @@ def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[d
         by_bench[benchmark_of(t).name].append(t)
     metrics: list[dict] = []
     for name, tasks in by_bench.items():
-        inputs = MetricInputs(tasks, scores.filter(pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))),
+        mine = pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))
+        # a filter copies every column (prompts, atoms): not done when the benchmark has every row
+        inputs = MetricInputs(tasks, scores if pc.all(mine).as_py() is not False else scores.filter(mine),
                               store.read_table, store.read_items, cfg.options_for(name))
         metrics += [{**r, "benchmark": r.get("benchmark", name)} for r in benchmark_of(tasks[0]).metrics(inputs)]
     return metrics
@@ -250,19 +252,20 @@ def cache_location(cfg: RunConfig) -> Location | None:
     return Location.from_url(cfg.cache.root or f"{cfg.storage.root.rstrip('/')}/_cache/calls", cfg.storage)
 
 
-def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: dict,
+def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict,
              tracker: Progress) -> tuple[int, set[str]]:
     """Stream the work through the stages; returns the number of generations committed and the
     keys of the batches that committed them.
 
-    Execution shape: one input block per (model, task) unit; expansion fuses into the
+    Execution shape: one input block per (model, task) unit, or per model and the recorded file
+    its units replay (a benchmark's rule sets of one domain); expansion fuses into the
     evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
     rows never leave the worker that expanded them. Live models under test add a generation actor pool
     in between, sized apart from evaluation."""
     conc = cfg.concurrency
-    ds = ray.data.from_arrow([units.slice(i, 1) for i in range(units.num_rows)])
-    ds = ds.map_batches(expand_unit, batch_size=1, batch_format="pyarrow",
-                        fn_kwargs={"ctx": expansion(cfg, store), "done": ray.put(frozenset(done))})
+    ds = ray.data.from_arrow(work.blocks)
+    ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
+                        fn_kwargs={"ctx": expansion(cfg, store, work), "done": ray.put(frozenset(done))})
     if any(m.backend != "replay" for m in cfg.models if m.role == "test"):  # judges are called from Evaluate
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",
@@ -273,7 +276,10 @@ def _execute(cfg: RunConfig, store: RunStore, units, done: set[str], endpoints: 
                         # None: one batch per block (a unit's rows); Evaluate commits them in parts
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
-                        compute=ray.data.ActorPoolStrategy(size=conc.verify_actors))
+                        # one block at a time per actor: a block queued behind a busy actor
+                        # would wait there while another actor runs out of work
+                        compute=ray.data.ActorPoolStrategy(size=conc.verify_actors,
+                                                           max_tasks_in_flight_per_actor=1))
     processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         for r in batch.to_pylist():

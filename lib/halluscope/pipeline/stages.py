@@ -236,8 +236,9 @@ COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa
 class Evaluate:
     """abstain -> decompose -> verify -> score -> write, in commits of ``chunk_rows`` rows, in one
     actor: the knowledge indexes and role-model clients are built once per actor, and a batch's
-    rows never cross processes. Ray Data hands over whole blocks (a unit's rows), so the cutting
-    into committed parts happens here."""
+    rows never cross processes. Ray Data hands over whole blocks (a unit's rows, or the units
+    that replay one file), so the cutting into committed parts happens here: per (model, task),
+    so a run's parts, and the order its tables are read back in, do not depend on the blocks."""
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
                  store: RunStore, chunk_rows: int) -> None:
@@ -247,7 +248,16 @@ class Evaluate:
         self.chunk_rows = chunk_rows
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
-        for start in range(0, batch.num_rows, self.chunk_rows):
-            usage: Usage = defaultdict(list)
-            part = decompose(abstain(batch.slice(start, self.chunk_rows), self.roles, usage), self.roles, usage)
-            yield score_and_write(self.verify(part, usage), self.store, usage)
+        for start, stop in _unit_runs(batch):
+            for chunk in range(start, stop, self.chunk_rows):
+                usage: Usage = defaultdict(list)
+                rows = batch.slice(chunk, min(self.chunk_rows, stop - chunk))
+                part = decompose(abstain(rows, self.roles, usage), self.roles, usage)
+                yield score_and_write(self.verify(part, usage), self.store, usage)
+
+
+def _unit_runs(batch: pa.Table) -> list[tuple[int, int]]:
+    """(start, stop) of each run of rows of one (model, task): expansion emits a unit's rows together."""
+    units = list(zip(batch.column("model").to_pylist(), batch.column("task").to_pylist()))
+    cuts = [i for i in range(1, len(units)) if units[i] != units[i - 1]]
+    return list(zip([0, *cuts], [*cuts, len(units)]))

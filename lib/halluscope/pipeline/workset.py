@@ -30,9 +30,13 @@ UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.st
 @dataclass
 class Plan:
     units: pa.Table  # one row per (model, task)
+    # the units in input blocks, those replaying the same file together (one worker reads it once)
+    blocks: list[pa.Table]
     total: int  # generations in the run, done or not
     totals: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, task) -> generations
     sources: dict[str, str] = field(default_factory=dict)  # data file -> sha256
+    # (task, test set urls) -> its items as loaded here, shipped to the workers so they do not parse them again
+    loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] = field(default_factory=dict)
 
 
 def models_under_test(cfg: RunConfig) -> list[ModelSpec]:
@@ -86,13 +90,16 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     totals: dict[tuple[str, str], int] = {}
     testsets = testset_locations(cfg)
     options = task_options(cfg)
+    shared: dict[tuple[str, str], str] = {}  # (model, task) -> the recorded file it replays
+    found_items: dict[tuple[str, tuple[str, ...]], LoadedItems] = {}
     for name in cfg.tasks:
         task = get_task(name)
         written: dict[str, Item] = {}  # per-model test sets: the items of every model's sets
         for m in models_under_test(cfg):
             if name not in cfg.tasks_of(m):
                 continue
-            loaded = _load(name, resolver, testsets.get((name, m.id), ()), options[name])
+            sets = testsets.get((name, m.id), ())
+            loaded = found_items[(name, tuple(t.url for t in sets))] = _load(name, resolver, sets, options[name])
             sources.update(loaded.sources)
             items = loaded.items[:limit] if limit else loaded.items
             written.update((i.item_id, i) for i in items)
@@ -101,11 +108,19 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
                 found = replay_source(m, task, resolver)
                 if found is not None:
                     sources[found[0]] = sha256_file(found[1])
+                    shared[(m.id, task.name)] = str(found[1])
         _write_items(store, task, list(written.values()))
     units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
                                   for t in cfg.tasks for m in models_under_test(cfg) if t in cfg.tasks_of(m)],
                                  schema=UNITS)
-    return Plan(units, sum(totals.values()), totals, sources)
+    keys = list(zip(units.column("model").to_pylist(), units.column("task").to_pylist()))
+    by_block: dict[tuple[str, str], list[int]] = {}
+    for i, (model, task_name) in enumerate(keys):
+        by_block.setdefault((model, shared.get((model, task_name), task_name)), []).append(i)
+    # the largest first, so the actors finish together rather than one waiting on a large last block
+    order = sorted(by_block.values(), key=lambda rows: -sum(totals.get(keys[i], 0) for i in rows))
+    blocks = [units.take(rows) for rows in order]
+    return Plan(units, blocks, sum(totals.values()), totals, sources, found_items)
 
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
@@ -120,11 +135,13 @@ class Expansion:
     limit: int | None
     testsets: dict[tuple[str, str], tuple[Location, ...]]
     options: dict[str, BaseModel]  # task -> its benchmark's validated options
+    loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] = field(default_factory=dict)  # Plan.loaded
 
 
-def expansion(cfg: RunConfig, store: RunStore) -> Expansion:
+def expansion(cfg: RunConfig, store: RunStore, work: Plan | None = None) -> Expansion:
+    """``work``: the run's plan, whose loaded items the workers then reuse."""
     return Expansion(store, resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg),
-                     task_options(cfg))
+                     task_options(cfg), work.loaded if work else {})
 
 
 def expand_unit(units: pa.Table, ctx: Expansion, done: "ray.ObjectRef | frozenset[str]") -> Iterator[pa.Table]:
@@ -137,8 +154,9 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: "ray.ObjectRef | frozense
     rows: list[dict] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
-        all_items = _load(task.name, ctx.resolver, ctx.testsets.get((task.name, spec.id), ()),
-                          ctx.options[task.name]).items
+        sets = ctx.testsets.get((task.name, spec.id), ())
+        loaded = ctx.loaded.get((task.name, tuple(t.url for t in sets)))
+        all_items = (loaded or _load(task.name, ctx.resolver, sets, ctx.options[task.name])).items
         items = all_items[:ctx.limit] if ctx.limit else all_items
         todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
         texts: dict[str, str] | None = None

@@ -173,38 +173,33 @@ def test_botocore_retries_are_what_absorbs_a_failed_write(s3_endpoint, bucket, r
     assert proxy.seen["PUT"] == (4 if fails else 5)
 
 
-# --- FEWL: a run whose rows ask reference models -------------------------------------------------
+# --- RAGTruth and FEWL in one run: a detector under test, and rows that ask reference models ----
 
 FEWL_SUBJECTS = ["the moon", "a volcano", "the heart", "a violin", "the internet", "a glacier"]
 FEWL_FORMS = ["What is {} made of?", "Who first studied {}?", "Why does {} matter to people?",
               "Where can you find {}?"]
 FEWL_QUESTIONS = [form.format(s) for s in FEWL_SUBJECTS for form in FEWL_FORMS]  # 24 generations
+RT_SOURCES = 8
+RT_MODELS = ("m1", "m2", "m3")
+RT_TOTAL = RT_SOURCES * len(RT_MODELS)  # 24 responses, one detector reply each
+BOTH_TOTAL = len(FEWL_QUESTIONS) + RT_TOTAL
 
 
 def _asked(prompt: str) -> str:
     return prompt.split("Question: ", 1)[1].split("\n", 1)[0]
 
 
-def _fewl_config(root: str, data: str, servers: dict[str, OpenAIStubServer]) -> dict:
-    """One model under test that takes 0.4 s a prompt, one at a time (so the run lasts long enough
-    to be hit), two references and an IW/CO writer; batches of 4, so a kill lands between commits."""
-    def model(model_id: str, role: str, concurrency: int) -> dict:
-        return {"id": model_id, "role": role, "backend": "openai",
-                "params": {"base_url": servers[model_id].base_url, "model": model_id,
-                           "max_concurrency": concurrency}}
-    return {"storage": {"root": root}, "tasks": ["fewl/score"], "cache": {"enabled": False},
-            "costs": {"price_table": None},
-            "models": [model("slow", "test", 1), *(model(m, "reference", 8) for m in ("ref-a", "ref-b", "iwco"))],
-            "benchmarks": {"fewl": {"dataset": {"name": "truthfulqa-gen", "source": data},
-                                    "references": ["ref-a", "ref-b"], "generator": "iwco",
-                                    "params": {"iw_pairs": 2, "k_nn": 2}}},
-            "concurrency": {"batch_size": 4, "generate_batch_size": 4, "verify_actors": 1}}
+def _flag_blue(prompt: str) -> str:
+    return '{"hallucination list": [%s]}' % ('"blue"' if "is blue." in prompt else "")
 
 
-def _fewl_servers() -> dict[str, OpenAIStubServer]:
+def _servers() -> dict[str, OpenAIStubServer]:
+    """The detector and FEWL's model under test take 0.4 s a prompt, one at a time (so the run
+    lasts long enough to be hit); two references and an IW/CO writer answer at once."""
     pairs = ("1. Wrong: It is made of cheese.\n   Corrected: Cheese has nothing to do with it.\n"
              "2. Wrong: Nobody knows anything.\n   Corrected: Much is known about it.")
-    return {"slow": OpenAIStubServer(lambda p: f"I think: {_asked(p)}", FailPlan(delay_s=0.4)),
+    return {"detector": OpenAIStubServer(_flag_blue, FailPlan(delay_s=0.4)),
+            "slow": OpenAIStubServer(lambda p: f"I think: {_asked(p)}", FailPlan(delay_s=0.4)),
             "ref-a": OpenAIStubServer(lambda p: f"A careful answer to: {_asked(p)}"),
             "ref-b": OpenAIStubServer(lambda p: f"Briefly, {_asked(p).lower()}"),
             "iwco": OpenAIStubServer(lambda p: pairs)}
@@ -216,56 +211,6 @@ def _fewl_data(path) -> str:
              for i, q in enumerate(FEWL_QUESTIONS)]
     path.write_text("\n".join(rows) + "\n")
     return str(path)
-
-
-def _fewl_scores(store: RunStore) -> dict[str, float]:
-    """FEWL score per generation, from the verdicts' evidence."""
-    return {v["gen_id"]: json.loads(v["evidence"])["score"] for v in store.read_table("verdicts").to_pylist()}
-
-
-def test_killed_fewl_driver_resubmitted_scores_every_question_once(ray_head, tmp_path, drivers):
-    """A FEWL driver SIGKILLed after two commits and resubmitted under the same run id ends with
-    every generation, atom and verdict once, and the scores of an uninterrupted run."""
-    data = _fewl_data(tmp_path / "questions.csv")
-    servers = _fewl_servers()
-    for s in servers.values():
-        s.__enter__()
-    try:
-        clean_root = f"file://{tmp_path}/clean"
-        assert run(parse_config(_fewl_config(clean_root, data, servers)), run_id="clean",
-                   progress=False).processed == len(FEWL_QUESTIONS)
-        clean = RunStore(Location.from_url(clean_root), "clean")
-
-        cfg_path = tmp_path / "run.yaml"
-        cfg_path.write_text(yaml.safe_dump(_fewl_config(f"file://{tmp_path}/drill", data, servers)))
-        store = RunStore(Location.from_url(f"file://{tmp_path}/drill"), "drill")
-        drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
-        first.wait_for_commits(store, 2)
-        first.kill()
-        assert 0 < store.read_table("scores", ["gen_id"]).num_rows < len(FEWL_QUESTIONS)
-        wait_until_gone(ray_head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
-        drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
-        assert second.proc.wait(timeout=240) == 0, second.tail()
-
-        manifest = store.read_json("manifest.json")
-        assert manifest["status"] == "complete"
-        assert manifest["counts"]["done_before"] + manifest["counts"]["processed"] == len(FEWL_QUESTIONS)
-        tables, want = comparable_tables(store), comparable_tables(clean)
-        assert not (problems := id_problems(tables, len(FEWL_QUESTIONS))), problems
-        assert tables["generations"].equals(want["generations"]) and tables["scores"].equals(want["scores"])
-        got, expected = _fewl_scores(store), _fewl_scores(clean)
-        assert got.keys() == expected.keys()
-        assert all(got[g] == pytest.approx(expected[g], abs=1e-6) for g in got)
-    finally:
-        for s in servers.values():
-            s.__exit__(None, None, None)
-
-
-# --- RAGTruth: the model under test is the detector ---------------------------------------------
-
-RT_SOURCES = 8
-RT_MODELS = ("m1", "m2", "m3")
-RT_TOTAL = RT_SOURCES * len(RT_MODELS)  # 24 responses, one detector reply each
 
 
 def _ragtruth_corpus(folder) -> dict:
@@ -288,49 +233,72 @@ def _ragtruth_corpus(folder) -> dict:
     return {"responses": str(folder / "response.jsonl"), "sources": str(folder / "source_info.jsonl")}
 
 
-def _ragtruth_config(root: str, corpus: dict, detector: OpenAIStubServer) -> dict:
-    """A detector that takes 0.4 s a prompt, one at a time; batches of 4, so a kill lands between commits."""
-    return {"storage": {"root": root}, "tasks": ["ragtruth/detect"], "cache": {"enabled": False},
-            "costs": {"price_table": None}, "benchmarks": {"ragtruth": {"corpus": corpus}},
-            "models": [{"id": "detector", "backend": "openai",
-                        "params": {"base_url": detector.base_url, "model": "detector", "max_concurrency": 1}}],
+def _both_config(root: str, corpus: dict, data: str, servers: dict[str, OpenAIStubServer]) -> dict:
+    """ragtruth/detect (the detector is the model under test) and fewl/score in one run; batches
+    of 4, so a kill lands between commits."""
+    def model(model_id: str, role: str, concurrency: int, tasks: list[str] | None = None) -> dict:
+        return {"id": model_id, "role": role, "backend": "openai", **({"tasks": tasks} if tasks else {}),
+                "params": {"base_url": servers[model_id].base_url, "model": model_id,
+                           "max_concurrency": concurrency}}
+    return {"storage": {"root": root}, "tasks": ["ragtruth/detect", "fewl/score"], "cache": {"enabled": False},
+            "costs": {"price_table": None},
+            "models": [model("detector", "test", 1, ["ragtruth/detect"]), model("slow", "test", 1, ["fewl/score"]),
+                       *(model(m, "reference", 8) for m in ("ref-a", "ref-b", "iwco"))],
+            "benchmarks": {"ragtruth": {"corpus": corpus},
+                           "fewl": {"dataset": {"name": "truthfulqa-gen", "source": data},
+                                    "references": ["ref-a", "ref-b"], "generator": "iwco",
+                                    "params": {"iw_pairs": 2, "k_nn": 2}}},
             "concurrency": {"batch_size": 4, "generate_batch_size": 4, "verify_actors": 1}}
+
+
+def _fewl_scores(store: RunStore) -> dict[str, float]:
+    """FEWL score per generation, from the verdicts' evidence."""
+    return {v["gen_id"]: json.loads(v["evidence"])["score"] for v in store.read_table("verdicts").to_pylist()
+            if v["task"] == "fewl/score"}
 
 
 def _detection(store: RunStore) -> list[dict]:
     return [r for r in store.read_json("metrics.json") if r.get("table") == "detection"]
 
 
-def test_killed_ragtruth_driver_resubmitted_judges_every_response_once(ray_head, tmp_path, drivers):
-    """A ragtruth/detect driver SIGKILLed after two commits and resubmitted under the same run id
-    ends with every response judged once and the detection metrics of an uninterrupted run."""
-    corpus = _ragtruth_corpus(tmp_path)
-    def flag_blue(prompt: str) -> str:
-        return '{"hallucination list": [%s]}' % ('"blue"' if "is blue." in prompt else "")
-
-    with OpenAIStubServer(flag_blue, FailPlan(delay_s=0.4)) as detector:
+def test_killed_driver_of_a_ragtruth_and_fewl_run_resumes_every_id_once(ray_head, tmp_path, drivers):
+    """A driver running ragtruth/detect and fewl/score, SIGKILLed after two commits and
+    resubmitted under the same run id, ends with every response judged once, every FEWL
+    generation, atom and verdict once, and the tables, detection metrics and FEWL scores of an
+    uninterrupted run."""
+    corpus, data = _ragtruth_corpus(tmp_path), _fewl_data(tmp_path / "questions.csv")
+    servers = _servers()
+    for s in servers.values():
+        s.__enter__()
+    try:
         clean_root = f"file://{tmp_path}/clean"
-        assert run(parse_config(_ragtruth_config(clean_root, corpus, detector)), run_id="clean",
-                   progress=False).processed == RT_TOTAL
+        assert run(parse_config(_both_config(clean_root, corpus, data, servers)), run_id="clean",
+                   progress=False).processed == BOTH_TOTAL
         clean = RunStore(Location.from_url(clean_root), "clean")
 
         cfg_path = tmp_path / "run.yaml"
-        cfg_path.write_text(yaml.safe_dump(_ragtruth_config(f"file://{tmp_path}/drill", corpus, detector)))
+        cfg_path.write_text(yaml.safe_dump(_both_config(f"file://{tmp_path}/drill", corpus, data, servers)))
         store = RunStore(Location.from_url(f"file://{tmp_path}/drill"), "drill")
         drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
         first.wait_for_commits(store, 2)
         first.kill()
-        assert 0 < store.read_table("scores", ["gen_id"]).num_rows < RT_TOTAL
+        assert 0 < store.read_table("scores", ["gen_id"]).num_rows < BOTH_TOTAL
         wait_until_gone(ray_head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
         drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
         assert second.proc.wait(timeout=240) == 0, second.tail()
+    finally:
+        for s in servers.values():
+            s.__exit__(None, None, None)
 
     manifest = store.read_json("manifest.json")
     assert manifest["status"] == "complete"
-    assert manifest["counts"]["done_before"] + manifest["counts"]["processed"] == RT_TOTAL
+    assert manifest["counts"]["done_before"] + manifest["counts"]["processed"] == BOTH_TOTAL
     tables, want = comparable_tables(store), comparable_tables(clean)
-    assert not (problems := id_problems(tables, RT_TOTAL)), problems
-    assert not table_differences(tables, want)
+    assert not (problems := id_problems(tables, BOTH_TOTAL)), problems
+    assert tables["generations"].equals(want["generations"]) and tables["scores"].equals(want["scores"])
     assert _detection(store) == _detection(clean)
     overall = next(r for r in _detection(store) if (r["task_type"], r["generator"]) == ("Overall", "*"))
     assert (overall["n_responses"], overall["tp"], overall["fp"]) == (RT_TOTAL, RT_SOURCES, 0)
+    got, expected = _fewl_scores(store), _fewl_scores(clean)
+    assert got.keys() == expected.keys() and len(got) == len(FEWL_QUESTIONS)
+    assert all(got[g] == pytest.approx(expected[g], abs=1e-6) for g in got)

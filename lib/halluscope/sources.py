@@ -23,7 +23,7 @@ import tempfile
 import urllib.request
 from importlib import resources
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 from halluscope.errors import DataError
 
@@ -199,3 +199,24 @@ def csv_rows(f: IO[str], path: Path) -> Iterator[tuple[int, dict[str, str] | Non
             yield i, None, f"missing field(s) {[k for k, v in row.items() if v is None]}"
         else:
             yield i, row, ""
+
+
+def jsonl_rows(lines: Iterable[str | bytes], start: int = 1, invalid: str = "invalid JSON: {error}",
+               not_object: str = "not a JSON object") -> Iterator[tuple[int, dict | None, str]]:
+    """(line number, object, problem) of every non-blank line of JSON lines: a line that is not JSON
+    (or, as bytes, not UTF-8) or not an object comes back as None with the reason, so each reader
+    keeps its own policy (quarantine, skip, fail). ``invalid`` and ``not_object`` word the reason
+    ({error}: the parser's exception; {kind}: the JSON value's Python type) where a reader's wording
+    is fixed."""
+    for number, line in enumerate(lines, start):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            yield number, None, invalid.format(error=err)
+            continue
+        if isinstance(value, dict):
+            yield number, value, ""
+        else:
+            yield number, None, not_object.format(kind=type(value).__name__)

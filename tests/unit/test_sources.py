@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from halluscope.errors import DataError
-from halluscope.sources import ENV_SOURCE_BASE, HALOGEN_COMMIT, PINNED, PYPI_SIMPLE_INDEX, DataResolver, public_url
+from halluscope.sources import (ENV_SOURCE_BASE, HALOGEN_COMMIT, PINNED, PYPI_SIMPLE_INDEX, DataResolver, jsonl_rows,
+                                public_url)
 from tests.conftest import SHARED_DATA
 
 SERVED = b'prompt\n"How to x?"\n'
@@ -114,3 +115,13 @@ def test_the_live_pypi_index_only_when_asked_for(tmp_path, monkeypatch):
     monkeypatch.setattr("halluscope.sources._fetch", lambda url, what, accept=None: answer)
     got = DataResolver(cache_dir=str(tmp_path)).resolve_any(PYPI_SIMPLE_INDEX)
     assert got.read_text() == "numpy\nFlask\n"
+
+
+def test_jsonl_rows_report_bad_lines_instead_of_raising():
+    lines = ['{"a": 1}\n', "  \n", "{oops\n", "[1, 2]\n", '{"b": 2}']
+    assert [(n, row, problem.split(":")[0]) for n, row, problem in jsonl_rows(lines)] == [
+        (1, {"a": 1}, ""), (3, None, "invalid JSON"), (4, None, "not a JSON object"), (5, {"b": 2}, "")]
+    worded = jsonl_rows([b"\xff\n", b"7\n"], start=0, invalid="bad ({error})", not_object="a {kind}")
+    assert [(n, problem.split(" ")[0]) for n, _, problem in worded] == [(0, "bad"), (1, "a")]
+    too_long = next(jsonl_rows(["1" * 5000]))  # a ValueError that is not a JSONDecodeError
+    assert too_long[:2] == (1, None) and too_long[2].startswith("invalid JSON: Exceeds the limit")

@@ -12,7 +12,6 @@ of them. Two backends answer the same ``CorpusIndex`` protocol:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import httpx
 import pyarrow.parquet as pq
 
 from halluscope.errors import ConfigError, DataError
+from halluscope.sources import jsonl_rows
 
 WORD = re.compile(r"\w+")
 PHRASE_MATCH = ("case-insensitive exact phrase: the phrase's own characters, any run of whitespace for a "
@@ -214,16 +214,10 @@ class _Loader:
 
     def _jsonl(self, fs: fsspec.AbstractFileSystem, path: str, url: str) -> Iterator[tuple[str, str]]:
         with fs.open(path, "rb", compression="infer") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as err:  # bad JSON or bad UTF-8
-                    self._broken(f"{url}:{n}", f"not JSON ({err})")
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                    self._broken(f"{url}:{n}", "not an object with a string 'text'")
+            for n, rec, problem in jsonl_rows(f, invalid="not JSON ({error})",
+                                              not_object="not an object with a string 'text'"):
+                if rec is None or not isinstance(rec.get("text"), str):
+                    self._broken(f"{url}:{n}", problem or "not an object with a string 'text'")
                     continue
                 yield (str(rec["id"]) if rec.get("id") is not None else f"{url}:{n}"), rec["text"]
 

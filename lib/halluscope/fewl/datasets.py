@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping
 import fsspec
 
 from halluscope.errors import ConfigError, DataError
+from halluscope.sources import jsonl_rows
 from halluscope.storage.fs import Location
 
 # Labels, shared across datasets where the meaning is shared.
@@ -144,15 +145,9 @@ def _json_records(text: str, name: str) -> Iterator[Record]:
             raise DataError(f"{name} is not valid JSON: {err}") from None
         yield from ((i, None, rec) for i, rec in enumerate(doc))
         return
-    row = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield row, number, json.loads(line)
-        except ValueError as err:
-            yield row, number, _Broken(f"invalid JSON: {err.args[0] if err.args else err}")
-        row += 1
+    for row, (number, rec, problem) in enumerate(jsonl_rows(text.splitlines(),
+                                                             not_object="a {kind}, not a JSON object")):
+        yield row, number, _Broken(problem) if rec is None else rec
 
 
 def _text(rec: Mapping[str, Any], key: str) -> str:

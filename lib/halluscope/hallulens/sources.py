@@ -13,7 +13,6 @@ import csv
 import gzip
 import hashlib
 import io
-import json
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator, Sequence
@@ -24,6 +23,7 @@ import fsspec
 from pydantic import BaseModel, ConfigDict
 
 from halluscope.errors import DataError
+from halluscope.sources import jsonl_rows
 from halluscope.storage.fs import Location
 
 Source = str | Location
@@ -192,15 +192,8 @@ def _parquet_records(data: bytes, url: str) -> Iterator[tuple[int, dict | str]]:
 
 
 def _jsonl_records(data: bytes, url: str) -> Iterator[tuple[int, dict | str]]:
-    for number, line in enumerate(_lines(data, url, "GoodWiki file"), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            yield number, "invalid JSON"
-            continue
-        yield number, record if isinstance(record, dict) else "not a JSON object"
+    for number, record, problem in jsonl_rows(_lines(data, url, "GoodWiki file"), invalid="invalid JSON"):
+        yield number, problem if record is None else record
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -28,6 +28,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from halluscope.errors import DataError
+from halluscope.sources import jsonl_rows
 from halluscope.storage.fs import Location
 
 FACTSCORE_SEPARATOR = "####SPECIAL####SEPARATOR####"
@@ -212,18 +213,11 @@ class _Unreadable(str):
 
 def _jsonl_rows(loc: Location, _wanted: list[str] | None) -> Iterator[Row]:
     with loc.fs.open(loc.path, "rt", encoding="utf-8", compression="infer") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                yield number, _Unreadable("invalid JSON"), None
-                continue
-            if isinstance(record, dict):
-                yield number, record.get("title"), record.get("text")
+        for number, record, problem in jsonl_rows(f, invalid="invalid JSON"):
+            if record is None:
+                yield number, _Unreadable(problem), None
             else:
-                yield number, _Unreadable("not a JSON object"), None
+                yield number, record.get("title"), record.get("text")
 
 
 def _parquet_rows(loc: Location, _wanted: list[str] | None) -> Iterator[Row]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 
 from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
-from halluscope.sources import DataResolver, csv_rows, open_text
+from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text
 
 if TYPE_CHECKING:  # models/ sits below tasks/: a task is read through its methods only
     from halluscope.tasks.base import Item, Task
@@ -56,15 +55,7 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:
     with open_text(path, tolerant=True) as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                yield i, None, f"invalid JSON: {err.msg}"
-                continue
-            yield (i, row, "") if isinstance(row, dict) else (i, None, "not a JSON object")
+        yield from jsonl_rows(f, start=0)
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict | None, str]]:

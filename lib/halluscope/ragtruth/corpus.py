@@ -23,12 +23,13 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import fsspec
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from halluscope.errors import DataError
+from halluscope.sources import jsonl_rows
 from halluscope.ragtruth.taxonomy import LabelType, Quality, TaskType, parse_label_type
 
 RESPONSE_FILE = "response.jsonl"
@@ -194,16 +195,11 @@ def _read(url: str, name: str, expected: str | None,
     return lines, FileDigest(url=url, sha256=digest, bytes=len(raw), lines=sum(1 for ln in lines if ln.strip()))
 
 
-def _rows(lines: list[str], name: str):
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{name}:{lineno}: not valid JSON ({err})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{name}:{lineno}: expected a JSON object, got {type(row).__name__}")
+def _rows(lines: list[str], name: str) -> Iterator[tuple[int, dict]]:
+    for lineno, row, problem in jsonl_rows(lines, invalid="not valid JSON ({error})",
+                                           not_object="expected a JSON object, got {kind}"):
+        if row is None:
+            raise DataError(f"{name}:{lineno}: {problem}")
         yield lineno, row
 
 

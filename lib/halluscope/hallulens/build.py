@@ -20,6 +20,7 @@ from halluscope.hallulens import generation, nonexistent, search, sources
 from halluscope.hallulens.testset import TestSet
 from halluscope.knowledge.passages import ArticleStore
 from halluscope.storage.fs import Location, storage_options
+from halluscope.storage.names import CALL_CACHE, TESTSETS, shared_url
 
 class Sources(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -88,7 +89,7 @@ def evidence_titles(job: TestSetJob, pages: list[sources.WikiPage], opts: dict |
 def build(job: TestSetJob, backends: dict[str, Any]) -> list[TestSet]:
     """One test set per seed; ``backends`` maps generator model id -> ModelBackend."""
     opts = storage_options(job.storage) if job.storage.root.startswith("s3://") else None
-    root = Location.from_url(job.root or f"{job.storage.root.rstrip('/')}/testsets", job.storage)
+    root = Location.from_url(_testsets_root(job), job.storage)
     generate = {mid: generation.BackendGenerate(b, f"testset:{job.task}") for mid, b in backends.items()}
     out = []
     if job.task in ("precise_wikiqa", "longwiki"):
@@ -139,9 +140,12 @@ def summary(ts: TestSet) -> str:
     return "\n".join(lines)
 
 
+def _testsets_root(job: TestSetJob) -> str:
+    return job.root or shared_url(job.storage.root, TESTSETS)
+
+
 def uri(ts: TestSet, job: TestSetJob) -> str:
-    root = job.root or f"{job.storage.root.rstrip('/')}/testsets"
-    return f"{root.rstrip('/')}/{ts.spec.task}/{ts.testset_id}"
+    return f"{_testsets_root(job).rstrip('/')}/{ts.spec.task}/{ts.testset_id}"
 
 
 def run_job(job: TestSetJob) -> list[TestSet]:
@@ -151,6 +155,6 @@ def run_job(job: TestSetJob) -> list[TestSet]:
 
     if any(g.backend in SERVED_BACKENDS for g in job.generators):
         init_ray(job.ray)
-    cache = Location.from_url(f"{job.storage.root.rstrip('/')}/_cache/calls", job.storage)
+    cache = Location.from_url(shared_url(job.storage.root, CALL_CACHE), job.storage)
     with served(job.generators) as (endpoints, _):
         return build(job, {g.id: client(g, endpoints, cache, f"testset:{job.task}") for g in job.generators})

@@ -16,7 +16,10 @@ MAX_ID_CHARS = 128
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # a model id may name a hub model ("meta-llama/Llama-3.1-8B-Instruct"): segments joined by "/"
 _MODEL_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+ -]*")
-RESERVED = frozenset({"testsets"})  # folders under the root that runs share; "_*" names are reserved too
+# folders under the storage root that runs share (a run id cannot start with "_")
+CALL_CACHE = "_cache/calls"
+TESTSETS = "testsets"
+RESERVED = frozenset({TESTSETS})
 ROOT_SCHEMES = ("file://", "s3://")
 RUN_ID_RULE = (f"1-{MAX_ID_CHARS} characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, "
                f"not {', '.join(sorted(RESERVED))}")
@@ -58,3 +61,9 @@ def root_problem(root: str) -> str | None:
     if "://" in root and not root.startswith(ROOT_SCHEMES):
         return f"storage root {root!r} is not supported: use a local path, file://... or s3://..."
     return None
+
+
+def shared_url(root: str, folder: str) -> str:
+    """The URL of a folder every run under the storage root ``root`` shares (CALL_CACHE, ...), so
+    runs and test-set jobs find each other's caches."""
+    return f"{root.rstrip('/')}/{folder}"

@@ -169,10 +169,16 @@ class DataResolver:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        return sha256_stream(f)
+
+
+def sha256_stream(f: IO[bytes]) -> str:
+    """sha256 of the rest of an open binary file (local or fsspec), read in 1 MiB chunks so a
+    file larger than memory can be hashed."""
+    h = hashlib.sha256()
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        h.update(chunk)
     return h.hexdigest()
 
 

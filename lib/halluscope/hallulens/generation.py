@@ -70,7 +70,7 @@ class BackendGenerate:
 
     def __call__(self, prompts: list[str]) -> list[Completion]:
         return self.backend.generate_batch(
-            [GenerationRequest(self.task, hashlib.sha256(p.encode()).hexdigest()[:16], p) for p in prompts])
+            [GenerationRequest(self.task, stable_id(p), p) for p in prompts])
 
 
 def call_generator(generate: Generate, prompts: list[str], step: str, report: GenerationReport) -> list[Completion]:

@@ -28,7 +28,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from halluscope.errors import DataError
-from halluscope.sources import jsonl_rows
+from halluscope.sources import jsonl_rows, sha256_stream
 from halluscope.storage.fs import Location
 
 FACTSCORE_SEPARATOR = "####SPECIAL####SEPARATOR####"
@@ -179,11 +179,8 @@ class ArticleStore:
         """Digest of the file's bytes, for the run manifest; computed on demand (large files)."""
         if self._fs is None or self._path is None:
             return None
-        h = hashlib.sha256()
         with self._fs.open(self._path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+            return sha256_stream(f)
 
     def describe(self) -> dict:
         return {"source": self.source, "source_sha256": self.source_sha256, "sha256": self.sha256,

@@ -66,7 +66,9 @@ def task_metrics(scores: pa.Table) -> list[dict]:
             # micro: unsupported atoms over verified atoms, pooled over responded generations
             "hallucination_score_micro": _ratio(a["n_unsupported"], a["n_atoms"] - a["n_unverified"]),
             "utility_score": _ratio(math.fsum(gs[(model, task)]), a["n_items"]),
-            "top_unsupported": [[u, n] for u, n in unsupported[(model, task)].most_common(TOP_UNITS)],
+            # ties by name: the order rows were read in must not decide which names are shown
+            "top_unsupported": [[u, n] for u, n in sorted(unsupported[(model, task)].items(),
+                                                          key=lambda kv: (-kv[1], kv[0]))[:TOP_UNITS]],
         })
     return out
 

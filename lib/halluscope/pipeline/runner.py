@@ -25,6 +25,7 @@ from halluscope.report.html import write_report
 from halluscope.runkit import check_api_keys, code_version, init_ray, served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
+from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
 from halluscope.storage.run import BATCH_TABLES, RunStore
 from halluscope.task_registry import benchmark_of, get_task
 from halluscope.tasks.benchmark import MetricInputs
@@ -242,14 +243,14 @@ def knowledge_for(cfg: RunConfig) -> Knowledge:
     """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Passage indexes
     persist under <storage.root>/_cache/indexes, PyPI and title indexes under data.cache_dir."""
     return Knowledge(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
-                     Location.from_url(f"{cfg.storage.root.rstrip('/')}/_cache/indexes", cfg.storage),
+                     Location.from_url(shared_url(cfg.storage.root, INDEX_CACHE), cfg.storage),
                      clients=cfg.concurrency.verify_actors)
 
 
 def cache_location(cfg: RunConfig) -> Location | None:
     if not cfg.cache.enabled:
         return None
-    return Location.from_url(cfg.cache.root or f"{cfg.storage.root.rstrip('/')}/_cache/calls", cfg.storage)
+    return Location.from_url(cfg.cache.root or shared_url(cfg.storage.root, CALL_CACHE), cfg.storage)
 
 
 def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict,

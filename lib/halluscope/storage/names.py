@@ -18,6 +18,7 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MODEL_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+ -]*")
 # folders under the storage root that runs share (a run id cannot start with "_")
 CALL_CACHE = "_cache/calls"
+INDEX_CACHE = "_cache/indexes"
 TESTSETS = "testsets"
 RESERVED = frozenset({TESTSETS})
 ROOT_SCHEMES = ("file://", "s3://")

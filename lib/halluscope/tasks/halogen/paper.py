@@ -112,8 +112,10 @@ def first_line_words(text: str, rules: RuleSet) -> list[str]:
 
 
 def gold_in_first_line(text: str, category: str, rules: RuleSet) -> bool:
-    """The authors' answer gate: the right answer among the first line's words means no hallucination."""
-    return GOLD[category] in first_line_words(text, rules)
+    """The authors' answer gate: the right answer among the first line's words means no hallucination.
+    A token is a piece of the line, so a line without the answer's letters is decided untokenized."""
+    gold = GOLD[category]
+    return gold in text.split("\n")[0].lower() and gold in first_line_words(text, rules)
 
 
 def parsed_factors(parsed: str) -> list[int]:

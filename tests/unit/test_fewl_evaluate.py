@@ -62,7 +62,6 @@ def test_preparation_reports_what_it_could_not_use(prepared):
     assert prep.excluded == {"q2": "no reference answer"}
     assert prep.uniform_fallback == ["q0", "q1", "q3", "q4"]  # no IW/CO pairs were given
     assert prep.missing_references == {"q2": ["r1", "r2"], "q3": ["r1"]}
-    assert prep.to_dict()["prepared"] == 4
 
 
 def test_pairwise_and_ranked_first_tallies(prepared):

@@ -25,13 +25,18 @@ $(STAMP): pyproject.toml requirements.lock | $(UV)
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-# both environments and chromium are independent; -j3 builds them side by side, the suites run in order
+# both environments and chromium are independent; -j3 builds them side by side. The unit tests
+# start no Ray and no Serve, so they run beside the vLLM suite (whose Ray has a temp dir and ports
+# of its own) while it waits on its engines; the integration tests, which share one Ray head, follow.
 MAKEFLAGS += -j3
-test: venv venv-vllm chromium  ## lint, type-check the engine, the main suite (report.html rendered in headless chromium), then the vLLM suite
+test: venv venv-vllm chromium  ## lint, type-check the engine, unit tests beside the vLLM suite, then the integration tests (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -p no:cacheprovider --durations=12
-	$(MAKE) --no-print-directory test-vllm
+	log=$$(mktemp); ($(MAKE) --no-print-directory test-vllm > $$log 2>&1; echo $$? > $$log.rc) & \
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit; unit=$$?; wait; \
+	echo "--- vLLM suite"; cat $$log; vllm=$$(cat $$log.rc); rm -f $$log $$log.rc; \
+	test $$unit -eq 0 && test $$vllm -eq 0
+	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration
 
 bench: venv  ## writes bench/results.json
 	$(PY) bench/run.py

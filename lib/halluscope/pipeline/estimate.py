@@ -50,7 +50,7 @@ from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
 from halluscope.tasks.base import Item, Task
-from halluscope.tasks.cost_rules import Shape, StageRule
+from halluscope.tasks.cost_rules import Shape, SizeAssumptions, StageRule
 
 POOLED = "*"  # TokenStats model key: every model measured on the task
 REFERENCE_PARAMS_B = 8.0  # Throughput figures are for a dense model of this many billion parameters
@@ -82,20 +82,9 @@ DEFAULT_THROUGHPUT: dict[str, Throughput] = {
 }
 
 
-class PlanOptions(BaseModel):
+class PlanOptions(SizeAssumptions):
     """The estimate's assumptions; each is printed with the plan."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tokens_per_word: float = Field(1.3, gt=0)
-    fill_factor: float = Field(0.5, gt=0, le=1, description="share of max_tokens a generation uses")
-    words_per_fact: float = Field(8.0, gt=0, description="an atomic fact restates about one clause")
-    words_per_sentence: float = Field(20.0, gt=0, description="LongWiki extracts claims per sentence")
-    words_per_title: float = Field(7.0, gt=0, description="a cited title (HALOGEN's recorded titles: 6.8 words)")
-    parse_tokens: int = Field(32, ge=1, description="an extractor's parse: a number, names or items (HALOGEN's "
-                                                    "recorded parses: 12-25 words on average per task)")
-    verdict_tokens: int = Field(5, ge=1, description="a Yes/No or label answer")
-    json_verdict_tokens: int = Field(12, ge=1, description='a {"is_...": true} answer')
-    answer_tokens: int = Field(10, ge=0, description="a PreciseWikiQA gold answer in the judge prompt")
     throughput: dict[str, Throughput] = Field(default_factory=lambda: dict(DEFAULT_THROUGHPUT))
     params_b: dict[str, float] = Field(default_factory=dict,
                                        description="model id -> billions of parameters, where the name "

@@ -9,31 +9,28 @@ phase asks which role, once or per atom, with which template; the engine's estim
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from halluscope.tasks.base import RoleName
 
 
-class SizeAssumptions(Protocol):
-    """The estimate's size assumptions a rule may read (pipeline.estimate.PlanOptions has them)."""
+class SizeAssumptions(BaseModel):
+    """The sizes a rule may read; the estimate's options (pipeline.estimate.PlanOptions) extend them."""
 
-    @property
-    def tokens_per_word(self) -> float: ...
-    @property
-    def words_per_fact(self) -> float: ...
-    @property
-    def words_per_sentence(self) -> float: ...
-    @property
-    def words_per_title(self) -> float: ...
-    @property
-    def parse_tokens(self) -> int: ...
-    @property
-    def verdict_tokens(self) -> int: ...
-    @property
-    def json_verdict_tokens(self) -> int: ...
-    @property
-    def answer_tokens(self) -> int: ...
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tokens_per_word: float = Field(1.3, gt=0)
+    fill_factor: float = Field(0.5, gt=0, le=1, description="share of max_tokens a generation uses")
+    words_per_fact: float = Field(8.0, gt=0, description="an atomic fact restates about one clause")
+    words_per_sentence: float = Field(20.0, gt=0, description="LongWiki extracts claims per sentence")
+    words_per_title: float = Field(7.0, gt=0, description="a cited title (HALOGEN's recorded titles: 6.8 words)")
+    parse_tokens: int = Field(32, ge=1, description="an extractor's parse: a number, names or items (HALOGEN's "
+                                                    "recorded parses: 12-25 words on average per task)")
+    verdict_tokens: int = Field(5, ge=1, description="a Yes/No or label answer")
+    json_verdict_tokens: int = Field(12, ge=1, description='a {"is_...": true} answer')
+    answer_tokens: int = Field(10, ge=0, description="a PreciseWikiQA gold answer in the judge prompt")
 
 
 @dataclass(frozen=True)

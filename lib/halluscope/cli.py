@@ -156,11 +156,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from halluscope.task_registry import get_task, task_names
+    from halluscope.task_registry import benchmarks
 
-    for name in task_names():
-        d = get_task(name).describe()
-        print(f"{name:40s} {d['kind']:9s} D={d['decomposer']}  V={d['verifier']}")
+    for bench in sorted(benchmarks().values(), key=lambda b: b.name):
+        print(f"# {bench.name}" + (f": {bench.description}" if bench.description else ""))
+        for task in sorted(bench.tasks, key=lambda t: t.name):
+            d = task.describe()
+            print(f"{task.name:40s} {d['kind']:9s} D={d['decomposer']}  V={d['verifier']}")
     return 0
 
 

@@ -7,6 +7,7 @@ import csv
 import json
 import sys
 from collections import Counter
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -42,7 +43,10 @@ def read_csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str] | None, str]
         raise DataError(f"cannot read {path}: {err}") from None
 
 
+@lru_cache(maxsize=16384)
 def normalize_prompt(prompt: str) -> str:
+    """Cached: every role call of a row keys its item by prompt (and source), in each phase
+    and for each model, so the same few thousand texts are normalised over and over."""
     return " ".join(prompt.split())
 
 

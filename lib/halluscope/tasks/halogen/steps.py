@@ -27,8 +27,8 @@ def step_keys(domain: str, step: str, joins: list[str], response: str, units: li
     whitespace-normalised response and the unit. A model may give one response to several
     prompts and the authors' sampled steps may differ between them, so the item is part of it;
     the domain prefix lets the answers be loaded one domain at a time."""
-    head = [hashlib.blake2b(f"{step}\x1f{j}\x1f{' '.join(response.split())}\x1f".encode(), digest_size=16)
-            for j in joins]
+    response = " ".join(response.split())
+    head = [hashlib.blake2b(f"{step}\x1f{j}\x1f{response}\x1f".encode(), digest_size=16) for j in joins]
     out = []
     for unit in units:
         tail = " ".join(unit.split()).encode()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 MISSING = "no recorded response"  # generations.error of an item its replay file lacks: counted apart
 
@@ -21,9 +22,10 @@ def generation_id(task: str, item_id: str, model: str, sample_idx: int = 0) -> s
     return stable_id("gen", task, item_id, model, sample_idx)
 
 
-def atom_id(gen_id: str, atom_idx: int) -> str:
-    """Already unique and stable: the generation's id and the atom's position in it."""
-    return f"{gen_id}-{atom_idx}"
+def atom_ids(gen_ids: pa.ChunkedArray | pa.Array, atom_idx: pa.Array) -> pa.Array:
+    """``<gen_id>-<atom_idx>`` per atom: already unique and stable, the generation's id and the
+    atom's position in it."""
+    return pc.binary_join_element_wise(gen_ids, atom_idx.cast(pa.string()), "-")
 
 
 ITEMS = pa.schema([

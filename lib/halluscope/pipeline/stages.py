@@ -13,7 +13,9 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from halluscope import records
 from halluscope.config import ModelSpec
@@ -22,10 +24,10 @@ from halluscope.models.base import Completion, GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.pipeline.roles import RoleModels
-from halluscope.records import atom_id, stable_id
+from halluscope.records import atom_ids, stable_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.tasks.base import Calls, Item, RoleCall, Verdict
+from halluscope.tasks.base import Calls, Item, RoleCall, Task, Verdict
 from halluscope.task_registry import get_task
 
 
@@ -171,50 +173,80 @@ def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
     return verdicts
 
 
-def score_rows(rows: list[dict]) -> list[dict]:
-    """Per-generation scores: f is the fraction of verified atoms that are unsupported."""
-    out = []
-    for r in rows:
-        task = get_task(r["task"])
-        error = r["error"] if r["error"] is not None else (None if r["text"] is not None else "no text")
-        atoms, supported = r["atoms"], r["supported"]
+def _per_task(tasks: pa.ChunkedArray, value: Callable[[Task], Any], type_: pa.DataType) -> pa.Array:
+    """A task's attribute on each row, looked up once per task of the batch rather than per row."""
+    encoded = tasks.combine_chunks().dictionary_encode()
+    return pa.array([value(get_task(t)) for t in encoded.dictionary.to_pylist()], type_).take(encoded.indices)
+
+
+def scores_table(batch: pa.Table) -> pa.Table:
+    """Per-generation scores: f is the fraction of verified atoms that are unsupported. Columns
+    carried over stay Arrow; only the per-row arithmetic runs in Python."""
+    error = pc.coalesce(batch.column("error"),
+                        pc.if_else(batch.column("text").is_null(), "no text", pa.scalar(None, pa.string())))
+    out: dict[str, list] = defaultdict(list)
+    for name, err, responded, atoms, supported in zip(*(c.to_pylist() for c in (
+            batch.column("task"), error, batch.column("responded"), batch.column("atoms"), batch.column("supported")))):
+        task = get_task(name)
         unsupported = [a for a, s in zip(atoms, supported) if s is False]
         n_verified = sum(s is not None for s in supported)
         # a refusal task may count a response without atoms (e.g. no cited title) as an abstention
-        responded = bool(r["responded"]) and not (task.empty_is_abstention and not atoms)
-        f = (len(unsupported) / n_verified if n_verified else 0.0) if responded and error is None else None
-        out.append({
-            "gen_id": r["gen_id"], "model": r["model"], "task": r["task"], "item_id": r["item_id"],
-            "prompt": r["prompt"], "task_kind": task.kind, "error": error,
-            "responded": responded if error is None else None, "abstention_rule": task.abstention_rule,
-            "n_atoms": len(atoms), "n_unsupported": len(unsupported), "n_unverified": len(atoms) - n_verified,
-            "f": f, "g": task.utility(responded, f) if error is None else None,
-            "atoms": atoms, "unsupported_atoms": unsupported,
-        })
-    return out
+        responded = bool(responded) and not (task.empty_is_abstention and not atoms)
+        f = (len(unsupported) / n_verified if n_verified else 0.0) if responded and err is None else None
+        out["responded"].append(responded if err is None else None)
+        out["n_atoms"].append(len(atoms))
+        out["n_unsupported"].append(len(unsupported))
+        out["n_unverified"].append(len(atoms) - n_verified)
+        out["f"].append(f)
+        out["g"].append(task.utility(responded, f) if err is None else None)
+        out["unsupported_atoms"].append(unsupported)
+    tasks = batch.column("task")
+    return pa.Table.from_pydict({
+        **{k: batch.column(k) for k in ("gen_id", "model", "task", "item_id", "prompt", "atoms")}, **out,
+        "task_kind": _per_task(tasks, lambda t: t.kind, pa.string()), "error": error,
+        "abstention_rule": _per_task(tasks, lambda t: t.abstention_rule, pa.string())}, schema=records.SCORES)
+
+
+def _atom_tables(batch: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The atoms and the verdicts of a verified batch, one row per atom, built column by column."""
+    atoms = batch.column("atoms").combine_chunks()
+    if pc.any(pc.not_equal(pc.list_value_length(atoms), pc.list_value_length(batch.column("supported")))).as_py():
+        raise ValueError("a row's verdicts do not match its atoms one to one")
+    row = pc.list_parent_indices(atoms)
+    lengths = pc.list_value_length(atoms).fill_null(0).to_numpy()
+    idx = pa.array(np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths), pa.int32())
+    gen_id = batch.column("gen_id").take(row)
+    common = {"atom_id": atom_ids(gen_id, idx), "gen_id": gen_id, "model": batch.column("model").take(row),
+              "task": batch.column("task").take(row)}
+    tasks = batch.column("task")
+    atom_table = pa.Table.from_pydict({
+        **common, "atom_idx": idx, "atom": pc.list_flatten(atoms),
+        "decomposer": _per_task(tasks, lambda t: t.decomposer, pa.string()).take(row)}, schema=records.ATOMS)
+    verdict_table = pa.Table.from_pydict({
+        **common, "verifier": _per_task(tasks, lambda t: t.verifier, pa.string()).take(row),
+        "supported": pc.list_flatten(batch.column("supported")),
+        "evidence": pc.list_flatten(batch.column("evidence"))}, schema=records.VERDICTS)
+    return atom_table, verdict_table
+
+
+def _role_calls(batch: pa.Table, run_id: str, usage: Usage) -> pa.Table:
+    rows = batch.select(["gen_id", "model", "task"]).to_pylist() if usage else []
+    return pa.Table.from_pylist([{"run_id": run_id, **r, **u} for r in rows for u in usage.get(r["gen_id"], [])],
+                                schema=records.ROLE_CALLS)
 
 
 def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> dict[str, pa.Table]:
     """The result tables of one scored batch."""
-    rows = batch.to_pylist()
-    gens, atoms, verdicts, calls = [], [], [], []
-    for r in rows:
-        for u in (usage or {}).get(r["gen_id"], []):
-            calls.append({"run_id": run_id, "gen_id": r["gen_id"], "model": r["model"], "task": r["task"], **u})
-        gens.append({k: r[k] for k in records.GENERATIONS.names if k != "run_id"} | {"run_id": run_id})
-        task = get_task(r["task"])
-        for idx, (atom, sup, ev) in enumerate(zip(r["atoms"], r["supported"], r["evidence"])):
-            aid = atom_id(r["gen_id"], idx)
-            atoms.append({"atom_id": aid, "gen_id": r["gen_id"], "model": r["model"], "task": r["task"],
-                          "atom_idx": idx, "atom": atom, "decomposer": task.decomposer})
-            verdicts.append({"atom_id": aid, "gen_id": r["gen_id"], "model": r["model"], "task": r["task"],
-                             "verifier": task.verifier, "supported": sup, "evidence": ev})
+    atoms, verdicts = _atom_tables(batch)
+    generations = {k: batch.column(k) for k in records.GENERATIONS.names if k != "run_id"}
     return {
-        "generations": pa.Table.from_pylist(gens, schema=records.GENERATIONS),
-        "atoms": pa.Table.from_pylist(atoms, schema=records.ATOMS),
-        "verdicts": pa.Table.from_pylist(verdicts, schema=records.VERDICTS),
-        "scores": pa.Table.from_pylist(score_rows(rows), schema=records.SCORES),
-        "role_calls": pa.Table.from_pylist(calls, schema=records.ROLE_CALLS),
+        "generations": pa.Table.from_pydict(
+            {**generations, "run_id": pa.repeat(pa.scalar(run_id, pa.string()), batch.num_rows)},
+            schema=records.GENERATIONS),
+        "atoms": atoms,
+        "verdicts": verdicts,
+        "scores": scores_table(batch),
+        "role_calls": _role_calls(batch, run_id, usage or {}),
     }
 
 

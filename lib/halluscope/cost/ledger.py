@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from halluscope.config import ModelSpec
 from halluscope.cost.prices import PriceTable
@@ -18,6 +19,7 @@ from halluscope.records import COSTS
 
 # what the ledger reads of generations/ (never the prompts and responses)
 LEDGER_COLUMNS = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
+_CALL_COUNTS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens")
 
 
 def api_name(spec: ModelSpec) -> str:
@@ -28,9 +30,9 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
            prices: PriceTable | None, role_calls: pa.Table | None = None) -> pa.Table:
     specs = {m.id: m for m in models}
     acc: dict[tuple[str, str, str], dict] = defaultdict(lambda: defaultdict(int))
-    for r in generations.select(LEDGER_COLUMNS).to_pylist():
-        if specs.get(r["model"]) is None or specs[r["model"]].backend == "replay":
-            continue  # recorded generations cost this run nothing
+    # recorded generations cost this run nothing: only live models' rows are read
+    live = pa.array([m for m, spec in specs.items() if spec.backend != "replay"], pa.string())
+    for r in generations.filter(pc.is_in(generations.column("model"), live)).select(LEDGER_COLUMNS).to_pylist():
         a = acc[(r["model"], r["task"], "generate")]
         if r["cached"]:
             a["cached_calls"] += 1
@@ -39,11 +41,13 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
         a["failed_calls"] += r["error"] is not None
         a["input_tokens"] += r["input_tokens"] or 0
         a["output_tokens"] += r["output_tokens"] or 0
-    if role_calls is not None:
-        for r in role_calls.to_pylist():
+    if role_calls is not None:  # one row per (generation, stage, role): summed by Arrow
+        summed = role_calls.group_by(["role_model", "task", "stage"], use_threads=False).aggregate(
+            [(k, "sum") for k in _CALL_COUNTS])
+        for r in summed.to_pylist():
             a = acc[(r["role_model"], r["task"], r["stage"])]
-            for k in ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens"):
-                a[k] += r[k]
+            for k in _CALL_COUNTS:
+                a[k] += r[f"{k}_sum"]
     rows = []
     for (model, task, stage), a in sorted(acc.items()):
         spec = specs[model]

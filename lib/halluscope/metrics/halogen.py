@@ -11,6 +11,7 @@ import math
 from collections import Counter, defaultdict
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from halluscope.records import MISSING
 
@@ -25,33 +26,47 @@ def _ratio(num: float, den: float) -> float | None:
 TOP_UNITS = 30  # most frequent unsupported units kept per (model, task)
 
 
+def _sums(scores: pa.Table) -> dict[tuple[str, str], dict]:
+    """Counts, atom totals and the f and g values per (model, task), summed by Arrow: scored rows
+    (no error) are items, responded ones add their atoms and f."""
+    error, responded = scores.column("error"), scores.column("responded").fill_null(False)
+    scored = pc.is_null(error)
+    counted = pc.and_(scored, responded)
+    zero = pa.scalar(0, pa.int64())
+    flags = pa.table({
+        "model": scores.column("model"), "task": scores.column("task"),
+        "n_missing": pc.equal(error, MISSING).fill_null(False), "n_items": scored,
+        "n_errors": pc.not_equal(error, MISSING).fill_null(False), "n_responded": counted,
+        **{k: pc.if_else(counted, scores.column(k).cast(pa.int64()), zero)
+           for k in ("n_atoms", "n_unsupported", "n_unverified")},
+        "g": pc.if_else(scored, scores.column("g"), None), "f": pc.if_else(counted, scores.column("f"), None)})
+    counts = ["n_items", "n_errors", "n_missing", "n_responded", "n_atoms", "n_unsupported", "n_unverified"]
+    grouped = flags.group_by(["model", "task"], use_threads=False).aggregate(
+        [(k, "sum") for k in counts] + [("g", "list"), ("f", "list")])
+    return {(r["model"], r["task"]): {**{k: r[f"{k}_sum"] for k in counts},
+                                      "g": [v for v in r["g_list"] if v is not None],
+                                      "f": [v for v in r["f_list"] if v is not None]}
+            for r in grouped.to_pylist()}
+
+
+def _unsupported_units(scores: pa.Table) -> dict[tuple[str, str], Counter[str]]:
+    """What was found unsupported, by responses naming it (e.g. package names the PyPI snapshot lacks)."""
+    out: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    if "unsupported_atoms" not in scores.column_names:
+        return out
+    named = pc.and_(pc.and_(pc.is_null(scores.column("error")), scores.column("responded").fill_null(False)),
+                    pc.greater(pc.list_value_length(scores.column("unsupported_atoms")), 0))
+    for r in scores.filter(named).select(["model", "task", "unsupported_atoms"]).to_pylist():
+        out[(r["model"], r["task"])].update(set(r["unsupported_atoms"]))
+    return out
+
+
 def task_metrics(scores: pa.Table) -> list[dict]:
-    cols = ["model", "task", "task_kind", "error", "responded", "f", "g", "n_atoms", "n_unsupported", "n_unverified"]
-    units = "unsupported_atoms" in scores.column_names
-    acc: dict[tuple[str, str], dict] = defaultdict(lambda: defaultdict(float))
-    # what was found unsupported, by responses naming it (e.g. package names the PyPI snapshot lacks)
-    unsupported: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    # per-generation f and g, summed exactly (math.fsum) so the result does not depend on the
+    kinds = dict(zip(scores.column("task").to_pylist(), scores.column("task_kind").to_pylist()))
+    # per-generation f and g are summed exactly (math.fsum) so the result does not depend on the
     # order in which parts were written or read
-    fs: dict[tuple[str, str], list[float]] = defaultdict(list)
-    gs: dict[tuple[str, str], list[float]] = defaultdict(list)
-    kinds: dict[str, str] = {}
-    for r in scores.select(cols + ["unsupported_atoms"] * units).to_pylist():
-        a = acc[(r["model"], r["task"])]
-        kinds[r["task"]] = r["task_kind"]
-        if r["error"] is not None:
-            a["n_missing" if r["error"] == MISSING else "n_errors"] += 1
-            continue
-        a["n_items"] += 1
-        gs[(r["model"], r["task"])].append(r["g"])
-        if r["responded"]:
-            a["n_responded"] += 1
-            fs[(r["model"], r["task"])].append(r["f"])
-            a["n_atoms"] += r["n_atoms"]
-            a["n_unsupported"] += r["n_unsupported"]
-            a["n_unverified"] += r["n_unverified"]
-            if units:
-                unsupported[(r["model"], r["task"])].update(set(r["unsupported_atoms"]))
+    acc = _sums(scores)
+    unsupported = _unsupported_units(scores)
     out = []
     for (model, task), a in sorted(acc.items()):
         out.append({
@@ -62,10 +77,10 @@ def task_metrics(scores: pa.Table) -> list[dict]:
             "n_unverified": int(a["n_unverified"]),
             "response_ratio": _ratio(a["n_responded"], a["n_items"]),
             # macro, as the paper defines it: mean over responded generations of f(y)
-            "hallucination_score": _ratio(math.fsum(fs[(model, task)]), a["n_responded"]),
+            "hallucination_score": _ratio(math.fsum(a["f"]), a["n_responded"]),
             # micro: unsupported atoms over verified atoms, pooled over responded generations
             "hallucination_score_micro": _ratio(a["n_unsupported"], a["n_atoms"] - a["n_unverified"]),
-            "utility_score": _ratio(math.fsum(gs[(model, task)]), a["n_items"]),
+            "utility_score": _ratio(math.fsum(a["g"]), a["n_items"]),
             # ties by name: the order rows were read in must not decide which names are shown
             "top_unsupported": [[u, n] for u, n in sorted(unsupported[(model, task)].items(),
                                                           key=lambda kv: (-kv[1], kv[0]))[:TOP_UNITS]],

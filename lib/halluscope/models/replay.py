@@ -86,6 +86,13 @@ def _file_rows(path: Path, fmt: str, stamp: tuple[int, int]) -> tuple[tuple[int,
     return tuple(_rows_from_file(path, fmt))
 
 
+def file_rows(path: Path, fmt: str) -> tuple[tuple[int, dict | None, str], ...]:
+    """(row index, row, problem) of every row of a file, parsed once for as long as it is the
+    last file read and unchanged."""
+    stat = path.stat()
+    return _file_rows(path, fmt, (stat.st_mtime_ns, stat.st_size))
+
+
 def check_readable(path: Path, fmt: str) -> None:
     """Fail before any worker starts on a file that cannot be read as ``fmt`` at all (UTF-16,
     binary, not gzip, a Parquet file without its footer); bad rows are found and quarantined later."""
@@ -142,8 +149,7 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
     quarantine: list[dict] = []
     seen: Counter[str] = Counter()
     text_col = cols.get("text")
-    stat = path.stat()
-    for i, row, problem in _file_rows(path, fmt, (stat.st_mtime_ns, stat.st_size)):
+    for i, row, problem in file_rows(path, fmt):
         if row is None:
             quarantine.append({"row": i, "reason": problem})
             continue

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from halluscope.sources import open_text
+from halluscope.models.replay import file_rows
 
 csv.field_size_limit(sys.maxsize)
 
@@ -47,6 +47,7 @@ def recorded_path(domain: str, model: str) -> str | None:
 
 
 def read_rows(path: Path) -> tuple[dict[str, str], ...]:
-    """A recorded file's rows (not cached: what is derived from them is kept instead)."""
-    with open_text(path) as f:
-        return tuple(csv.DictReader(f))
+    """A recorded file's usable rows, as the replay join reads them: a model replayed from its
+    recorded file (``source: halogen-recorded``) has it parsed once for both (what is derived
+    from the rows is kept, not the rows)."""
+    return tuple(row for _, row, _ in file_rows(path, "csv") if row is not None)

@@ -25,19 +25,18 @@ $(STAMP): pyproject.toml requirements.lock | $(UV)
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-# both environments and chromium are independent; -j3 builds them side by side. The suites mostly
-# wait (on Ray start-ups, Serve, engines), so they run side by side: the vLLM suite (a Ray with a
-# temp dir and ports of its own) beside two pytest-xdist workers that share out the integration
-# test files, longest first, then the unit tests; each worker starts its own Ray head, S3 server
-# and Serve, on free ports of 127.0.0.1.
+# both environments and chromium are independent; -j3 builds them side by side. The unit tests
+# start no Ray and no Serve, so they run beside the vLLM suite (whose Ray has a temp dir and ports
+# of its own) while it waits on its engines; the integration tests, which share one Ray head, follow.
 MAKEFLAGS += -j3
-test: venv venv-vllm chromium  ## lint, type-check the engine, then the vLLM suite beside the integration and unit tests (report.html rendered in headless chromium)
+test: venv venv-vllm chromium  ## lint, type-check the engine, unit tests beside the vLLM suite, then the integration tests (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs
 	$(VENV)/bin/mypy
 	log=$$(mktemp); ($(MAKE) --no-print-directory test-vllm > $$log 2>&1; echo $$? > $$log.rc) & \
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=12 tests/integration tests/unit; \
-	rc=$$?; wait; echo "--- vLLM suite"; cat $$log; vllm=$$(cat $$log.rc); rm -f $$log $$log.rc; \
-	test $$rc -eq 0 && test $$vllm -eq 0
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit; unit=$$?; wait; \
+	echo "--- vLLM suite"; cat $$log; vllm=$$(cat $$log.rc); rm -f $$log $$log.rc; \
+	test $$unit -eq 0 && test $$vllm -eq 0
+	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration
 
 bench: venv  ## writes bench/results.json
 	$(PY) bench/run.py

@@ -79,9 +79,9 @@ def hf_spec(tiny_llama_dir) -> HFModel:
 
 @pytest.fixture(scope="module")
 def endpoints(ray_head, hf_spec):
-    """All apps of this module, deployed at once (Serve starts them in parallel); Serve itself,
-    started with the Ray head, stays up for the tests after these."""
+    """All apps of this module, deployed at once (Serve starts them in parallel)."""
     import ray
+    from ray import serve
 
     if not ray.is_initialized():
         ray.init(address=os.environ["RAY_ADDRESS"])
@@ -92,6 +92,7 @@ def endpoints(ray_head, hf_spec):
         yield eps
     finally:
         shutdown(eps)
+        serve.shutdown()
 
 
 def test_scripted_rules_offline():

@@ -142,10 +142,7 @@ class Driver:
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
-    def wait_for_commits(self, store: RunStore, at_least: int, timeout_s: float = 300, poll_s: float = 0.05) -> int:
-        """The number of committed batches once there are ``at_least``. A driver's first commit
-        follows its Ray connection, plan, Serve apps and actor start-ups: minutes on a 2-core
-        machine running other suites beside it."""
+    def wait_for_commits(self, store: RunStore, at_least: int, timeout_s: float = 120, poll_s: float = 0.05) -> int:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             n = len(store.committed_keys())

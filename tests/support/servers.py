@@ -75,16 +75,6 @@ def create_bucket(endpoint: str, name: str) -> str:
     return name
 
 
-def _start_serve(address: str) -> None:
-    """Serve on a free port of 127.0.0.1: a run whose config names no port uses the Serve already
-    running, so concurrent heads do not all bind Serve's default 8000. Started from a process of
-    its own, so the test process is not left connected to Ray."""
-    code = ("import sys, ray; from ray import serve; ray.init(address=sys.argv[1]); "
-            "serve.start(http_options={'host': '127.0.0.1', 'port': int(sys.argv[2])})")
-    subprocess.run([sys.executable, "-c", code, address, str(free_port())], check=True, capture_output=True,
-                   timeout=180, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-
-
 @contextmanager
 def ray_head(num_cpus: int = 6, object_store_bytes: int = 400_000_000) -> Iterator[dict[str, str]]:
     """A Ray head with the dashboard and job API, and RAY_ADDRESS pointing at it while it lives;
@@ -98,16 +88,13 @@ def ray_head(num_cpus: int = 6, object_store_bytes: int = 400_000_000) -> Iterat
         subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                         f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
                         "--include-dashboard=true",
-                        # ports of its own: concurrent heads on one machine (pytest-xdist workers, the
-                        # vLLM suite's Ray) would all try 52365, 10001 and the worker range 10002-19999
-                        f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
-                        "--min-worker-port=0", "--max-worker-port=0",
+                        # a port of its own: concurrent heads on one machine would all try 52365
+                        f"--dashboard-agent-listen-port={free_port()}",
                         f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_bytes}",
                         "--disable-usage-stats"],
                        check=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,
                        timeout=180)
         address = f"127.0.0.1:{port}"
-        _start_serve(address)
         with _environ({"RAY_ADDRESS": address}):
             yield {"address": address, "dashboard": f"http://127.0.0.1:{dash}"}
     finally:

@@ -97,7 +97,7 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     second.wait_for_commits(store, killed_at + 1)
     killed.append(kill_busy_worker(ray_head, "Evaluate", second.proc))
     assert rows_committed() < TOTAL, "the kills came after the run's last batch"
-    assert second.proc.wait(timeout=240) == 0, second.tail()
+    assert second.proc.wait(timeout=450) == 0, second.tail()
 
     # Ray restarted the killed actors and retried their batches (Ray Data's defaults for actor
     # pools: max_restarts=-1, max_task_retries=-1)
@@ -285,7 +285,7 @@ def test_killed_driver_of_a_ragtruth_and_fewl_run_resumes_every_id_once(ray_head
         assert 0 < store.read_table("scores", ["gen_id"]).num_rows < BOTH_TOTAL
         wait_until_gone(ray_head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
         drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
-        assert second.proc.wait(timeout=240) == 0, second.tail()
+        assert second.proc.wait(timeout=450) == 0, second.tail()
     finally:
         for s in servers.values():
             s.__exit__(None, None, None)

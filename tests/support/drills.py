@@ -106,7 +106,7 @@ def _busy_worker_of(pid: int, head_address: str) -> bool:
         a.startswith(b"--gcs-address=") and a.endswith(f":{port}".encode()) for a in parent.split(b"\0"))
 
 
-def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen, timeout_s: float = 120) -> str:
+def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen, timeout_s: float = 300) -> str:
     """SIGKILL the process of an actor of the stage in the middle of a batch; returns the actor's id."""
     deadline = time.time() + timeout_s
     while time.time() < deadline and driver.poll() is None:
@@ -142,7 +142,10 @@ class Driver:
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
-    def wait_for_commits(self, store: RunStore, at_least: int, timeout_s: float = 120, poll_s: float = 0.05) -> int:
+    def wait_for_commits(self, store: RunStore, at_least: int, timeout_s: float = 300, poll_s: float = 0.05) -> int:
+        """The number of committed batches once there are ``at_least``. A driver's first commit
+        follows its Ray connection, plan, Serve apps and actor start-ups: minutes on a loaded
+        2-core machine."""
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             n = len(store.committed_keys())

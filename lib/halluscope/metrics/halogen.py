@@ -26,12 +26,16 @@ def _ratio(num: float, den: float) -> float | None:
 TOP_UNITS = 30  # most frequent unsupported units kept per (model, task)
 
 
-def _sums(scores: pa.Table) -> dict[tuple[str, str], dict]:
+def _counted(scores: pa.Table) -> pa.ChunkedArray:
+    """Rows scored without error that responded: they add their atoms, f and unsupported units."""
+    return pc.and_(pc.is_null(scores.column("error")), scores.column("responded").fill_null(False))
+
+
+def _sums(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[str, str], dict]:
     """Counts, atom totals and the f and g values per (model, task), summed by Arrow: scored rows
-    (no error) are items, responded ones add their atoms and f."""
-    error, responded = scores.column("error"), scores.column("responded").fill_null(False)
+    (no error) are items, ``counted`` ones add their atoms and f."""
+    error = scores.column("error")
     scored = pc.is_null(error)
-    counted = pc.and_(scored, responded)
     zero = pa.scalar(0, pa.int64())
     flags = pa.table({
         "model": scores.column("model"), "task": scores.column("task"),
@@ -49,13 +53,12 @@ def _sums(scores: pa.Table) -> dict[tuple[str, str], dict]:
             for r in grouped.to_pylist()}
 
 
-def _unsupported_units(scores: pa.Table) -> dict[tuple[str, str], Counter[str]]:
+def _unsupported_units(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[str, str], Counter[str]]:
     """What was found unsupported, by responses naming it (e.g. package names the PyPI snapshot lacks)."""
     out: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     if "unsupported_atoms" not in scores.column_names:
         return out
-    named = pc.and_(pc.and_(pc.is_null(scores.column("error")), scores.column("responded").fill_null(False)),
-                    pc.greater(pc.list_value_length(scores.column("unsupported_atoms")), 0))
+    named = pc.and_(counted, pc.greater(pc.list_value_length(scores.column("unsupported_atoms")), 0))
     for r in scores.filter(named).select(["model", "task", "unsupported_atoms"]).to_pylist():
         out[(r["model"], r["task"])].update(set(r["unsupported_atoms"]))
     return out
@@ -65,8 +68,9 @@ def task_metrics(scores: pa.Table) -> list[dict]:
     kinds = dict(zip(scores.column("task").to_pylist(), scores.column("task_kind").to_pylist()))
     # per-generation f and g are summed exactly (math.fsum) so the result does not depend on the
     # order in which parts were written or read
-    acc = _sums(scores)
-    unsupported = _unsupported_units(scores)
+    counted = _counted(scores)
+    acc = _sums(scores, counted)
+    unsupported = _unsupported_units(scores, counted)
     out = []
     for (model, task), a in sorted(acc.items()):
         out.append({

@@ -173,10 +173,13 @@ def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
     return verdicts
 
 
-def _per_task(tasks: pa.ChunkedArray, value: Callable[[Task], Any], type_: pa.DataType) -> pa.Array:
-    """A task's attribute on each row, looked up once per task of the batch rather than per row."""
-    encoded = tasks.combine_chunks().dictionary_encode()
-    return pa.array([value(get_task(t)) for t in encoded.dictionary.to_pylist()], type_).take(encoded.indices)
+def _per_task(tasks: pa.ChunkedArray | pa.Array, **attributes: Callable[[Task], str]) -> dict[str, pa.Array]:
+    """Task attributes on each row (name -> column), looked up once per task of the batch rather
+    than per row."""
+    encoded = (tasks.combine_chunks() if isinstance(tasks, pa.ChunkedArray) else tasks).dictionary_encode()
+    found = [get_task(t) for t in encoded.dictionary.to_pylist()]
+    return {name: pa.array([value(t) for t in found], pa.string()).take(encoded.indices)
+            for name, value in attributes.items()}
 
 
 def scores_table(batch: pa.Table) -> pa.Table:
@@ -200,30 +203,31 @@ def scores_table(batch: pa.Table) -> pa.Table:
         out["f"].append(f)
         out["g"].append(task.utility(responded, f) if err is None else None)
         out["unsupported_atoms"].append(unsupported)
-    tasks = batch.column("task")
     return pa.Table.from_pydict({
         **{k: batch.column(k) for k in ("gen_id", "model", "task", "item_id", "prompt", "atoms")}, **out,
-        "task_kind": _per_task(tasks, lambda t: t.kind, pa.string()), "error": error,
-        "abstention_rule": _per_task(tasks, lambda t: t.abstention_rule, pa.string())}, schema=records.SCORES)
+        **_per_task(batch.column("task"), task_kind=lambda t: t.kind, abstention_rule=lambda t: t.abstention_rule),
+        "error": error}, schema=records.SCORES)
 
 
 def _atom_tables(batch: pa.Table) -> tuple[pa.Table, pa.Table]:
     """The atoms and the verdicts of a verified batch, one row per atom, built column by column."""
     atoms = batch.column("atoms").combine_chunks()
-    if pc.any(pc.not_equal(pc.list_value_length(atoms), pc.list_value_length(batch.column("supported")))).as_py():
+    n_atoms = pc.list_value_length(atoms)
+    if pc.any(pc.not_equal(n_atoms, pc.list_value_length(batch.column("supported")))).as_py():
         raise ValueError("a row's verdicts do not match its atoms one to one")
     row = pc.list_parent_indices(atoms)
-    lengths = pc.list_value_length(atoms).fill_null(0).to_numpy()
+    lengths = n_atoms.fill_null(0).to_numpy()
     idx = pa.array(np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths), pa.int32())
     gen_id = batch.column("gen_id").take(row)
+    task = batch.column("task").take(row)
     common = {"atom_id": atom_ids(gen_id, idx), "gen_id": gen_id, "model": batch.column("model").take(row),
-              "task": batch.column("task").take(row)}
-    tasks = batch.column("task")
+              "task": task}
+    by_task = _per_task(task, decomposer=lambda t: t.decomposer, verifier=lambda t: t.verifier)
     atom_table = pa.Table.from_pydict({
-        **common, "atom_idx": idx, "atom": pc.list_flatten(atoms),
-        "decomposer": _per_task(tasks, lambda t: t.decomposer, pa.string()).take(row)}, schema=records.ATOMS)
+        **common, "atom_idx": idx, "atom": pc.list_flatten(atoms), "decomposer": by_task["decomposer"]},
+        schema=records.ATOMS)
     verdict_table = pa.Table.from_pydict({
-        **common, "verifier": _per_task(tasks, lambda t: t.verifier, pa.string()).take(row),
+        **common, "verifier": by_task["verifier"],
         "supported": pc.list_flatten(batch.column("supported")),
         "evidence": pc.list_flatten(batch.column("evidence"))}, schema=records.VERDICTS)
     return atom_table, verdict_table

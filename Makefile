@@ -25,18 +25,19 @@ $(STAMP): pyproject.toml requirements.lock | $(UV)
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-# both environments and chromium are independent; -j3 builds them side by side. The unit tests
-# start no Ray and no Serve, so they run beside the vLLM suite (whose Ray has a temp dir and ports
-# of its own) while it waits on its engines; the integration tests, which share one Ray head, follow.
+# both environments and chromium are independent; -j3 builds them side by side. The vLLM suite
+# (a Ray of its own: its temp dir, the default worker ports, Serve on free ports) then runs in the
+# background beside everything else, which runs in order: lint, type check, unit tests (no Ray),
+# the integration tests (one Ray head on ports the OS hands out). The integration suite leaves about
+# a third of the 2 cores idle (it waits on Ray start-ups, Serve and S3), which the vLLM suite uses.
 MAKEFLAGS += -j3
-test: venv venv-vllm chromium  ## lint, type-check the engine, unit tests beside the vLLM suite, then the integration tests (report.html rendered in headless chromium)
-	$(VENV)/bin/ruff check lib tests bench jobs
-	$(VENV)/bin/mypy
+test: venv venv-vllm chromium  ## the vLLM suite beside lint, type check, unit and integration tests (report.html rendered in headless chromium)
 	log=$$(mktemp); ($(MAKE) --no-print-directory test-vllm > $$log 2>&1; echo $$? > $$log.rc) & \
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit; unit=$$?; wait; \
+	$(VENV)/bin/ruff check lib tests bench jobs && $(VENV)/bin/mypy \
+	  && $(PY) -m pytest -q -p no:cacheprovider tests/unit \
+	  && $(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration; rc=$$?; wait; \
 	echo "--- vLLM suite"; cat $$log; vllm=$$(cat $$log.rc); rm -f $$log $$log.rc; \
-	test $$unit -eq 0 && test $$vllm -eq 0
-	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration
+	test $$rc -eq 0 && test $$vllm -eq 0
 
 bench: venv  ## writes bench/results.json
 	$(PY) bench/run.py

@@ -1,6 +1,8 @@
 """All nine HALOGEN domains by both rule sets (18 tasks), the released responses of all 14 models,
-a scripted judge and extractor served by Ray Serve, small knowledge sources built here; results on
-the S3 API server."""
+a scripted judge and extractor served by Ray Serve, small knowledge sources built here. Results go
+to local storage: this run writes about 250 committed parts, which moto's S3 server, sharing the
+test process's CPU, takes ~40 s to store and read back; runs on the S3 API are tested apart
+(tests/integration/test_pipeline.py, test_four_benchmarks.py, test_faults.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ from halluscope.knowledge.titles import normalize_title
 from halluscope.pipeline.runner import run
 from halluscope.serving.scripted_extract import reference_titles
 from halluscope.storage.fs import Location
+from halluscope.storage.names import INDEX_CACHE
 from halluscope.storage.run import RunStore
 from halluscope.tasks.halogen.common import RELEASED
 from halluscope.tasks.registry import task_names
 from tests.conftest import SHARED_DATA
-from tests.support.servers import s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
@@ -57,10 +59,10 @@ def _articles(path):
     return people
 
 
-def _config(root, s3_endpoint, titles, articles) -> dict:
+def _config(root, titles, articles) -> dict:
     serve = {"num_cpus": 0.25, "max_batch_prompts": 16}
     return {
-        "storage": s3_storage(s3_endpoint, root),
+        "storage": {"root": root},
         "tasks": TASKS,
         "limits": {"max_items_per_task": LIMIT},
         "concurrency": {"batch_size": 128},
@@ -78,13 +80,11 @@ def _config(root, s3_endpoint, titles, articles) -> dict:
     }
 
 
-def test_every_domain_with_scripted_judge_and_extractor(ray_head, s3_endpoint, bucket, tmp_path):
-    import boto3
-
+def test_every_domain_with_scripted_judge_and_extractor(ray_head, tmp_path):
     real_titles = _title_dump(tmp_path / "titles.txt")
     people = _articles(tmp_path / "articles.jsonl")
-    root = f"s3://{bucket}/runs"
-    cfg = parse_config(_config(root, s3_endpoint, tmp_path / "titles.txt", tmp_path / "articles.jsonl"))
+    root = str(tmp_path / "runs")
+    cfg = parse_config(_config(root, tmp_path / "titles.txt", tmp_path / "articles.jsonl"))
     result = run(cfg, run_id="all", progress=False)
     store = RunStore(Location.from_url(root, cfg.storage), "all")
     scores = store.read_table("scores").to_pylist()
@@ -144,6 +144,4 @@ def test_every_domain_with_scripted_judge_and_extractor(ray_head, s3_endpoint, b
     assert manifest["knowledge"]["wiki"]["passages"] > 0
     board = store.loc.child("leaderboard.md").read_bytes().decode()
     assert "paper Table 2 layout" in board and "paper Table 3 layout" in board
-    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint)
-            .list_objects_v2(Bucket=bucket, Prefix="runs/_cache/indexes/")["Contents"]]
-    assert keys, "the passage index was not persisted to storage"
+    assert any((tmp_path / "runs" / INDEX_CACHE).iterdir()), "the passage index was not persisted to storage"

@@ -88,8 +88,10 @@ def ray_head(num_cpus: int = 6, object_store_bytes: int = 400_000_000) -> Iterat
         subprocess.run([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                         f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
                         "--include-dashboard=true",
-                        # a port of its own: concurrent heads on one machine would all try 52365
-                        f"--dashboard-agent-listen-port={free_port()}",
+                        # ports of its own: the vLLM suite's Ray, running beside, would also try 52365,
+                        # 10001 and the worker range 10002-19999 (0 and 0: ports the OS hands out)
+                        f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
+                        "--min-worker-port=0", "--max-worker-port=0",
                         f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_bytes}",
                         "--disable-usage-stats"],
                        check=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,

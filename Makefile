@@ -25,19 +25,21 @@ $(STAMP): pyproject.toml requirements.lock | $(UV)
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-# both environments and chromium are independent; -j3 builds them side by side. The vLLM suite
-# (a Ray of its own: its temp dir, the default worker ports, Serve on free ports) then runs in the
-# background beside everything else, which runs in order: lint, type check, unit tests (no Ray),
-# the integration tests (one Ray head on ports the OS hands out). The integration suite leaves about
-# a third of the 2 cores idle (it waits on Ray start-ups, Serve and S3), which the vLLM suite uses.
+# both environments and chromium are independent; -j3 builds them side by side. After lint and the
+# type check, the vLLM suite (a Ray of its own: its temp dir, the default worker ports, Serve on free
+# ports) and the unit tests (no Ray) run in the background beside the integration tests (one Ray
+# head on ports the OS hands out), the longest suite: it leaves about a third of the 2 cores idle
+# (waiting on Ray start-ups, Serve and S3), which the other two use. Their output follows its own.
 MAKEFLAGS += -j3
-test: venv venv-vllm chromium  ## the vLLM suite beside lint, type check, unit and integration tests (report.html rendered in headless chromium)
-	log=$$(mktemp); ($(MAKE) --no-print-directory test-vllm > $$log 2>&1; echo $$? > $$log.rc) & \
-	$(VENV)/bin/ruff check lib tests bench jobs && $(VENV)/bin/mypy \
-	  && $(PY) -m pytest -q -p no:cacheprovider tests/unit \
-	  && $(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration; rc=$$?; wait; \
-	echo "--- vLLM suite"; cat $$log; vllm=$$(cat $$log.rc); rm -f $$log $$log.rc; \
-	test $$rc -eq 0 && test $$vllm -eq 0
+test: venv venv-vllm chromium  ## lint, type check, then the vLLM and unit suites beside the integration tests (report.html rendered in headless chromium)
+	$(VENV)/bin/ruff check lib tests bench jobs
+	$(VENV)/bin/mypy
+	d=$$(mktemp -d); \
+	($(MAKE) --no-print-directory test-vllm > $$d/vllm 2>&1; echo $$? > $$d/vllm.rc) & \
+	($(PY) -m pytest -q -p no:cacheprovider tests/unit > $$d/unit 2>&1; echo $$? > $$d/unit.rc) & \
+	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration; rc=$$?; wait; \
+	for s in unit vllm; do echo "--- $$s suite"; cat $$d/$$s; rc=$$((rc + $$(cat $$d/$$s.rc))); done; \
+	rm -rf $$d; test $$rc -eq 0
 
 bench: venv  ## writes bench/results.json
 	$(PY) bench/run.py

@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import urllib.request
 from importlib import resources
@@ -26,6 +27,9 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from halluscope.errors import DataError
+
+# recorded responses and judge outputs can be longer than the csv module's 128 KiB field default
+csv.field_size_limit(sys.maxsize)
 
 HALOGEN_COMMIT = "0bd13ac4d95443d95321b5da53a1a3cffa5e7bd9"  # the released numbers' commit
 HALOGEN_RAW = f"https://raw.githubusercontent.com/AbhilashaRavichander/HALoGEN/{HALOGEN_COMMIT}"

@@ -173,10 +173,10 @@ def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
     return verdicts
 
 
-def _per_task(tasks: pa.ChunkedArray | pa.Array, **attributes: Callable[[Task], str]) -> dict[str, pa.Array]:
+def _per_task(tasks: pa.ChunkedArray, **attributes: Callable[[Task], str]) -> dict[str, pa.Array]:
     """Task attributes on each row (name -> column), looked up once per task of the batch rather
     than per row."""
-    encoded = (tasks.combine_chunks() if isinstance(tasks, pa.ChunkedArray) else tasks).dictionary_encode()
+    encoded = tasks.combine_chunks().dictionary_encode()
     found = [get_task(t) for t in encoded.dictionary.to_pylist()]
     return {name: pa.array([value(t) for t in found], pa.string()).take(encoded.indices)
             for name, value in attributes.items()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import sys
 from collections import Counter
 from functools import lru_cache
 from importlib import resources
@@ -18,8 +17,6 @@ from halluscope.sources import DataResolver, csv_rows, open_text, sha256_file
 from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task
 from halluscope.tasks.halogen.paper import RuleSet, abstained
 from halluscope.tasks.halogen.steps import recorded_path, step_keys
-
-csv.field_size_limit(sys.maxsize)
 
 RELEASED = json.loads(resources.files(__package__).joinpath("released_files.json").read_text())
 

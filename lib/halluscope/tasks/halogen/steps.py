@@ -4,15 +4,11 @@ file lies, and the content key a role call carries so a recorded role model can 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 from halluscope.models.replay import file_rows
-
-csv.field_size_limit(sys.maxsize)
 
 RECORDED_FILES = json.loads((Path(__file__).parent / "released_files.json").read_text())["recorded"]
 

@@ -30,18 +30,19 @@ LIMIT = 200
 TOTAL = LIMIT * len(TASKS) * (len(REPLAYED) + 1)  # + the scripted model: 800 generations
 
 
-def _config(root: str, serve_port: int) -> dict:
-    """HALOGEN's recorded responses of three models plus a live scripted model that takes 0.2 s a
-    prompt (so the run lasts long enough to be hit); small batches, so kills land between commits."""
+def _config(root: str, serve_port: int, drill: bool = True) -> dict:
+    """HALOGEN's recorded responses of three models plus a live scripted model. For a drill, it
+    takes 0.2 s a prompt (so the run lasts long enough to be hit) and batches are small, so kills
+    land between commits; a clean run neither waits nor commits 80 times."""
     code = "```python\nimport numpy\nimport fakepkg_zz\n```"
     scripted = {"id": "scripted-slow", "backend": "scripted",
                 "params": {"rules": [{"pattern": "Python", "response": code}],
-                           "latency_s": 0.2, "serve": {"num_cpus": 0.25, "max_batch_prompts": 5}}}
+                           "latency_s": 0.2 if drill else 0.0, "serve": {"num_cpus": 0.25, "max_batch_prompts": 5}}}
     return {"storage": {"root": root}, "tasks": TASKS,
             "models": [{"id": m, "backend": "replay"} for m in REPLAYED] + [scripted],
             "limits": {"max_items_per_task": LIMIT}, "cache": {"enabled": False}, "costs": {"price_table": None},
             "serve_http_port": serve_port,
-            "concurrency": {"batch_size": 10, "generate_batch_size": 10, "verify_actors": 2}}
+            "concurrency": {"batch_size": 10 if drill else 200, "generate_batch_size": 10, "verify_actors": 2}}
 
 
 def _assert_each_id_once(tables: dict[str, pa.Table]) -> None:
@@ -51,7 +52,7 @@ def _assert_each_id_once(tables: dict[str, pa.Table]) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(ray_head, tmp_path_factory) -> dict[str, pa.Table]:
     root = f"file://{tmp_path_factory.mktemp('clean')}"
-    result = run(parse_config(_config(root, free_port())), run_id="clean", progress=False)
+    result = run(parse_config(_config(root, free_port(), drill=False)), run_id="clean", progress=False)
     assert result.processed == TOTAL
     tables = comparable_tables(RunStore(Location.from_url(root), "clean"))
     _assert_each_id_once(tables)
@@ -194,15 +195,22 @@ def _flag_blue(prompt: str) -> str:
 
 
 def _servers() -> dict[str, OpenAIStubServer]:
-    """The detector and FEWL's model under test take 0.4 s a prompt, one at a time (so the run
-    lasts long enough to be hit); two references and an IW/CO writer answer at once."""
+    """The detector, FEWL's model under test (both one prompt at a time), two references and an
+    IW/CO writer; all answer at once until ``_pace`` slows the first two down."""
     pairs = ("1. Wrong: It is made of cheese.\n   Corrected: Cheese has nothing to do with it.\n"
              "2. Wrong: Nobody knows anything.\n   Corrected: Much is known about it.")
-    return {"detector": OpenAIStubServer(_flag_blue, FailPlan(delay_s=0.4)),
-            "slow": OpenAIStubServer(lambda p: f"I think: {_asked(p)}", FailPlan(delay_s=0.4)),
+    return {"detector": OpenAIStubServer(_flag_blue),
+            "slow": OpenAIStubServer(lambda p: f"I think: {_asked(p)}"),
             "ref-a": OpenAIStubServer(lambda p: f"A careful answer to: {_asked(p)}"),
             "ref-b": OpenAIStubServer(lambda p: f"Briefly, {_asked(p).lower()}"),
             "iwco": OpenAIStubServer(lambda p: pairs)}
+
+
+def _pace(servers: dict[str, OpenAIStubServer], delay_s: float) -> None:
+    """Seconds the models under test take a prompt: 0.4 while a driver is to be killed (so the
+    run lasts long enough to be hit), none otherwise. The config, and so the run, is the same."""
+    for name in ("detector", "slow"):
+        servers[name].fail_plan = FailPlan(delay_s=delay_s)
 
 
 def _fewl_data(path) -> str:
@@ -279,9 +287,11 @@ def test_killed_driver_of_a_ragtruth_and_fewl_run_resumes_every_id_once(ray_head
         cfg_path = tmp_path / "run.yaml"
         cfg_path.write_text(yaml.safe_dump(_both_config(f"file://{tmp_path}/drill", corpus, data, servers)))
         store = RunStore(Location.from_url(f"file://{tmp_path}/drill"), "drill")
+        _pace(servers, 0.4)
         drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
         first.wait_for_commits(store, 2)
         first.kill()
+        _pace(servers, 0.0)
         assert 0 < store.read_table("scores", ["gen_id"]).num_rows < BOTH_TOTAL
         wait_until_gone(ray_head["dashboard"], [stage_class(s) for s in ("Generate", "Evaluate")], "the driver's kill")
         drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))

@@ -1,4 +1,4 @@
-"""Dense passage retrieval over an ``ArticleStore``: a sentence-transformers encoder and a faiss index.
+"""Dense passage retrieval over an ``ArticleStore``: a sentence-transformers model and a faiss index.
 
 Passages are embedded once as ``"<title> <passage>"`` (as FActScore's GTR retriever does, so a
 passage that never names its subject still belongs to it) and searched by inner product of
@@ -13,13 +13,16 @@ import io
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.knowledge.passages import ArticleStore, normalize_title
 from halluscope.storage.fs import Location
+
+if TYPE_CHECKING:
+    from halluscope.knowledge.sentence_model import SentenceModel
 
 FORMAT = 1  # bump when the embedded text or the persisted layout changes
 _INDEX, _META = "index.faiss", "meta.parquet"
@@ -51,17 +54,17 @@ class Encoder:
                               f"{self.model_path}")
         self.batch_size = batch_size
         self.device = device
-        self._model: Any = None
+        self._model: SentenceModel | None = None
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_model": None}
 
     @property
-    def model(self) -> Any:
+    def model(self) -> SentenceModel:
         if self._model is None:
-            from sentence_transformers import SentenceTransformer
+            from halluscope.knowledge.sentence_model import SentenceModel
 
-            self._model = SentenceTransformer(str(self.model_path), device=self.device)
+            self._model = SentenceModel(self.model_path, device=self.device)
         return self._model
 
     @cached_property
@@ -78,15 +81,13 @@ class Encoder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_embedding_dimension())
+        return self.model.dim
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """float32 array (len(texts), dim), each row of unit length."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        return self.model.encode(list(texts), self.batch_size)
 
 
 def cache_key(store: ArticleStore, encoder: Encoder) -> str:

@@ -278,8 +278,9 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
                         # one block at a time per actor: a block queued behind a busy actor
-                        # would wait there while another actor runs out of work
-                        compute=ray.data.ActorPoolStrategy(size=conc.verify_actors,
+                        # would wait there while another actor runs out of work. No more actors
+                        # than blocks: each would start (and hold its CPU) for nothing.
+                        compute=ray.data.ActorPoolStrategy(size=min(conc.verify_actors, len(work.blocks)),
                                                            max_tasks_in_flight_per_actor=1))
     processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):

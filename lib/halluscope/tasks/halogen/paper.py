@@ -14,6 +14,8 @@ import sys
 from functools import lru_cache
 from typing import Literal
 
+from halluscope.imports import hidden
+
 RuleSet = Literal["paper", "corrected"]
 RULE_SETS: tuple[RuleSet, ...] = ("paper", "corrected")
 
@@ -93,24 +95,12 @@ def yes_no_prefix(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-# Optional dependencies of NLTK's other modules that its package __init__ imports anyway and
-# skips when they are absent (collocation statistics from scipy.stats, the scikit-learn
-# classifier wrapper): ~3 s of each worker's start, and the tokenizer uses neither.
-_NOT_FOR_THE_TOKENIZER = ("scipy.stats", "sklearn")
-
-
 @lru_cache(maxsize=1)
 def _word_tokenizer():
-    """NLTK's word tokenizer, imported with the modules above hidden unless already loaded
-    (NLTK then keeps its own stand-ins for them: its Fisher exact test and scikit-learn
-    wrapper are unusable in this process)."""
-    hidden = [m for m in _NOT_FOR_THE_TOKENIZER if m not in sys.modules]
-    sys.modules.update(dict.fromkeys(hidden))  # None: an import of it raises ImportError
-    try:
+    """NLTK's word tokenizer. Its package imports SciPy's statistics and scikit-learn for modules
+    the tokenizer never uses, unless they are absent (it then keeps stand-ins for them)."""
+    with hidden("scipy.stats", "sklearn"):
         from nltk.tokenize import NLTKWordTokenizer
-    finally:
-        for m in hidden:
-            del sys.modules[m]
     return NLTKWordTokenizer()
 
 

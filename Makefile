@@ -18,8 +18,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock | $(UV)
 	test -x $(PY) || $(UV) venv -q --python $(PYTHON) $(VENV)
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
-	$(UV) pip install -q --compile-bytecode --python $(PY) torch==2.13.0
-	$(UV) pip install -q --compile-bytecode --python $(PY) -c requirements.lock -e '.[dev]'
+	$(UV) pip install -q --python $(PY) torch==2.13.0
+	$(UV) pip install -q --python $(PY) -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard

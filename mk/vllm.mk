@@ -31,10 +31,10 @@ venv-vllm: $(VLLM_STAMP)
 $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) | $(UV)
 	test -x $(VLLM_PY) || $(UV) venv -q --python $(PYTHON) $(VENV_VLLM)
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
-	$(UV) pip install -q --compile-bytecode --python $(VLLM_PY) torch==2.13.0
+	$(UV) pip install -q --python $(VLLM_PY) torch==2.13.0
 	# the lock is the whole closure, so no resolving: the unusable packages never come in
-	$(UV) pip install -q --compile-bytecode --python $(VLLM_PY) --no-deps -r $(VLLM_LOCK)
-	$(UV) pip install -q --compile-bytecode --python $(VLLM_PY) --no-deps -e .
+	$(UV) pip install -q --python $(VLLM_PY) --no-deps -r $(VLLM_LOCK)
+	$(UV) pip install -q --python $(VLLM_PY) --no-deps -e .
 	# ... nor stay, in an env that got them some other way
 	$(UV) pip uninstall -q --python $(VLLM_PY) $(VLLM_UNUSABLE)
 	! $(UV) pip check --python $(VLLM_PY) 2>&1 | grep -v -E $(VLLM_CHECK_KNOWN)

@@ -13,6 +13,11 @@ include mk/chromium.mk
 
 .PHONY: venv demo test bench clean
 
+# what runs, Ray's own processes and the tests import (mk/warm_imports.py: bytecode compiled once)
+WARM_IMPORTS := halluscope/ ray.data ray.serve ray.dashboard.dashboard ray.dashboard.agent ray.scripts.scripts \
+	ray.util.client.server sentence_transformers transformers.models.auto.modeling_auto torch faiss nltk.tokenize \
+	boto3 s3fs moto.server pytest
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements.lock | $(UV)
@@ -20,6 +25,7 @@ $(STAMP): pyproject.toml requirements.lock | $(UV)
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build
 	$(UV) pip install -q --python $(PY) torch==2.13.0
 	$(UV) pip install -q --python $(PY) -c requirements.lock -e '.[dev]'
+	$(PY) mk/warm_imports.py $(WARM_IMPORTS)
 	touch $(STAMP)
 
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard

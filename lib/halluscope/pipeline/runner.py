@@ -22,7 +22,7 @@ from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estim
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.workset import MISSING, Plan, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
-from halluscope.runkit import check_api_keys, code_version, init_ray, served
+from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
 from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
@@ -53,6 +53,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     ``failed`` / ``interrupted`` with the reason in its manifest; one that went through but has
     nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``."""
     check_api_keys(cfg.models)
+    fewer_collections()  # the plan and the aggregation build a row object per generation
     run_id = run_id or cfg.run_id or default_run_id(cfg)
     store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id)
     try:
@@ -287,12 +288,13 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
                         # None: one batch per block (a unit's rows); Evaluate commits them in parts
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
-                        # one block at a time per actor: a block queued behind a busy actor
-                        # would wait there while another actor runs out of work
+                        # two blocks per actor: the next waits in the actor and starts the moment
+                        # the last ends (with one, actors idled a quarter of the time between
+                        # blocks); more would queue behind a busy actor while another runs dry
                         compute=ray.data.ActorPoolStrategy(size=evaluate_actors(
                             conc.verify_actors, len(work.blocks), work.total if live else None,
                             conc.generate_batch_size),
-                                                           max_tasks_in_flight_per_actor=1))
+                                                           max_tasks_in_flight_per_actor=2))
     processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         for r in batch.to_pylist():

@@ -25,6 +25,7 @@ from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import atom_ids, stable_id
+from halluscope.runkit import fewer_collections
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.tasks.base import Calls, Item, RoleCall, Task, Verdict
@@ -278,6 +279,7 @@ class Evaluate:
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
                  store: RunStore, chunk_rows: int) -> None:
+        fewer_collections()
         self.roles = RoleModels(models, endpoints, cache, kb.resolver)
         self.verify = Verify(kb, self.roles)
         self.store = store

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 if TYPE_CHECKING:
@@ -28,6 +29,11 @@ class Item:
     source_row: int = -1
 
     def fields_json(self) -> str:
+        """Computed once per item: every model's row of the item carries it."""
+        return self._fields_json
+
+    @cached_property
+    def _fields_json(self) -> str:
         return json.dumps(dict(self.fields), sort_keys=True, ensure_ascii=False)
 
 

@@ -111,8 +111,15 @@ def first_line_words(text: str, rules: RuleSet) -> list[str]:
     line = text.split("\n")[0]
     if rules == "corrected":
         line = line.replace("/", " / ")
+    return list(_line_words(line))
+
+
+@lru_cache(maxsize=4096)
+def _line_words(line: str) -> tuple[str, ...]:
+    """Tokenized once for both rule sets (a line without a slash reads the same to each): NLTK's
+    tokenizer is the costliest step of the binary rationalization rules."""
     tok = _word_tokenizer()
-    return [w.lower() for sentence in re.split(r"(?<=[.!?])\s+", line) for w in tok.tokenize(sentence)]
+    return tuple(w.lower() for sentence in re.split(r"(?<=[.!?])\s+", line) for w in tok.tokenize(sentence))
 
 
 def gold_in_first_line(text: str, category: str, rules: RuleSet) -> bool:

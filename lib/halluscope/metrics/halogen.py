@@ -8,7 +8,9 @@ response (not in a replay file) are excluded and counted apart, as missing: they
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,14 +55,32 @@ def _sums(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[str, str], d
             for r in grouped.to_pylist()}
 
 
-def _unsupported_units(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[str, str], Counter[str]]:
-    """What was found unsupported, by responses naming it (e.g. package names the PyPI snapshot lacks)."""
-    out: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+def _top_unsupported(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[str, str], list[list]]:
+    """The ``TOP_UNITS`` units found unsupported in the most responses (a response counts a unit
+    once) per (model, task), e.g. package names the PyPI snapshot lacks; ties by name, so the
+    order rows were read in does not decide which are shown. Counted and ranked by Arrow."""
     if "unsupported_atoms" not in scores.column_names:
-        return out
+        return {}
     named = pc.and_(counted, pc.greater(pc.list_value_length(scores.column("unsupported_atoms")), 0))
-    for r in scores.filter(named).select(["model", "task", "unsupported_atoms"]).to_pylist():
-        out[(r["model"], r["task"])].update(set(r["unsupported_atoms"]))
+    rows = scores.filter(named)
+    units = rows.column("unsupported_atoms").combine_chunks()
+    per_row = pa.table({"row": pc.list_parent_indices(units), "unit": pc.list_flatten(units)}).group_by(
+        ["row", "unit"], use_threads=False).aggregate([])
+    row = per_row.column("row")
+    named_by = pa.table({"model": rows.column("model").take(row), "task": rows.column("task").take(row),
+                         "unit": per_row.column("unit")})
+    ranked = named_by.group_by(["model", "task", "unit"], use_threads=False).aggregate([("unit", "count")]).sort_by(
+        [("model", "ascending"), ("task", "ascending"), ("unit_count", "descending"), ("unit", "ascending")])
+    model, task = (ranked.column(c).combine_chunks() for c in ("model", "task"))
+    starts = np.ones(ranked.num_rows, bool)
+    if ranked.num_rows > 1:
+        starts[1:] = pc.or_(pc.not_equal(model[1:], model[:-1]), pc.not_equal(task[1:], task[:-1])).to_numpy(
+            zero_copy_only=False)
+    first = np.flatnonzero(starts)
+    rank = np.arange(ranked.num_rows) - first[np.cumsum(starts) - 1]
+    out: dict[tuple[str, str], list[list]] = defaultdict(list)
+    for r in ranked.filter(pa.array(rank < TOP_UNITS)).to_pylist():
+        out[(r["model"], r["task"])].append([r["unit"], r["unit_count"]])
     return out
 
 
@@ -70,7 +90,7 @@ def task_metrics(scores: pa.Table) -> list[dict]:
     # order in which parts were written or read
     counted = _counted(scores)
     acc = _sums(scores, counted)
-    unsupported = _unsupported_units(scores, counted)
+    top = _top_unsupported(scores, counted)
     out = []
     for (model, task), a in sorted(acc.items()):
         out.append({
@@ -85,9 +105,7 @@ def task_metrics(scores: pa.Table) -> list[dict]:
             # micro: unsupported atoms over verified atoms, pooled over responded generations
             "hallucination_score_micro": _ratio(a["n_unsupported"], a["n_atoms"] - a["n_unverified"]),
             "utility_score": _ratio(math.fsum(a["g"]), a["n_items"]),
-            # ties by name: the order rows were read in must not decide which names are shown
-            "top_unsupported": [[u, n] for u, n in sorted(unsupported[(model, task)].items(),
-                                                          key=lambda kv: (-kv[1], kv[0]))[:TOP_UNITS]],
+            "top_unsupported": top.get((model, task), []),
         })
     return out
 

@@ -99,18 +99,19 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator
                                 "resource_seconds": held * s.params.serve.num_replicas * units})
 
 
-def init_ray(spec: RaySpec) -> None:
+def init_ray(spec: RaySpec) -> bool:
     """Join the cluster named by the config or RAY_ADDRESS (set inside `ray job submit`), else
-    start a local Ray sized for the pipeline's stages."""
+    start a local Ray sized for the pipeline's stages. True when it started a local Ray."""
     if ray.is_initialized():
-        return
+        return False
     address = spec.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)
-        return
+        return False
     ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
              object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
              include_dashboard=False, log_to_driver=False)
+    return True
 
 
 def fewer_collections() -> None:

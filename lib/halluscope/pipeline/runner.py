@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -116,7 +117,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     store.write_json("manifest.json", manifest)
 
     mark = time.time()
-    init_ray(cfg.ray)
+    started_ray = init_ray(cfg.ray)
     # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
     ray.data.DataContext.get_current().enable_progress_bars = False
     timings["ray_init_s"] = round(time.time() - mark, 2)
@@ -132,6 +133,11 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     timings["pipeline_s"] = round(time.time() - mark, 2)
 
     mark = time.time()
+    # nothing after the pipeline uses Ray: a local Ray this run started stops (its processes take
+    # over a second to) while the results are read back and aggregated
+    stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown") if started_ray else None
+    if stopping is not None:
+        stopping.start()
     scores = store.read_table("scores")
     metrics = compute_metrics(cfg, store, scores)
     costs = ledger(store.read_table("generations", LEDGER_COLUMNS), cfg.models, deployments, price_table(cfg),
@@ -142,6 +148,8 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     store.write_json("metrics.json", metrics)
     store.write_text("leaderboard.md", board)
     timings["aggregate_s"] = round(time.time() - mark, 2)
+    if stopping is not None:
+        stopping.join()
     failure, missing = run_failure(scores, cfg.max_error_fraction), _missing(scores)
     manifest.update(timings=timings, status="failed" if failure else "complete", reason=failure,
                     finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),

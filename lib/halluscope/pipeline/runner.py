@@ -167,14 +167,14 @@ def run_failure(scores: pa.Table, max_error_fraction: float) -> str | None:
     """Why a run that went through has no result to stand on: a model under test with no scored
     generation (every call failed, or none of its items is in its file), or more failed
     generations than ``max_error_fraction`` (items with no recorded response are not failures)."""
+    error = scores.column("error")
+    kind = pc.if_else(pc.is_null(error), "scored", pc.if_else(pc.equal(error, MISSING), "missing", "failed"))
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
-    errors: Counter[str] = Counter()
-    for r in scores.select(["model", "error"]).to_pylist():
-        kind = "scored" if r["error"] is None else "missing" if r["error"] == MISSING else "failed"
-        by_model[r["model"]][kind] += 1
-        if kind == "failed":
-            errors[r["error"]] += 1
-    common = f"; most common error: {errors.most_common(1)[0][0]!r}" if errors else ""
+    for r in _counts(pa.table({"model": scores.column("model"), "kind": kind}), ["model", "kind"]):
+        by_model[r["model"]][r["kind"]] = r["n"]
+    errors = Counter({r["error"]: r["n"] for r in _counts(scores.filter(pc.equal(kind, "failed")), ["error"])})
+    # ties by the error's text: which one is named must not depend on the order parts were read in
+    common = f"; most common error: {min(errors, key=lambda e: (-errors[e], e))!r}" if errors else ""
     empty = [f"'{m}' ({c['failed']} failed, {c['missing']} with no recorded response)"
              for m, c in sorted(by_model.items()) if not c["scored"]]
     if empty:
@@ -232,13 +232,16 @@ def _done_counts(committed: pa.Table) -> dict[tuple[str, str], int]:
     return {(r["model"], r["task"]): r["model_count"] for r in counts.to_pylist()}
 
 
-def _missing(scores) -> dict[str, int]:
+def _missing(scores: pa.Table) -> dict[str, int]:
     """Items a replayed model has no recorded response for, per model/task."""
-    out: dict[str, int] = {}
-    for r in scores.select(["model", "task", "error"]).to_pylist():
-        if r["error"] == MISSING:
-            out[f"{r['model']}/{r['task']}"] = out.get(f"{r['model']}/{r['task']}", 0) + 1
-    return out
+    return {f"{r['model']}/{r['task']}": r["n"]
+            for r in _counts(scores.filter(pc.equal(scores.column("error"), MISSING)), ["model", "task"])}
+
+
+def _counts(table: pa.Table, keys: list[str]) -> list[dict]:
+    """Rows per distinct ``keys`` (as ``n``), counted by Arrow: a run has a row per generation."""
+    counted = table.select(keys).group_by(keys, use_threads=False).aggregate([([], "count_all")])
+    return counted.rename_columns(["n" if c == "count_all" else c for c in counted.column_names]).to_pylist()
 
 
 def price_table(cfg: RunConfig) -> PriceTable | None:

@@ -39,14 +39,8 @@ def _fields(fields_json: str) -> dict:
     return json.loads(fields_json)
 
 
-def _item(row: dict) -> Item:
-    return Item(row["task"], row["item_id"], row["prompt"], _fields(row["fields"]))
-
-
 def _usable(row: dict) -> bool:
     return row["error"] is None and row["text"] is not None
-
-
 
 
 class Generate:
@@ -80,34 +74,61 @@ class Generate:
 
 
 _ROW = ["gen_id", "model", "task", "item_id", "prompt", "fields", "text", "error"]
+# the columns each phase adds, in order, with their Arrow types
+_ADDED = {"responded": pa.bool_(), "atoms": pa.list_(pa.string()), "supported": pa.list_(pa.bool_()),
+          "evidence": pa.list_(pa.string())}
 
 Usage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
+
+
+class Rows:
+    """A batch's rows as Python dicts with their items, converted once for every phase that
+    runs on them (per phase, the conversions cost about a tenth of the demo's CPU); the phases
+    set a row's ``error`` and add their columns to it, and ``table`` turns it back."""
+
+    def __init__(self, batch: pa.Table) -> None:
+        self.batch = batch
+        self.rows = batch.select([*_ROW, *(c for c in _ADDED if c in batch.column_names)]).to_pylist()
+        self.items = [Item(r["task"], r["item_id"], r["prompt"], _fields(r["fields"])) for r in self.rows]
+        self.added: list[str] = []  # columns the phases set on every row, in order
+
+    def set(self, column: str, values: list) -> None:
+        for r, v in zip(self.rows, values):
+            r[column] = v
+        self.added.append(column)
+
+    def table(self) -> pa.Table:
+        """The batch with each row's error and the columns the phases added."""
+        out = self.batch.set_column(self.batch.schema.get_field_index("error"), "error",
+                                    pa.array([r["error"] for r in self.rows], pa.string()))
+        for name in self.added:
+            out = out.append_column(name, pa.array([r[name] for r in self.rows], _ADDED[name]))
+        return out
 
 
 def _row_error(stage: str, err: Exception) -> str:
     return f"{stage} failed: {type(err).__name__}: {err}"[:500]
 
 
-def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict], Calls],
-           finish: Callable[[dict, list[Completion]], Any], when: Callable[[dict], bool], skipped: Any,
-           failed: Callable[[dict], Any], roles: RoleModels | None, usage: Usage | None) -> tuple[pa.Table, list]:
-    """One phase for the rows ``when`` selects (``skipped`` for the others): ``call(row)`` may ask a
-    role model; every row's prompts go out together; ``finish(row, replies)`` gives the value.
+def _phase(rows: Rows, stage: str, call: Callable[[dict, Item], Calls],
+           finish: Callable[[dict, Item, list[Completion]], Any], when: Callable[[dict], bool], skipped: Any,
+           failed: Callable[[dict], Any], roles: RoleModels | None, usage: Usage | None) -> list:
+    """One phase for the rows ``when`` selects (``skipped`` for the others): ``call(row, item)`` may
+    ask a role model; every row's prompts go out together; ``finish(row, item, replies)`` gives
+    the row's value.
 
     A row whose task function raises gets ``failed(row)`` and the stage's error in its ``error``
     column: the row fails, not the run. A role model that is down stops the run (EndpointDown)."""
-    rows = batch.select(columns).to_pylist()
-    errors = [r["error"] for r in rows]
-    values = [skipped] * len(rows)
+    values = [skipped] * len(rows.rows)
     active: list[int] = []
     calls: dict[str, tuple[RoleCall, ...]] = {}
-    for i, r in enumerate(rows):
+    for i, (r, item) in enumerate(zip(rows.rows, rows.items)):
         if not when(r):
             continue
         try:
-            c = call(r)
+            c = call(r, item)
         except Exception as err:  # noqa: BLE001 - recorded per row, excluded from metrics, counted
-            errors[i], values[i] = errors[i] or _row_error(stage, err), failed(r)
+            r["error"], values[i] = r["error"] or _row_error(stage, err), failed(r)
             continue
         active.append(i)
         if c is not None:
@@ -117,34 +138,46 @@ def _phase(batch: pa.Table, stage: str, columns: list[str], call: Callable[[dict
         if roles is None:
             raise RuntimeError(f"{stage}: tasks call role models but the stage was built without them")
         replies = roles.answer(calls, stage, usage if usage is not None else defaultdict(list),
-                               {r["gen_id"]: r["model"] for r in rows if r["gen_id"] in calls})
+                               {r["gen_id"]: r["model"] for r in rows.rows if r["gen_id"] in calls})
     for i in active:
-        r = rows[i]
+        r = rows.rows[i]
         try:
-            values[i] = finish(r, replies.get(r["gen_id"], []))
+            values[i] = finish(r, rows.items[i], replies.get(r["gen_id"], []))
         except Exception as err:  # noqa: BLE001
-            errors[i], values[i] = errors[i] or _row_error(stage, err), failed(r)
-    return batch.set_column(batch.schema.get_field_index("error"), "error", pa.array(errors, pa.string())), values
+            r["error"], values[i] = r["error"] or _row_error(stage, err), failed(r)
+    return values
+
+
+def abstain_rows(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
+    """R(y) per generation; null where there is no usable generation."""
+    rows.set("responded", _phase(
+        rows, "abstain",
+        lambda r, item: get_task(r["task"]).abstain_call(r["text"], item),
+        lambda r, item, replies: get_task(r["task"]).responded(r["text"], item, replies),
+        _usable, None, lambda r: None, roles, usage))
+
+
+def decompose_rows(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
+    """D(y) for responded generations; [] otherwise."""
+    rows.set("atoms", _phase(
+        rows, "decompose",
+        lambda r, item: get_task(r["task"]).decompose_call(r["text"], item),
+        lambda r, item, replies: get_task(r["task"]).decompose(r["text"], item, replies),
+        lambda r: bool(r["responded"]) and r["error"] is None, [], lambda r: [], roles, usage))
 
 
 def abstain(batch: pa.Table, roles: RoleModels | None = None, usage: Usage | None = None) -> pa.Table:
-    """R(y) per generation; null where there is no usable generation."""
-    batch, responded = _phase(
-        batch, "abstain", _ROW,
-        lambda r: get_task(r["task"]).abstain_call(r["text"], _item(r)),
-        lambda r, replies: get_task(r["task"]).responded(r["text"], _item(r), replies),
-        _usable, None, lambda r: None, roles, usage)
-    return batch.append_column("responded", pa.array(responded, pa.bool_()))
+    """The abstain phase over a table (adds ``responded``)."""
+    rows = Rows(batch)
+    abstain_rows(rows, roles, usage)
+    return rows.table()
 
 
 def decompose(batch: pa.Table, roles: RoleModels | None = None, usage: Usage | None = None) -> pa.Table:
-    """D(y) for responded generations; [] otherwise."""
-    batch, atoms = _phase(
-        batch, "decompose", [*_ROW, "responded"],
-        lambda r: get_task(r["task"]).decompose_call(r["text"], _item(r)),
-        lambda r, replies: get_task(r["task"]).decompose(r["text"], _item(r), replies),
-        lambda r: bool(r["responded"]) and r["error"] is None, [], lambda r: [], roles, usage)
-    return batch.append_column("atoms", pa.array(atoms, pa.list_(pa.string())))
+    """The decompose phase over a table that has ``responded`` (adds ``atoms``)."""
+    rows = Rows(batch)
+    decompose_rows(rows, roles, usage)
+    return rows.table()
 
 
 class Verify:
@@ -154,18 +187,22 @@ class Verify:
         self.kb = kb
         self.roles = roles
 
-    def __call__(self, batch: pa.Table, usage: Usage | None = None) -> pa.Table:
+    def rows(self, rows: Rows, usage: Usage | None = None) -> None:
+        """Adds ``supported`` and ``evidence`` (one per atom) to rows that have ``atoms``."""
         kb = self.kb
-        batch, verdicts = _phase(
-            batch, "verify", [*_ROW, "atoms"],
-            lambda r: get_task(r["task"]).verify_call(r["atoms"], r["text"], _item(r), kb),
-            lambda r, replies: _checked(r, get_task(r["task"]).verify(r["atoms"], r["text"], _item(r), kb, replies)),
+        verdicts = _phase(
+            rows, "verify",
+            lambda r, item: get_task(r["task"]).verify_call(r["atoms"], r["text"], item, kb),
+            lambda r, item, replies: _checked(r, get_task(r["task"]).verify(r["atoms"], r["text"], item, kb, replies)),
             lambda r: bool(r["atoms"]) and r["error"] is None, [],
             lambda r: [Verdict(None, "verifier failed")] * len(r["atoms"]), self.roles, usage)
-        return (batch.append_column("supported", pa.array([[v.supported for v in vs] for vs in verdicts],
-                                                          pa.list_(pa.bool_())))
-                .append_column("evidence", pa.array([[v.evidence for v in vs] for vs in verdicts],
-                                                    pa.list_(pa.string()))))
+        rows.set("supported", [[v.supported for v in vs] for vs in verdicts])
+        rows.set("evidence", [[v.evidence for v in vs] for vs in verdicts])
+
+    def __call__(self, batch: pa.Table, usage: Usage | None = None) -> pa.Table:
+        rows = Rows(batch)
+        self.rows(rows, usage)
+        return rows.table()
 
 
 def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
@@ -289,9 +326,11 @@ class Evaluate:
         for start, stop in _unit_runs(batch):
             for chunk in range(start, stop, self.chunk_rows):
                 usage: Usage = defaultdict(list)
-                rows = batch.slice(chunk, min(self.chunk_rows, stop - chunk))
-                part = decompose(abstain(rows, self.roles, usage), self.roles, usage)
-                yield score_and_write(self.verify(part, usage), self.store, usage)
+                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)))
+                abstain_rows(rows, self.roles, usage)
+                decompose_rows(rows, self.roles, usage)
+                self.verify.rows(rows, usage)
+                yield score_and_write(rows.table(), self.store, usage)
 
 
 def _unit_runs(batch: pa.Table) -> list[tuple[int, int]]:

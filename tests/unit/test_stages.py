@@ -31,7 +31,11 @@ def _batch(task_name, texts, errors=None):
 def _evaluate(batch, roles=None, usage=None):
     verify = stages.Verify(Knowledge(DataResolver(download=False), "pypi/project-names.txt.gz", VerifierOptions()),
                            roles)
-    return verify(stages.decompose(stages.abstain(batch, roles, usage), roles, usage), usage)
+    rows = stages.Rows(batch)
+    stages.abstain(rows, roles, usage)
+    stages.decompose(rows, roles, usage)
+    verify(rows, usage)
+    return rows.table()
 
 
 def test_a_raising_decomposer_fails_its_row_only(monkeypatch):

@@ -1,7 +1,8 @@
-"""The pipeline's stages as batch functions over Arrow tables.
+"""The pipeline's stages as batch functions.
 
-Each stage adds columns to the batch and is usable without Ray: the benchmark runs the same
-functions in a plain loop as its single-process baseline. Ray Data runs them with
+Stages take and return Arrow tables; the evaluation phases (abstain, decompose, verify) run on a
+batch's rows converted to Python once (``Rows``). All are usable without Ray: the benchmark runs
+the same functions in a plain loop as its single-process baseline. Ray Data runs them with
 ``map_batches``; stages that hold state (model clients, knowledge indexes) are classes run in
 actor pools so the state is built once per worker.
 """
@@ -74,7 +75,7 @@ class Generate:
 
 
 _ROW = ["gen_id", "model", "task", "item_id", "prompt", "fields", "text", "error"]
-# the columns each phase adds, in order, with their Arrow types
+# the columns the phases add to a batch, with their Arrow types
 _ADDED = {"responded": pa.bool_(), "atoms": pa.list_(pa.string()), "supported": pa.list_(pa.bool_()),
           "evidence": pa.list_(pa.string())}
 
@@ -88,7 +89,7 @@ class Rows:
 
     def __init__(self, batch: pa.Table) -> None:
         self.batch = batch
-        self.rows = batch.select([*_ROW, *(c for c in _ADDED if c in batch.column_names)]).to_pylist()
+        self.rows = batch.select(_ROW).to_pylist()
         self.items = [Item(r["task"], r["item_id"], r["prompt"], _fields(r["fields"])) for r in self.rows]
         self.added: list[str] = []  # columns the phases set on every row, in order
 
@@ -148,7 +149,7 @@ def _phase(rows: Rows, stage: str, call: Callable[[dict, Item], Calls],
     return values
 
 
-def abstain_rows(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
+def abstain(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
     """R(y) per generation; null where there is no usable generation."""
     rows.set("responded", _phase(
         rows, "abstain",
@@ -157,27 +158,13 @@ def abstain_rows(rows: Rows, roles: RoleModels | None = None, usage: Usage | Non
         _usable, None, lambda r: None, roles, usage))
 
 
-def decompose_rows(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
+def decompose(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
     """D(y) for responded generations; [] otherwise."""
     rows.set("atoms", _phase(
         rows, "decompose",
         lambda r, item: get_task(r["task"]).decompose_call(r["text"], item),
         lambda r, item, replies: get_task(r["task"]).decompose(r["text"], item, replies),
         lambda r: bool(r["responded"]) and r["error"] is None, [], lambda r: [], roles, usage))
-
-
-def abstain(batch: pa.Table, roles: RoleModels | None = None, usage: Usage | None = None) -> pa.Table:
-    """The abstain phase over a table (adds ``responded``)."""
-    rows = Rows(batch)
-    abstain_rows(rows, roles, usage)
-    return rows.table()
-
-
-def decompose(batch: pa.Table, roles: RoleModels | None = None, usage: Usage | None = None) -> pa.Table:
-    """The decompose phase over a table that has ``responded`` (adds ``atoms``)."""
-    rows = Rows(batch)
-    decompose_rows(rows, roles, usage)
-    return rows.table()
 
 
 class Verify:
@@ -187,7 +174,7 @@ class Verify:
         self.kb = kb
         self.roles = roles
 
-    def rows(self, rows: Rows, usage: Usage | None = None) -> None:
+    def __call__(self, rows: Rows, usage: Usage | None = None) -> None:
         """Adds ``supported`` and ``evidence`` (one per atom) to rows that have ``atoms``."""
         kb = self.kb
         verdicts = _phase(
@@ -198,11 +185,6 @@ class Verify:
             lambda r: [Verdict(None, "verifier failed")] * len(r["atoms"]), self.roles, usage)
         rows.set("supported", [[v.supported for v in vs] for vs in verdicts])
         rows.set("evidence", [[v.evidence for v in vs] for vs in verdicts])
-
-    def __call__(self, batch: pa.Table, usage: Usage | None = None) -> pa.Table:
-        rows = Rows(batch)
-        self.rows(rows, usage)
-        return rows.table()
 
 
 def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
@@ -327,9 +309,9 @@ class Evaluate:
             for chunk in range(start, stop, self.chunk_rows):
                 usage: Usage = defaultdict(list)
                 rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)))
-                abstain_rows(rows, self.roles, usage)
-                decompose_rows(rows, self.roles, usage)
-                self.verify.rows(rows, usage)
+                abstain(rows, self.roles, usage)
+                decompose(rows, self.roles, usage)
+                self.verify(rows, usage)
                 yield score_and_write(rows.table(), self.store, usage)
 
 

@@ -149,6 +149,11 @@ def averages(per_task: list[dict]) -> list[dict]:
     return out
 
 
+# what compute reads of the scores table
+SCORE_COLUMNS = ("model", "task", "task_kind", "error", "responded", "n_atoms", "n_unsupported", "n_unverified",
+                 "f", "g", "unsupported_atoms")
+
+
 def compute(scores: pa.Table) -> list[dict]:
     per_task = task_metrics(scores)
     return per_task + averages(per_task)

@@ -138,7 +138,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown") if started_ray else None
     if stopping is not None:
         stopping.start()
-    scores = store.read_table("scores")
+    scores = store.read_table("scores", score_columns(cfg))
     metrics = compute_metrics(cfg, store, scores)
     costs = ledger(store.read_table("generations", LEDGER_COLUMNS), cfg.models, deployments, price_table(cfg),
                    store.read_table("role_calls"))
@@ -209,6 +209,15 @@ def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> N
             raise RunError(f"run {url}: {name} changed since the run started (sha256 {digest[:16]}... then, "
                            f"{now[name][:16]}... now), and its committed results came from the old file; "
                            "use a new run id, or restore the file to resume")
+
+
+def score_columns(cfg: RunConfig) -> list[str] | None:
+    """What the aggregation reads of ``scores``: the columns the run's benchmarks name, with
+    those ``run_failure`` and ``_missing`` count by; None (every column) if one names none."""
+    wanted = [benchmark_of(t).score_columns for t in cfg.tasks]
+    if any(w is None for w in wanted):
+        return None
+    return sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
 
 
 def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:

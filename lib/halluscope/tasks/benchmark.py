@@ -30,7 +30,7 @@ class MetricInputs:
     """What a benchmark's metrics read: committed rows of its own tasks only."""
 
     tasks: Sequence[str]  # the run's tasks of this benchmark, in config order
-    scores: "pa.Table"  # committed ``scores`` rows of those tasks
+    scores: "pa.Table"  # committed ``scores`` rows of those tasks (at least the benchmark's score_columns)
     read_table: Callable[..., "pa.Table"]  # RunStore.read_table: committed rows of any run table
     items: Callable[[str], "pa.Table"]  # task -> the items written to the run
     options: BaseModel  # the run's ``benchmarks.<name>`` section, validated
@@ -54,6 +54,9 @@ class Benchmark:
     description: str = ""
     # (role, model id) of each role model its options name; the run must configure every one
     role_models: Callable[[BaseModel], Sequence[tuple[str, str]]] | None = None
+    # the ``scores`` columns its metrics read (the run reads no others when every benchmark of it
+    # names them: prompts and atoms are most of the table); None: every column
+    score_columns: Sequence[str] | None = None
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

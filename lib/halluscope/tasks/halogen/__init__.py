@@ -8,7 +8,7 @@ from halluscope.tasks.halogen.lists import FalsePresuppositions, Rationalization
 from halluscope.tasks.halogen.rationalization_binary import RationalizationBinary
 from halluscope.tasks.halogen.references import References
 
-from halluscope.metrics.halogen import compute
+from halluscope.metrics.halogen import SCORE_COLUMNS, compute
 from halluscope.tasks.benchmark import Benchmark, MetricInputs
 from halluscope.tasks.halogen.paper import RULE_SETS
 
@@ -21,5 +21,5 @@ def _metrics(inputs: MetricInputs) -> list[dict]:
     return compute(inputs.scores)
 
 
-BENCHMARK = Benchmark("halogen", TASKS, metrics=_metrics,
+BENCHMARK = Benchmark("halogen", TASKS, metrics=_metrics, score_columns=SCORE_COLUMNS,
                       description="HALOGEN: nine domains, paper rules and corrected rules")

@@ -63,3 +63,20 @@ def test_the_leaderboard_counts_items_not_in_the_file_apart_from_errors():
     board = leaderboard(compute(pa.Table.from_pylist(rows, schema=records.SCORES)), "r")
     assert "| errors | not in file |" in board
     assert board.split("\n| m | 1 |")[1].rstrip().split("\n")[0].endswith("| 1 | 3 |")
+
+
+def test_top_unsupported_counts_responses_and_breaks_ties_by_name():
+    def named(model, units, **kw):
+        return {**_row(model, "halogen/code", "response", True, len(units), len(units), **kw),
+                "gen_id": f"{model}{units}{kw}", "unsupported_atoms": units}
+
+    rows = [named("m", ["zeta", "zeta", "alpha"]),  # a response counts a unit once
+            named("m", ["zeta", "beta"]), named("m", ["beta"]),
+            named("m", ["gamma"], error="HTTP 500"),  # failed rows name nothing
+            named("m", [f"u{i:02d}" for i in range(40)]),  # 40 names seen once: the top 30 is cut
+            named("other", ["alpha"])]
+    top = {(r["model"], r["task"]): r["top_unsupported"]
+           for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES)) if "top_unsupported" in r}
+    m = top[("m", "halogen/code")]
+    assert m[:4] == [["beta", 2], ["zeta", 2], ["alpha", 1], ["u00", 1]] and len(m) == 30
+    assert m[-1] == ["u26", 1] and top[("other", "halogen/code")] == [["alpha", 1]]

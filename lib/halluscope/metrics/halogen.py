@@ -85,11 +85,10 @@ def _top_unsupported(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[s
     starts = np.flatnonzero(np.r_[True, ranked_group[1:] != ranked_group[:-1]])
     rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     out: dict[tuple[str, str], list[list]] = defaultdict(list)
-    models, tasks, unit_names = model.dictionary.to_pylist(), task.dictionary.to_pylist(), names
+    models, tasks = model.dictionary.to_pylist(), task.dictionary.to_pylist()
     for i in order[rank < TOP_UNITS]:
         g = int(key_group[i])
-        out[(models[g // len(tasks)], tasks[g % len(tasks)])].append([unit_names[int(key_unit[i])].as_py(),
-                                                                     int(counts[i])])
+        out[(models[g // len(tasks)], tasks[g % len(tasks)])].append([names[int(key_unit[i])].as_py(), int(counts[i])])
     return out
 
 

@@ -185,7 +185,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _partial_report(loc) -> str:
     """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
     from halluscope.config import parse_config
-    from halluscope.pipeline.runner import compute_metrics, score_columns
+    from halluscope.pipeline.runner import compute_metrics, read_scores
     from halluscope.report.leaderboard import leaderboard
     from halluscope.storage.run import RunStore
 
@@ -197,8 +197,7 @@ def _partial_report(loc) -> str:
     for model, m in progress["models"].items():
         lines.append(f"{model}: {m['done']}/{m['total']} generations committed")
     cfg = parse_config(manifest["config"], f"{loc.url}/manifest.json")
-    lines += ["", leaderboard(compute_metrics(cfg, store, store.read_table("scores", score_columns(cfg))),
-                                  manifest["run_id"])]
+    lines += ["", leaderboard(compute_metrics(cfg, store, read_scores(cfg, store)), manifest["run_id"])]
     return "\n".join(lines)
 
 

@@ -138,7 +138,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown") if started_ray else None
     if stopping is not None:
         stopping.start()
-    scores = store.read_table("scores", score_columns(cfg))
+    scores = read_scores(cfg, store)
     metrics = compute_metrics(cfg, store, scores)
     costs = ledger(store.read_table("generations", LEDGER_COLUMNS), cfg.models, deployments, price_table(cfg),
                    store.read_table("role_calls"))
@@ -172,7 +172,7 @@ def run_failure(scores: pa.Table, max_error_fraction: float) -> str | None:
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     for r in _counts(pa.table({"model": scores.column("model"), "kind": kind}), ["model", "kind"]):
         by_model[r["model"]][r["kind"]] = r["n"]
-    errors = Counter({r["error"]: r["n"] for r in _counts(scores.filter(pc.equal(kind, "failed")), ["error"])})
+    errors = {r["error"]: r["n"] for r in _counts(scores.filter(pc.equal(kind, "failed")), ["error"])}
     # ties by the error's text: which one is named must not depend on the order parts were read in
     common = f"; most common error: {min(errors, key=lambda e: (-errors[e], e))!r}" if errors else ""
     empty = [f"'{m}' ({c['failed']} failed, {c['missing']} with no recorded response)"
@@ -211,13 +211,13 @@ def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> N
                            "use a new run id, or restore the file to resume")
 
 
-def score_columns(cfg: RunConfig) -> list[str] | None:
-    """What the aggregation reads of ``scores``: the columns the run's benchmarks name, with
-    those ``run_failure`` and ``_missing`` count by; None (every column) if one names none."""
+def read_scores(cfg: RunConfig, store: RunStore) -> pa.Table:
+    """The committed ``scores`` the aggregation reads: the columns the run's benchmarks name,
+    with those ``run_failure`` and ``_missing`` count by; every column if one names none."""
     wanted = [benchmark_of(t).score_columns for t in cfg.tasks]
-    if any(w is None for w in wanted):
-        return None
-    return sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
+    columns = None if any(w is None for w in wanted) else \
+        sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
+    return store.read_table("scores", columns)
 
 
 def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:
@@ -237,8 +237,7 @@ def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[d
 
 
 def _done_counts(committed: pa.Table) -> dict[tuple[str, str], int]:
-    counts = committed.group_by(["model", "task"]).aggregate([("model", "count")])
-    return {(r["model"], r["task"]): r["model_count"] for r in counts.to_pylist()}
+    return {(r["model"], r["task"]): r["n"] for r in _counts(committed, ["model", "task"])}
 
 
 def _missing(scores: pa.Table) -> dict[str, int]:

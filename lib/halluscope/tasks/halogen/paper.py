@@ -104,14 +104,14 @@ def _word_tokenizer():
     return NLTKWordTokenizer()
 
 
-def first_line_words(text: str, rules: RuleSet) -> list[str]:
+def first_line_words(text: str, rules: RuleSet) -> tuple[str, ...]:
     """Lower-cased word tokens of the first line, as NLTK's word tokenizer gives them (sentence
     by sentence, so a sentence-final period comes off). Paper: "Yes/no" stays one token;
     corrected: a slash also separates words."""
     line = text.split("\n")[0]
     if rules == "corrected":
         line = line.replace("/", " / ")
-    return list(_line_words(line))
+    return _line_words(line)
 
 
 @lru_cache(maxsize=4096)

@@ -20,8 +20,9 @@ from tests.support.hallulens_sources import write_tables
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.servers import s3_storage
 from tests.unit.test_kuberay_submit import COMPLETE, FakeKube, created, kube, kubeconfig, run_submit  # noqa: F401
+from tests.conftest import SHARED_DATA
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
 TASKS = ["halogen/code", "hallulens/nonexistent_mixed", "ragtruth/detect", "fewl/score"]
 HALOGEN_ITEMS = 12  # limits.max_items_per_task: the first prompts of HALOGEN's code file

@@ -5,6 +5,8 @@ compared with the authors' released results."""
 
 from __future__ import annotations
 
+import pytest
+
 from halluscope.config import parse_config
 from halluscope.metrics import halogen as halogen_metrics
 from halluscope.pipeline import stages
@@ -13,6 +15,9 @@ from halluscope.pipeline import workset
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.tasks.halogen.published import published
+from tests.conftest import SHARED_DATA
+
+pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 
 DOMAINS = ["code", "references", "summarization", "simplification", "biographies", "historical_events",
            "false_presuppositions", "rationalization_binary", "rationalization_numerical"]

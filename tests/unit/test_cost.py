@@ -8,7 +8,7 @@ from halluscope.config import parse_config
 from halluscope.cost.ledger import ledger, total_usd
 from halluscope.cost.prices import load_prices
 from halluscope.errors import ConfigError
-from tests.conftest import REPO
+from tests.conftest import REPO, SHARED_DATA
 
 CFG = parse_config({"tasks": ["halogen/code"], "models": [
     {"id": "api", "backend": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "model": "gpt-4o-mini"}},
@@ -56,6 +56,7 @@ def test_bad_price_tables(tmp_path):
         load_prices(str(bad))
 
 
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 def test_a_run_over_its_budget_stops_before_anything_is_written(tmp_path):
     from halluscope.errors import RunError
     from halluscope.pipeline.runner import run

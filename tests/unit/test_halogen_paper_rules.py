@@ -18,6 +18,9 @@ from halluscope.tasks.halogen.lists import FalsePresuppositions, Rationalization
 from halluscope.tasks.halogen.rationalization_binary import RationalizationBinary
 from halluscope.tasks.halogen.recorded import QUIRKS
 from halluscope.tasks.halogen.steps import read_rows, recorded_path
+from tests.conftest import SHARED_DATA
+
+pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 
 RESOLVER = DataResolver(download=False)
 KB = Knowledge(RESOLVER)

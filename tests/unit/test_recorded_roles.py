@@ -18,6 +18,7 @@ from halluscope.sources import DataResolver
 from halluscope.tasks.base import Item
 from halluscope.tasks.halogen.historical_events import HistoricalEvents
 from halluscope.tasks.halogen.steps import read_rows, recorded_path
+from tests.conftest import SHARED_DATA
 
 RESOLVER = DataResolver(download=False)
 STEPS = "halluscope.tasks.halogen.recorded:replies"
@@ -48,6 +49,7 @@ def _config():
         {"id": "rec-judge", "role": "judge", "backend": "recorded", "params": {"steps": STEPS}}]}, "test")
 
 
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 def test_recorded_judge_answers_a_real_row_through_the_role_path_at_no_cost():
     cfg = _config()
     task = HistoricalEvents("paper")

@@ -99,6 +99,10 @@ class ServeOptions(_Strict):
     num_cpus: float = Field(default=1.0, ge=0)
     num_gpus: float = Field(default=0.0, ge=0)
     max_batch_prompts: int = Field(default=32, ge=1, description="prompts the client sends per request")
+    deploy_timeout_s: float | None = Field(
+        default=None, gt=0, description="seconds a deployment may take to become healthy (pending, weights "
+                                        "loading) before that model fails; None: 3,600 for vllm (a 405B "
+                                        "load from a cache or S3 takes 20-40 minutes), 600 otherwise")
 
 
 class ScriptedRule(_Strict):
@@ -121,6 +125,10 @@ class ScriptedParams(_Strict):
                                                      "(halluscope.serving.scripted_extract)")
     default: str = "I don't know."
     latency_s: float = Field(default=0.0, ge=0, description="seconds each prompt takes")
+    tokens_per_s: float | None = Field(
+        default=None, gt=0, description="output tokens/s one replica produces over all its requests "
+                                        "(continuous batching: a prompt waits for those ahead of it); None: no limit")
+    load_s: float = Field(default=0.0, ge=0, description="seconds a replica takes to start (a weights load)")
     capacity: int | None = Field(
         default=None, ge=1, description="prompts a replica answers at once; ceiling = replicas x capacity / latency")
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
@@ -285,8 +293,39 @@ class CostSpec(_Strict):
 
 class RaySpec(_Strict):
     address: str | None = Field(default=None, description="None: RAY_ADDRESS if set, else a local Ray")
-    num_cpus: int | None = None
+    num_cpus: int | None = Field(default=None, gt=0, description="logical CPUs of a local Ray; None: the "
+                                                              "machine's, at least 4 and at least what the run holds")
+    num_gpus: int | None = Field(default=None, ge=0, description="logical GPUs a local Ray declares (to "
+                                                              "simulate a GPU cluster); None: those Ray finds")
     object_store_memory_mb: int = Field(default=512, gt=0)
+
+
+class ClusterSpec(_Strict):
+    """What the run may hold of the cluster. Served models under test are deployed in waves that
+    fit beside the roles the run serves; a model larger than the budget is refused before any
+    deployment."""
+
+    gpus: int | dict[str, int] | None = Field(
+        default=None, description="GPUs the run may hold: a number (any type) or accelerator type -> number "
+                                  "(e.g. {H100: 16}); None: the GPUs of the Ray cluster at the start (on an "
+                                  "autoscaling cluster, set the GPU group's maximum here, or the queue's quota)")
+    cpus: float | None = Field(default=None, gt=0, description="logical CPUs the run may hold; None: the cluster's")
+    stall_timeout_s: float = Field(default=600.0, gt=0,
+                                   description="with no progress for this long, the run says what waits")
+
+    @field_validator("gpus")
+    @classmethod
+    def _non_negative(cls, v: int | dict[str, int] | None) -> int | dict[str, int] | None:
+        values = v.values() if isinstance(v, dict) else [] if v is None else [v]
+        if any(n < 0 for n in values):
+            raise ValueError("GPU counts must be >= 0")
+        return v
+
+    def gpu_budget(self) -> dict[str, float] | None:
+        """Accelerator type (or "GPU": any) -> GPUs; None when the config sets none."""
+        if self.gpus is None:
+            return None
+        return {"GPU": float(self.gpus)} if isinstance(self.gpus, int) else {k: float(n) for k, n in self.gpus.items()}
 
 
 class RunConfig(_Strict):
@@ -316,6 +355,7 @@ class RunConfig(_Strict):
                                   "(8000), or the port of a Serve already running")
     progress_every_s: float = Field(default=5.0, gt=0, description="how often progress.json is rewritten during a run")
     concurrency: Concurrency = Field(default_factory=Concurrency)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     ray: RaySpec = Field(default_factory=RaySpec)
 
     @field_validator("run_id")

@@ -133,7 +133,8 @@ QUARANTINE = pa.schema([
     ("reason", pa.string()),
 ])
 
-# The cost ledger of a run (cost/ledger.py), one file per run.
+# The cost ledger of a run (cost/ledger.py), one file per run. usd is null where no price is
+# known; note says why, or what prices a row at 0 (its deployment's or a shared service's time).
 COSTS = pa.schema([
     ("model", pa.string()),
     ("role", pa.string()),
@@ -147,9 +148,23 @@ COSTS = pa.schema([
     ("resource", pa.string()),
     ("resource_seconds", pa.float64()),
     ("usd", pa.float64()),
+    ("note", pa.string()),
 ])
 
 # One entry of the model-call cache (models/cache.py).
+# generations of a served model under test, written while it is deployed (<run>/staged/<model>/),
+# read by the evaluation after its deployment is given back
+STAGED = pa.schema([
+    ("gen_id", pa.string()),
+    ("text", pa.string()),
+    ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()),
+    ("latency_s", pa.float64()),
+    ("attempts", pa.int32()),
+    ("cached", pa.bool_()),
+    ("error", pa.string()),
+])
+
 CALL_CACHE = pa.schema([
     ("key", pa.string()),
     ("text", pa.string()),

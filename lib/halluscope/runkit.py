@@ -7,6 +7,7 @@ and call counters are ``models.registry.client`` and ``models.usage.Usage``.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import subprocess
 import time
@@ -99,17 +100,19 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator
                                 "resource_seconds": held * s.params.serve.num_replicas * units})
 
 
-def init_ray(spec: RaySpec) -> bool:
+def init_ray(spec: RaySpec, cpus_needed: float = 0.0) -> bool:
     """Join the cluster named by the config or RAY_ADDRESS (set inside `ray job submit`), else
-    start a local Ray sized for the pipeline's stages. True when it started a local Ray."""
+    start a local Ray sized for the pipeline's stages: at least ``cpus_needed`` logical CPUs (what
+    the run's deployments and actors hold at once), so none of them waits for another's CPU, and
+    ``spec.num_gpus`` logical GPUs when set. True when it started a local Ray."""
     if ray.is_initialized():
         return False
     address = spec.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)
         return False
-    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1),
-             object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
+    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1, math.ceil(cpus_needed)),
+             num_gpus=spec.num_gpus, object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
              include_dashboard=False, log_to_driver=False)
     return True
 

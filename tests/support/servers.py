@@ -76,7 +76,7 @@ def create_bucket(endpoint: str, name: str) -> str:
 
 
 @contextmanager
-def ray_head(num_cpus: int = 6, object_store_bytes: int = 400_000_000) -> Iterator[dict[str, str]]:
+def ray_head(num_cpus: int = 6, num_gpus: int = 16, object_store_bytes: int = 400_000_000) -> Iterator[dict[str, str]]:
     """A Ray head with the dashboard and job API, and RAY_ADDRESS pointing at it while it lives;
     yields its ``address`` and ``dashboard`` URL."""
     ray_bin = str(Path(sys.executable).parent / "ray")
@@ -92,7 +92,8 @@ def ray_head(num_cpus: int = 6, object_store_bytes: int = 400_000_000) -> Iterat
                         # 10001 and the worker range 10002-19999 (0 and 0: ports the OS hands out)
                         f"--dashboard-agent-listen-port={free_port()}", f"--ray-client-server-port={free_port()}",
                         "--min-worker-port=0", "--max-worker-port=0",
-                        f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_bytes}",
+                        f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",  # logical: a simulated GPU cluster
+                        f"--object-store-memory={object_store_bytes}",
                         "--disable-usage-stats"],
                        check=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,
                        timeout=180)

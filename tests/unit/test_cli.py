@@ -77,7 +77,7 @@ def test_a_stopped_run_records_why_and_prints_how_to_resume(tmp_path, capsys, mo
     def pipeline(*args, **kwargs):
         raise stop
 
-    monkeypatch.setattr(runner, "init_ray", lambda spec: None)  # the stop comes before any Ray work
+    monkeypatch.setattr(runner, "init_ray", lambda spec, **_: None)  # the stop comes before any Ray work
     monkeypatch.setattr(runner, "_execute", pipeline)
     path = _replay_config(tmp_path, ["p0", "p1"])
     if rc is None:
@@ -162,7 +162,7 @@ def test_report_of_a_stopped_run_says_why(tmp_path, capsys, monkeypatch):
     def pipeline(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "init_ray", lambda spec: None)
+    monkeypatch.setattr(runner, "init_ray", lambda spec, **_: None)
     monkeypatch.setattr(runner, "_execute", pipeline)
     assert main(["run", str(_replay_config(tmp_path, ["p0"])), "--run-id", "r2", "--quiet"]) == 130
     capsys.readouterr()

@@ -116,13 +116,20 @@ def test_hand_computed_plan(data):
     # held: startup 100 s + the busiest model, the API: 200 output tokens / 10 per s / 4 at once = 5 s
     assert math.isclose(p.wall_hours * 3600, 105)
     idle = rows[("llama", "*", "idle")]
-    assert math.isclose(idle.resource_hours * 3600, 105 * 2 - 2.039 - 2.026)  # TP 2 x 1 replica
+    # the model under test is held from its deployment to its last answer: startup 100 s + its work
+    # on 2 GPUs, (2.039 + 2.026) / 2 s; the judge, a role, for the whole run
+    held = 2 * (100 + (2.039 + 2.026) / 2)
+    assert math.isclose(idle.resource_hours * 3600, held - 2.039 - 2.026)  # TP 2 x 1 replica
     assert math.isclose(rows[("judge", "*", "idle")].usd + judge.usd, 105 * 4 * 0.001)  # TP 4: 420 GPU-s
-    # total: API $0.000465 + llama 210 GPU-s + judge 420 GPU-s at $0.001
-    assert math.isclose(p.total_usd, 0.000465 + 0.21 + 0.42) and not p.unpriced
-    assert p.totals()["resource_hours"] == {"H100": pytest.approx(630 / 3600)}
+    # total: API $0.000465 + llama 204.065 GPU-s + judge 420 GPU-s at $0.001
+    assert math.isclose(p.total_usd, 0.000465 + held / 1000 + 0.42) and not p.unpriced
+    assert p.totals()["resource_hours"] == {"H100": pytest.approx((held + 420) / 3600)}
+    schedule = p.as_dict()["schedule"]
+    assert schedule["waves"] == [["llama"]] and schedule["peak_gpus"] == 2
+    assert schedule["makespan_s"] == pytest.approx(held / 2, abs=1e-3)
     text = p.table()
-    assert "halogen/historical_events" in text and "idle" in text and "total: $0.6305" in text
+    assert "halogen/historical_events" in text and "idle" in text and "total: $0.6245" in text
+    assert "wave 1: llama" in text and "peak GPUs 2" in text
     assert json.loads(json.dumps(p.as_dict()))["totals"]["calls"] == 2 + 2 + 2 + 2 + 4
 
 
@@ -132,8 +139,8 @@ def test_budget(data):
     with pytest.raises(RunError) as err:
         check_budget(p, 0.5)
     msg = str(err.value)
-    assert "estimated cost $0.63 exceeds costs.budget_usd $0.50" in msg
-    assert "judge (judge) * idle $0.42" in msg and "llama (test) * idle $0.21" in msg  # the largest first
+    assert "estimated cost $0.62 exceeds costs.budget_usd $0.50" in msg
+    assert "judge (judge) * idle $0.42" in msg and "llama (test) * idle $0.20" in msg  # the largest first
 
 
 def test_unpriced_items_block_a_budget(data):

@@ -25,7 +25,7 @@ class Started(Exception):
 
 @pytest.fixture()
 def started(monkeypatch):
-    def stop(_spec):
+    def stop(_spec, **_):
         raise Started()
     monkeypatch.setattr(runner, "init_ray", stop)
 

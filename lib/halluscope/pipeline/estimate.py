@@ -19,9 +19,13 @@ task. What was not measured is estimated:
   budget wants; a pilot run's measured stats replace them.
 
 Dollars: API models by their tokens (price table). Served models by resource-hours: busy time
-from a throughput assumption per accelerator (``Throughput``), and, as the ledger charges every
-deployment for as long as it is held, an ``idle`` row per served model for the rest of the
-run's wall time (startup + the busiest model's time; stages stream concurrently).
+from a throughput assumption per accelerator (``Throughput``; a scripted stand-in's own
+``tokens_per_s`` and answers), and, as the ledger charges every deployment for as long as it is
+held, an ``idle`` row per served model for the rest of its time on the cluster. The served models
+under test are held from their deployment's start to the end of their generation, in the waves
+``schedule.simulate`` gives under the run's GPU budget (the same rule the run follows); the roles
+the run serves are held for the whole run (the schedule's makespan, or startup + the busiest
+other model's time, whichever is longer).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.config import (HFModel, ModelSpec, OpenAIModel, RecordedModel, ReplayModel, RunConfig, ScriptedModel,
                                StorageSpec, VLLMModel, WikiSpec)
+from halluscope.pipeline.schedule import Job, Schedule, budget as schedule_budget, job_of, scheduled, simulate
 from halluscope.cost.ledger import api_name
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
@@ -90,7 +95,26 @@ class PlanOptions(SizeAssumptions):
                                        description="model id -> billions of parameters, where the name "
                                                    "does not say (e.g. 'Llama-3.1-70B' does)")
     api_tokens_per_s: float = Field(50.0, gt=0, description="output tokens/s of one API request")
-    startup_s: float = Field(300.0, ge=0, description="deployment start: weights load, CUDA graphs")
+    startup_s: float | None = Field(
+        None, ge=0, description="deployment start (pending, weights load, CUDA graphs) of every served model; "
+                                "None: by backend and size (startup_seconds)")
+
+
+SERVE_START_S = 2.0  # Serve's own part of a deployment's start, measured for a scripted replica on 2 cores
+VLLM_START_S = 60.0  # a vLLM engine's start besides its weights: CUDA graphs, KV cache, the API server
+VLLM_LOAD_S_PER_B = 2.5  # weights load per billion parameters (~0.8 GB/s from a warm cache; 405B: ~17 min)
+
+
+def startup_seconds(spec: ModelSpec, options: "PlanOptions") -> float:
+    """How long a served model takes from its deployment to its first answer."""
+    if options.startup_s is not None:
+        return options.startup_s
+    if isinstance(spec, ScriptedModel):
+        return spec.params.load_s + SERVE_START_S
+    if isinstance(spec, VLLMModel):
+        size = params_billions(spec, options)
+        return VLLM_START_S + VLLM_LOAD_S_PER_B * (size if size is not None else 120.0)
+    return 60.0  # hf: small models on CPU or one GPU
 
 
 # --- measured stats ---------------------------------------------------------------------------
@@ -199,10 +223,11 @@ def _busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
     """Resource-seconds (GPU- or core-seconds) a served model's calls keep it busy, or why unknown.
     Scripted models take ``latency_s`` per prompt, ``capacity`` prompts at once per replica."""
     resource, units = placement(spec)
-    if spec.backend == "scripted":
+    if isinstance(spec, ScriptedModel):
         p = spec.params
         at_once = p.capacity or p.serve.max_ongoing_requests * p.serve.max_batch_prompts
-        return calls * p.latency_s / at_once * units, None
+        produce = tout / p.tokens_per_s if p.tokens_per_s else 0.0  # one replica's seconds for every token
+        return (calls * p.latency_s / at_once + produce) * units, None
     rate = options.throughput.get(resource)
     if rate is None:
         return None, f"no throughput assumption for resource '{resource}' (plan options: throughput)"
@@ -240,6 +265,9 @@ class Plan:
     wall_hours: float | None  # how long the served models are held; None when unknown
     notes: list[str]
     options: PlanOptions
+    jobs: list[Job] = field(default_factory=list)  # the served models under test, with estimated times
+    schedule: Schedule = field(default_factory=Schedule)  # their waves under the run's GPU budget
+    budget: dict[str, float] | None = None
 
     @property
     def total_usd(self) -> float:
@@ -270,9 +298,36 @@ class Plan:
                 "output_tokens": sum(r.output_tokens for r in self.rows),
                 "resource_hours": {k: math.fsum(v) for k, v in sorted(hours.items())}, "by_role": by_role}
 
+    def schedule_dict(self) -> dict:
+        out = self.schedule.as_dict()
+        out["budget"] = self.budget
+        out["lower_bound_s"] = self.schedule.lower_bound_s(self.budget) if self.budget else None
+        usd = [r.usd for r in self.rows if r.model in {j.model for j in self.jobs} and r.resource]
+        out["usd"] = None if any(u is None for u in usd) else math.fsum(u for u in usd if u is not None)
+        return out
+
     def as_dict(self) -> dict:
         return {"rows": [asdict(r) for r in self.rows], "totals": self.totals(), "wall_hours": self.wall_hours,
-                "notes": list(self.notes), "options": self.options.model_dump(mode="json")}
+                "schedule": self.schedule_dict(), "notes": list(self.notes),
+                "options": self.options.model_dump(mode="json")}
+
+    def schedule_lines(self) -> list[str]:
+        """The served models under test: waves, each model's window, peak GPUs, makespan, GPU-hours."""
+        if not self.jobs:
+            return []
+        s, d = self.schedule, self.schedule_dict()
+        budget = ", ".join(f"{k} {v:g}" for k, v in (self.budget or {}).items() if math.isfinite(v)) or "none known"
+        lines = ["", f"schedule of the served models under test (budget: {budget}):"]
+        for i, wave in enumerate(s.waves()):
+            lines.append(f"  wave {i + 1}: {', '.join(wave)}")
+        for w in sorted(s.windows, key=lambda w: (w.start_s, w.model)):
+            lines.append(f"  {w.model}: {w.units:g} {w.resource}, deploy {_clock(w.start_s)}, generate "
+                         f"{_clock(w.ready_s)}-{_clock(w.end_s)}, released {_clock(w.end_s)}")
+        bound = f" (lower bound {_clock(d['lower_bound_s'])})" if d["lower_bound_s"] is not None else ""
+        usd = "unpriced" if d["usd"] is None else f"${d['usd']:,.2f}"
+        lines.append(f"  peak GPUs {d['peak_gpus']:g}; makespan {_clock(s.makespan_s)}{bound}; GPU-hours busy "
+                     f"{d['gpu_hours_busy']:,.3f} of {d['gpu_hours_held']:,.3f} held; {usd}")
+        return lines + [f"  note: {n}" for n in s.notes]
 
     def table(self) -> str:
         head = ["model", "role", "task", "stage", "gens", "calls", "cached", "in tok", "out tok", "resource",
@@ -297,8 +352,16 @@ class Plan:
                       f"{held}"]
         if self.unpriced:
             lines.append("unpriced: " + "; ".join(sorted({f"{r.model} ({r.role}): {r.note}" for r in self.unpriced})))
+        lines += self.schedule_lines()
         lines += ["notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines)
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, sec = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{sec:02d}" if m >= 60 else f"{m}:{sec:02d}"
 
 
 def _num(v: float | None, digits: int) -> str:
@@ -408,6 +471,17 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
         return len(texts), P, G
     cached = _cached_items(m, items, cache) if cache is not None else set()
     todo = [i for i in items if i.item_id not in cached]
+    if isinstance(m, ScriptedModel):  # a stand-in's answers, and so its tokens, are known
+        from halluscope.serving.scripted import ScriptedResponder  # imports Ray Serve: only for such a model
+
+        responder = ScriptedResponder(m.params)
+        answers = [len(responder.answer(i.prompt).split()) for i in todo]
+        a.calls += len(todo)
+        a.cached += len(cached)
+        a.tin += math.fsum(len(i.prompt.split()) for i in todo)
+        a.tout += math.fsum(answers)
+        a.bases.add("scripted")
+        return len(items), P, math.fsum(answers) / max(len(answers), 1)
     s, basis = stats.get(task.name, "generate", "test", m.id) or (None, "estimated")
     # measured generations always have token sizes: only rows with token counts are measured
     if s is not None and s.input_tokens_per_call is not None and s.output_tokens_per_call is not None:
@@ -486,15 +560,28 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                 row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
         rows.append(row)
     served = [m for m in cfg.models if isinstance(m, (ScriptedModel, HFModel, VLLMModel))]  # Ray Serve hosts them
-    known = [s for s in busy_wall.values() if s is not None]
-    wall_s = o.startup_s + max(known, default=0.0) if len(known) == len(busy_wall) else None
+    jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
+    budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
+                             cfg.cluster.cpus or (cfg.ray.num_cpus if cfg.ray.address is None else None))
+    sched = simulate(jobs, budget)
+    windows = {w.model: w for w in sched.windows}
+    others = [s for m, s in busy_wall.items() if m not in windows]
+    known = [s for s in others if s is not None]
+    wall_s = None if len(known) < len(others) or not math.isfinite(sched.makespan_s) else \
+        max(sched.makespan_s, max((startup_seconds(m, o) for m in served if not scheduled(m)), default=0.0)
+            + max(known, default=0.0))
     for m in served:
         resource, units = placement(m)
         idle = PlanRow(m.id, m.role, "*", "idle", 0, 0, 0, 0, 0, resource, None, None, "estimated")
-        if wall_s is None:
+        window = windows.get(m.id)
+        if window is not None and math.isfinite(window.end_s):
+            held_s = window.held_s * units * m.params.serve.num_replicas
+        elif wall_s is None:
             idle.note = "the run's wall time is unknown: a model's busy time could not be estimated"
+            held_s = None
         else:
             held_s = wall_s * units * m.params.serve.num_replicas
+        if held_s is not None:
             busy_s = math.fsum(r.resource_hours * 3600 for r in rows if r.model == m.id and r.resource_hours)
             idle_s = max(0.0, held_s - busy_s)
             idle.resource_hours = idle_s / 3600
@@ -503,7 +590,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))
     notes += list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
     notes.append(_assumptions(o, stats))
-    return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o)
+    return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o, jobs, sched, budget)
 
 
 _STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4}
@@ -521,8 +608,16 @@ def _assumptions(o: PlanOptions, stats: TokenStats) -> str:
     measured = f"measured sizes from {len(stats.runs)} run(s): {', '.join(stats.runs)}; " if stats.runs else ""
     return (f"{measured}estimates: {o.tokens_per_word} tokens/word, generations fill {o.fill_factor:.0%} of "
             f"max_tokens, {o.words_per_fact:g} words per fact, every generation responds (upper bound); "
-            f"served models: throughput per GPU at {REFERENCE_PARAMS_B:g}B scaled by size, held for startup "
-            f"{o.startup_s:g} s + the busiest model's time; API requests {o.api_tokens_per_s:g} output tokens/s")
+            f"served models: throughput per GPU at {REFERENCE_PARAMS_B:g}B scaled by size, started in "
+            f"{_startup_rule(o)}; models under test held from deployment to their last answer, in waves under "
+            f"the GPU budget, roles for the whole run; API requests {o.api_tokens_per_s:g} output tokens/s")
+
+
+def _startup_rule(o: PlanOptions) -> str:
+    if o.startup_s is not None:
+        return f"{o.startup_s:g} s"
+    return (f"{VLLM_START_S:g} s + {VLLM_LOAD_S_PER_B:g} s per billion parameters (vllm), load_s + "
+            f"{SERVE_START_S:g} s (scripted)")
 
 
 def check_budget(plan: Plan, budget_usd: float) -> None:

@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+import queue
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from halluscope.config import DEFAULT_PRICE_TABLE, RunConfig
+from halluscope.config import DEFAULT_PRICE_TABLE, ModelSpec, RunConfig
 from halluscope.errors import RunError, Superseded, error_summary
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
 from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estimate_cost
+from halluscope.pipeline.generation import generate_model, staged_location
 from halluscope.pipeline.progress import Progress
+from halluscope.pipeline.schedule import Job, check_cpus, check_fits, cpu_demand, job_of, scheduled
+from halluscope.pipeline.schedule import budget as schedule_budget
+from halluscope.pipeline.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from halluscope.pipeline.waves import Deployment
 from halluscope.pipeline.workset import MISSING, Plan, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
@@ -117,7 +127,13 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     store.write_json("manifest.json", manifest)
 
     mark = time.time()
-    started_ray = init_ray(cfg.ray)
+    started_ray = init_ray(cfg.ray, cpus_needed=sum(cpu_demand(cfg).values()))
+    # an autoscaling cluster may have fewer CPUs now than it will have: checked where the CPUs are known
+    cpus = cfg.cluster.cpus or (ray.cluster_resources().get("CPU", 0.0) if started_ray else None)
+    if cpus is not None:
+        check_cpus(cfg, cpus)
+    if any(scheduled(m) for m in cfg.models):  # before any deployment, the roles' included
+        check_fits([job_of(m) for m in cfg.models if scheduled(m)], _budget(cfg, cpus), _budget_source(cfg))
     # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
     ray.data.DataContext.get_current().enable_progress_bars = False
     timings["ray_init_s"] = round(time.time() - mark, 2)
@@ -125,9 +141,18 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     processed, mine = 0, set[str]()
     deployments: list[dict] = []
     tracker = Progress(store, work.totals, _done_counts(done_rows), show=progress, every_s=cfg.progress_every_s)
+    schedule: list[Deployment] = []
+    budget: dict[str, float] = {}
+    watchdog_stalls: list[str] = []
     if len(done) < work.total:
-        with served(cfg.models, cfg.serve_http_port) as (endpoints, deployments):
-            processed, mine = _execute(cfg, store, work, done, endpoints, tracker)
+        # the roles are held for the whole run; served models under test in waves (_in_waves)
+        with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints, deployments):
+            with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
+                processed, mine, schedule, budget = _in_waves(cfg, store, work, done, endpoints, tracker,
+                                                              watchdog, cpus)
+            watchdog_stalls = watchdog.stalls
+        deployments += [{"model": d.model, "resource": d.resource, "resource_seconds": d.units * d.held_s}
+                        for d in schedule]
     tracker.flush(final=True)
     late = store.prune(BATCH_TABLES, snapshot | mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)
@@ -151,6 +176,14 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     if stopping is not None:
         stopping.join()
     failure, missing = run_failure(scores, cfg.max_error_fraction), _missing(scores)
+    unserved = [f"model '{d.model}' {d.status}: {d.reason}" for d in schedule if d.reason]
+    if unserved:
+        failure = "; ".join([*unserved, *([failure] if failure else [])])
+    if watchdog_stalls:
+        manifest["stalls"] = watchdog_stalls
+    if schedule:
+        manifest["schedule"] = {"budget": {k: v for k, v in budget.items() if math.isfinite(v)},
+                                "deployments": [d.as_dict() for d in schedule]}
     manifest.update(timings=timings, status="failed" if failure else "complete", reason=failure,
                     finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
                     counts={"generations": work.total, "done_before": len(done), "processed": processed,
@@ -282,8 +315,111 @@ def evaluate_actors(configured: int, blocks: int, live_rows: int | None, generat
     return 1 if live_rows <= generate_batch_size else configured
 
 
-def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict,
-             tracker: Progress) -> tuple[int, set[str]]:
+def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict, tracker: Progress,
+              watchdog: Watchdog, cpus: float | None
+              ) -> tuple[int, set[str], list[Deployment], dict[str, float]]:
+    """Evaluate what needs no deployment of its own at once; the served models under test
+    generate in waves on a thread of their own (``waves.Waves``), and each is evaluated from its
+    staged generations once its deployment is given back, while the next ones generate."""
+    specs = {m.id: m for m in cfg.models}
+    served_under_test = {m.id for m in cfg.models if scheduled(m)}
+    blocks: dict[str, list[pa.Table]] = defaultdict(list)
+    for b in work.blocks:
+        blocks[b.column("model")[0].as_py()].append(b)
+    others = [b for m, bs in blocks.items() if m not in served_under_test for b in bs]
+    wanted = [m for m in served_under_test if blocks.get(m)]
+    if not wanted:
+        return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models), [], {})
+    estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=frozenset(done))
+    jobs = [j for j in estimate.jobs if j.model in wanted]
+    from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
+    from halluscope.serving.app import remove
+
+    budget = _budget(cfg, cpus)
+    remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
+    ready: queue.Queue[tuple[str, bool]] = queue.Queue()
+    ctx, done_ref = ray.put(expansion(cfg, store, work)), ray.put(frozenset(done))
+
+    def generate(spec: ModelSpec, endpoint: Any) -> Any:
+        return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, cache_location(cfg),
+                                     staged_location(store.loc, spec.id), cfg.concurrency.generate_batch_size)
+
+    waves = Waves(jobs, budget, specs, generate, lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port,
+                  allowed=_dollar_gate(cfg, {j.model: j for j in estimate.jobs}))
+    watchdog.waiting = waves.waiting
+    watchdog.signals.append(lambda: waves.last_event)
+    failed: list[BaseException] = []
+    result: list[list[Deployment]] = []
+
+    def follow() -> None:
+        try:
+            result.append(waves.run())
+        except BaseException as err:  # noqa: BLE001 - raised again in the driver's thread
+            failed.append(err)
+            ready.put(("", False))
+
+    thread = threading.Thread(target=follow, name="waves", daemon=True)
+    thread.start()
+    try:
+        processed, keys = _execute(cfg, store, work, others, done, endpoints, tracker,
+                                   [m for m in cfg.models if m.id not in served_under_test]) if others else (0, set())
+        remaining = set(wanted)
+        while remaining:
+            finished = [ready.get()]
+            while not ready.empty():
+                finished.append(ready.get_nowait())
+            if failed:
+                raise failed[0]
+            remaining -= {m for m, _ in finished}
+            generated = [m for m, ok in finished if ok]
+            if generated:
+                n, k = _execute(cfg, store, work, [b for m in generated for b in blocks[m]], done, endpoints, tracker,
+                                [specs[m] for m in generated],
+                                staged={m: staged_location(store.loc, m) for m in generated})
+                processed, keys = processed + n, keys | k
+    finally:
+        waves.stop.set()
+        thread.join()
+    if failed:
+        raise failed[0]
+    return processed, keys, result[0] if result else waves.deployments, budget
+
+
+def _budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
+    return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
+
+
+def _budget_source(cfg: RunConfig) -> str:
+    return "cluster.gpus" if cfg.cluster.gpus is not None else "the Ray cluster's GPUs; set cluster.gpus"
+
+
+def _dollar_gate(cfg: RunConfig, jobs: dict[str, Job]) -> Callable[[Job, list[Deployment]], str | None] | None:
+    """Holds back a model whose estimated time would take the run's served models past
+    ``costs.budget_usd`` (what they held so far, the estimate of those still held, and its own);
+    the run then stops before it, and resumes under a raised budget."""
+    prices, budget = price_table(cfg), cfg.costs.budget_usd
+    if budget is None or prices is None:
+        return None
+
+    def usd(resource: str, seconds: float) -> float:
+        return prices.hours_usd(resource, seconds) or 0.0
+
+    def allowed(job: Job, deployments: list[Deployment]) -> str | None:
+        spent = math.fsum(usd(d.resource, d.units * (d.held_s if d.released_at else
+                                                     max(d.held_s, jobs[d.model].seconds or 0.0)))
+                          for d in deployments)
+        need = usd(job.resource, job.units * (job.seconds or 0.0))
+        if spent + need <= budget:
+            return None
+        return (f"costs.budget_usd ${budget:,.2f} would be crossed: model '{job.model}' is estimated at "
+                f"${need:,.2f} beside ${spent:,.2f} of served models so far; raise the budget and resume the run")
+
+    return allowed
+
+
+def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str], endpoints: dict,
+             tracker: Progress, models: list[ModelSpec],
+             staged: dict[str, Location] | None = None) -> tuple[int, set[str]]:
     """Stream the work through the stages; returns the number of generations committed and the
     keys of the batches that committed them.
 
@@ -291,14 +427,17 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
     its units replay (a benchmark's rule sets of one domain); expansion fuses into the
     evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
     rows never leave the worker that expanded them. Live models under test add a generation actor pool
-    in between, sized apart from evaluation."""
+    in between, sized apart from evaluation (``staged``: models that generated earlier in the run
+    answer from there)."""
     conc = cfg.concurrency
-    ds = ray.data.from_arrow(work.blocks)
+    rows = sum(work.totals.get(unit, 0) for b in blocks
+               for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
+    ds = ray.data.from_arrow(blocks)
     ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
                         fn_kwargs={"ctx": expansion(cfg, store, work), "done": ray.put(frozenset(done))})
-    live = any(m.backend != "replay" for m in cfg.models if m.role == "test")  # judges are called from Evaluate
+    live = any(m.backend != "replay" for m in models if m.role == "test")  # judges are called from Evaluate
     if live:
-        ds = ds.map_batches(stages.Generate, fn_constructor_args=(cfg.models, endpoints, cache_location(cfg)),
+        ds = ds.map_batches(stages.Generate, fn_constructor_args=(models, endpoints, cache_location(cfg), staged),
                             batch_format="pyarrow",
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
@@ -311,7 +450,7 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoi
                         # the last ends (with one, actors idled a quarter of the time between
                         # blocks); more would queue behind a busy actor while another runs dry
                         compute=ray.data.ActorPoolStrategy(size=evaluate_actors(
-                            conc.verify_actors, len(work.blocks), work.total if live else None,
+                            conc.verify_actors, len(blocks), rows if live else None,
                             conc.generate_batch_size),
                                                            max_tasks_in_flight_per_actor=2))
     processed, keys = 0, set()

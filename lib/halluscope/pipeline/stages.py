@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,9 +21,10 @@ import pyarrow.compute as pc
 from halluscope import records
 from halluscope.config import ModelSpec
 from halluscope.knowledge.base import Knowledge
-from halluscope.models.base import Completion, GenerationRequest
+from halluscope.models.base import Completion, GenerationRequest, ModelBackend
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.models.staged import StagedBackend
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import atom_ids, stable_id
 from halluscope.runkit import fewer_collections
@@ -46,12 +47,17 @@ def _usable(row: dict) -> bool:
 
 class Generate:
     """Fills ``text`` for rows of live models (replayed rows arrive with their text), through
-    the call cache when the run has one."""
+    the call cache when the run has one; a model in ``staged`` was generated earlier in the run
+    and answers from there."""
 
-    def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None) -> None:
-        self.backends = {}
+    def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
+                 staged: Mapping[str, Location] | None = None) -> None:
+        self.backends: dict[str, ModelBackend] = {}
         for m in models:
             if m.backend == "replay":
+                continue
+            if staged and m.id in staged:
+                self.backends[m.id] = StagedBackend(m.id, staged[m.id])
                 continue
             backend = live_backend(m, endpoints.get(m.id))
             if cache is not None:

@@ -65,10 +65,12 @@ def build_application(spec: ServedModel) -> Application:
     ).bind(spec.id, spec.params.model_dump(mode="json"))
 
 
-def deploy(specs: Sequence[ServedModel], http_port: int | None = None) -> dict[str, ServedEndpoint]:
+def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: bool = True
+           ) -> dict[str, ServedEndpoint]:
     """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) if it is not running, deploy
-    every model as its own app and wait until all are running. Returns endpoints by model id.
-    If any app fails to deploy, the apps of this call are deleted before the error is raised."""
+    every model as its own app and, with ``wait``, wait until all are running (without it, ask
+    ``states`` when they are). Returns endpoints by model id. If any app fails to deploy, the
+    apps of this call are deleted before the error is raised."""
     if not specs:
         return {}
     names = [app_name_for(s.id) for s in specs]
@@ -87,7 +89,7 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None) -> dict[s
     targets = [serve.RunTarget(target=build_application(s), name=n, route_prefix=f"/{n}")
                for s, n in zip(specs, names)]
     try:
-        handles = serve.run_many(targets)
+        handles = serve.run_many(targets, wait_for_applications_running=wait)
     except RuntimeError as exc:  # Serve names the failed deployment; its status says why
         detail = _failure_details(names)
         _delete_apps(names)
@@ -100,11 +102,28 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None) -> dict[s
             for s, n, h in zip(specs, names, handles)}
 
 
-def shutdown(endpoints: Mapping[str, ServedEndpoint] | Iterable[ServedEndpoint]) -> None:
+def shutdown(endpoints: Mapping[str, ServedEndpoint] | Iterable[ServedEndpoint], *, wait: bool = True) -> None:
     """Delete the apps of these endpoints (what ``deploy`` returned); Serve itself keeps running
-    for any other apps, and ``serve.shutdown()`` stops it."""
+    for any other apps, and ``serve.shutdown()`` stops it. Without ``wait``, ``states`` tells when
+    an app is gone (its replicas have given their resources back)."""
     values = endpoints.values() if isinstance(endpoints, Mapping) else endpoints
-    _delete_apps([e.app_name for e in values])
+    _delete_apps([e.app_name for e in values], wait=wait)
+
+
+def states(endpoints: Iterable[ServedEndpoint]) -> dict[str, tuple[str, str]]:
+    """Model id -> (Serve's application status, its message and its deployments'): RUNNING,
+    DEPLOYING, DEPLOY_FAILED, DELETING, ..., or GONE once the app no longer exists."""
+    apps = serve.status().applications
+    out = {}
+    for e in endpoints:
+        app = apps.get(e.app_name)
+        if app is None:
+            out[e.model_id] = ("GONE", "")
+            continue
+        messages = [app.message] + [f"{n}: {d.message}" for n, d in app.deployments.items() if d.message]
+        out[e.model_id] = (str(app.status.value if hasattr(app.status, "value") else app.status),
+                           "; ".join(m for m in messages if m))
+    return out
 
 
 def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, timeout_s: float = 60.0,
@@ -146,11 +165,12 @@ def remove(model_ids: Iterable[str]) -> list[str]:
     return _delete_apps([app_name_for(m) for m in model_ids])
 
 
-def _delete_apps(names: Iterable[str]) -> list[str]:
+def _delete_apps(names: Iterable[str], wait: bool = True) -> list[str]:
     """Delete in one request and wait once: ``serve.delete`` waits per app (~3 s each)."""
     from ray.serve.context import _get_global_client
 
     existing = set(serve.status().applications)
     doomed = [n for n in names if n in existing]
-    _get_global_client().delete_apps(doomed, blocking=True)
+    if doomed:
+        _get_global_client().delete_apps(doomed, blocking=wait)
     return doomed

@@ -23,6 +23,12 @@ own counts, so a retry routed elsewhere may repeat the same draw, which only cos
 Every call sleeps ``latency_s`` with ``asyncio.sleep``, so a replica overlaps up to
 ``max_ongoing_requests`` calls as a real batched server would; a drawn timeout sleeps an hour,
 and is cancelled when the client cancels the request. Token counts are whitespace-separated words.
+
+As a stand-in for a GPU engine (``tokens_per_s``): a replica produces that many output tokens a
+second over all its requests, in arrival order, as a saturated engine under continuous batching
+does; an answer is ready once its tokens are produced, so its latency grows with the load, and
+the replica's total time is its total tokens over its throughput. ``load_s`` is the replica's
+start (the weights load): Serve reports the deployment healthy only after it.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 from collections import defaultdict
 from typing import Literal
 
@@ -133,6 +140,18 @@ class ScriptedDeployment:
         capacity = self._responder.params.capacity
         # at most `capacity` prompts in progress: a known ceiling of replicas x capacity / latency
         self._slots = asyncio.Semaphore(capacity) if capacity else None
+        self._engine_free_at = 0.0  # when the modelled engine has produced every token asked of it so far
+        time.sleep(self._responder.params.load_s)  # the weights load: the replica is not healthy before
+
+    async def _produce(self, tokens: int) -> None:
+        """Wait until the modelled engine has produced ``tokens`` more output tokens after those
+        already asked of it (``tokens_per_s``)."""
+        rate = self._responder.params.tokens_per_s
+        if rate is None or tokens <= 0:
+            return
+        now = time.monotonic()
+        self._engine_free_at = max(now, self._engine_free_at) + tokens / rate
+        await asyncio.sleep(self._engine_free_at - now)
 
     async def complete_batch(self, prompts: list[str], sampling: dict, *, chat: bool = True) -> list[dict]:
         """Answers in order, all prompts concurrently. Sampling and ``chat`` do not change a script."""
@@ -158,4 +177,6 @@ class ScriptedDeployment:
         if fault == "error":
             return {"text": None, "input_tokens": input_tokens, "output_tokens": 0, "error": INJECTED_ERROR}
         text = self._responder.answer(prompt)
-        return {"text": text, "input_tokens": input_tokens, "output_tokens": len(text.split()), "error": None}
+        output_tokens = len(text.split())
+        await self._produce(output_tokens)
+        return {"text": text, "input_tokens": input_tokens, "output_tokens": output_tokens, "error": None}

@@ -1,0 +1,50 @@
+"""Generations made earlier in the run, while their model was deployed: the evaluation reads
+them here after the deployment has given its GPUs back (``pipeline/generation.py`` writes them)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from halluscope.models.base import Completion, GenerationRequest
+from halluscope.records import STAGED, generation_id
+from halluscope.storage.fs import Location
+
+NOT_STAGED = "no staged generation: the model's deployment ended before this row was generated"
+
+
+def read_staged(loc: Location, columns: list[str] | None = None) -> pa.Table:
+    """Every staged part of one model (empty when none)."""
+    tables = []
+    for name in sorted(loc.list_names()):
+        if name.endswith(".parquet"):
+            part = loc.child(name)
+            with part.fs.open(part.path, "rb") as f:
+                tables.append(pq.read_table(f, columns=columns, schema=STAGED))
+    return pa.concat_tables(tables) if tables else STAGED.empty_table().select(columns or STAGED.names)
+
+
+class StagedBackend:
+    """``ModelBackend`` answering a model's requests with what its deployment generated: text,
+    tokens, attempts and errors as they were, so the ledger counts the calls once."""
+
+    def __init__(self, model_id: str, loc: Location) -> None:
+        self.model_id = model_id
+        self.loc = loc
+        self._rows: dict[str, dict] | None = None
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        if self._rows is None:
+            self._rows = {r["gen_id"]: r for r in read_staged(self.loc).to_pylist()}
+        out = []
+        for req in requests:
+            row = self._rows.get(generation_id(req.task, req.item_id, self.model_id))
+            if row is None:
+                out.append(Completion(None, error=NOT_STAGED, attempts=0))
+                continue
+            out.append(Completion(row["text"], row["input_tokens"], row["output_tokens"], row["latency_s"] or 0.0,
+                                  error=row["error"], attempts=row["attempts"] or 0,
+                                  extra={"cached": bool(row["cached"])}))
+        return out

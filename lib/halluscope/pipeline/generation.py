@@ -1,0 +1,73 @@
+"""A served model under test generates apart from its evaluation, so its GPUs go back as soon as
+its last answer is written, not when the last judge call of its rows returns.
+
+One Ray task per deployed model expands the model's units, leaves out the rows an earlier
+attempt committed or staged, and sends the rest to the deployment in batches of
+``concurrency.generate_batch_size`` prompts: the client keeps the deployment's capacity,
+replicas x max_ongoing_requests, in flight (a second batch in flight would double it). Each
+batch is written as a staged part (``<run>/staged/<model>/``) through the call cache; the
+evaluation reads them with ``models.staged.StagedBackend``. A resumed run generates only what no part holds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow as pa
+import ray
+
+from halluscope.config import ModelSpec
+from halluscope.models.base import GenerationRequest
+from halluscope.models.cache import GENERATION_TEMPLATE
+from halluscope.models.registry import client
+from halluscope.models.staged import read_staged
+from halluscope.pipeline.workset import Expansion, expand_unit
+from halluscope.records import STAGED, stable_id
+from halluscope.storage.fs import Location
+from halluscope.storage.run import table_to_bytes
+
+if TYPE_CHECKING:
+    from halluscope.serving.app import ServedEndpoint
+
+
+def staged_location(run_loc: Location, model_id: str) -> Location:
+    return run_loc.child("staged", model_id.replace("/", "__"))
+
+
+def _rows(blocks: list[pa.Table], ctx: Expansion, done: frozenset[str], staged: set[str]) -> Iterator[dict]:
+    for block in blocks:
+        for table in expand_unit(block, ctx, done):
+            for row in table.select(["gen_id", "task", "item_id", "prompt"]).to_pylist():
+                if row["gen_id"] not in staged:
+                    yield row
+
+
+def _chunks(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
+    chunk: list[dict] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@ray.remote(num_cpus=0.1, max_retries=2)
+def generate_model(spec: ModelSpec, endpoint: "ServedEndpoint", blocks: list[pa.Table], ctx: Expansion,
+                   done: frozenset[str], cache: Location | None, out: Location, batch_size: int) -> int:
+    """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated."""
+    backend = client(spec, {spec.id: endpoint}, cache, GENERATION_TEMPLATE)
+    staged = set(read_staged(out, ["gen_id"]).column("gen_id").to_pylist())
+
+    def one(chunk: list[dict]) -> int:
+        answers = backend.generate_batch([GenerationRequest(r["task"], r["item_id"], r["prompt"]) for r in chunk])
+        rows: list[dict[str, Any]] = [
+            {"gen_id": r["gen_id"], "text": c.text, "input_tokens": c.input_tokens, "output_tokens": c.output_tokens,
+             "latency_s": c.latency_s, "attempts": c.attempts, "cached": bool(c.extra.get("cached")),
+             "error": c.error} for r, c in zip(chunk, answers)]
+        name = f"part-{stable_id(*sorted(r['gen_id'] for r in chunk))}.parquet"
+        out.child(name).write_bytes_atomic(table_to_bytes(pa.Table.from_pylist(rows, schema=STAGED)))
+        return len(rows)
+
+    return sum(one(chunk) for chunk in _chunks(_rows(blocks, ctx, done, staged), batch_size))

@@ -1,0 +1,289 @@
+"""Which served models under test hold the cluster when: a GPU (and CPU) budget, and a schedule.
+
+One rule serves both the estimate (``simulate``: estimated seconds per model) and the run
+(``Admission``, asked again whenever a deployment is given back): models are taken in order of
+their estimated resource-work, largest first (longest-processing-time list scheduling; config
+order where a size is unknown), and every model that fits in what is free starts, later ones
+filling the room an earlier one leaves (backfill). A model that alone exceeds the budget never
+fits: it is refused before anything is deployed.
+
+Resources are "CPU" or a GPU resource: an accelerator type ("H100") or "GPU" (any). A budget
+keyed "GPU" covers every GPU resource; one keyed by type covers that type (and "GPU" demands
+when it is the only type).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from halluscope.config import ModelSpec, RunConfig
+from halluscope.errors import ConfigError
+from halluscope.serving.placement import SERVED_BACKENDS, placement
+
+CPU = "CPU"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One served model under test: what it holds while deployed and, when known, for how long
+    (deployment start and generation)."""
+
+    model: str
+    resource: str
+    units: float  # per replica x replicas
+    deploy_s: float | None = None
+    generate_s: float | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.deploy_s is None or self.generate_s is None:
+            return None
+        return self.deploy_s + self.generate_s
+
+    def describe(self) -> str:
+        kind = "CPUs" if self.resource == CPU else f"{self.resource} GPUs" if self.resource != "GPU" else "GPUs"
+        return f"{self.units:g} {kind}"
+
+
+def pool_of(resource: str, budget: dict[str, float]) -> str | None:
+    """The budget entry a resource draws from, None when the budget has none for it."""
+    if resource in budget:
+        return resource
+    if resource == CPU:
+        return None
+    if "GPU" in budget:
+        return "GPU"
+    gpu_types = [k for k in budget if k != CPU]
+    return gpu_types[0] if resource == "GPU" and len(gpu_types) == 1 else None
+
+
+def refusals(jobs: Iterable[Job], budget: dict[str, float], what: str = "cluster.gpus") -> list[str]:
+    """Why each model that alone exceeds the budget can never be deployed."""
+    out = []
+    for j in jobs:
+        pool = pool_of(j.resource, budget)
+        have = budget.get(pool, 0.0) if pool else 0.0
+        if j.units > have + 1e-9:
+            name = f"{pool} " if pool and pool not in ("GPU", CPU) else ""
+            out.append(f"model '{j.model}' needs {j.describe()}, the budget has {have:g} {name}"
+                       f"{'CPUs' if j.resource == CPU else 'GPUs'} ({what})")
+    return out
+
+
+def check_fits(jobs: Iterable[Job], budget: dict[str, float], what: str = "cluster.gpus") -> None:
+    problems = refusals(jobs, budget, what)
+    if problems:
+        raise ConfigError("refused before any deployment: " + "; ".join(problems))
+
+
+def order(jobs: Sequence[Job]) -> list[Job]:
+    """Largest resource-work first; the config's order when any size is unknown."""
+    if any(j.seconds is None for j in jobs):
+        return list(jobs)
+    return sorted(jobs, key=lambda j: -(j.units * (j.seconds or 0.0)))
+
+
+class Admission:
+    """The run's and the estimate's one rule for which model starts next."""
+
+    def __init__(self, jobs: Sequence[Job], budget: dict[str, float]) -> None:
+        check_fits(jobs, budget)
+        self.pending = order(jobs)
+        self.free = dict(budget)
+
+    def start(self, allowed: Callable[[Job], bool] | None = None) -> list[Job]:
+        """Every pending model that fits in what is free now, in order (the later ones backfill);
+        ``allowed`` may hold a model back (a dollar budget)."""
+        started = []
+        for j in list(self.pending):
+            pool = pool_of(j.resource, self.free)
+            if pool is not None and j.units <= self.free[pool] + 1e-9 and (allowed is None or allowed(j)):
+                self.free[pool] -= j.units
+                self.pending.remove(j)
+                started.append(j)
+        return started
+
+    def release(self, job: Job) -> None:
+        pool = pool_of(job.resource, self.free)
+        if pool is not None:
+            self.free[pool] += job.units
+
+
+@dataclass
+class Window:
+    """One model's time on the cluster, in seconds from the schedule's start."""
+
+    model: str
+    wave: int
+    resource: str
+    units: float
+    start_s: float
+    ready_s: float
+    end_s: float
+
+    @property
+    def held_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def busy_s(self) -> float:
+        return self.end_s - self.ready_s
+
+
+@dataclass
+class Schedule:
+    windows: list[Window] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def makespan_s(self) -> float:
+        return max((w.end_s for w in self.windows), default=0.0)
+
+    def peak(self, gpus: bool = True) -> float:
+        """Most units held at once (GPUs, or CPUs with ``gpus=False``)."""
+        events = sorted([(w.start_s, w.units) for w in self.windows if (w.resource != CPU) == gpus]
+                        + [(w.end_s, -w.units) for w in self.windows if (w.resource != CPU) == gpus],
+                        key=lambda e: (e[0], e[1]))
+        held = peak = 0.0
+        for _, delta in events:
+            held += delta
+            peak = max(peak, held)
+        return peak
+
+    def held_hours(self, gpus: bool = True) -> float:
+        return math.fsum(w.units * w.held_s for w in self.windows if (w.resource != CPU) == gpus) / 3600
+
+    def busy_hours(self, gpus: bool = True) -> float:
+        return math.fsum(w.units * w.busy_s for w in self.windows if (w.resource != CPU) == gpus) / 3600
+
+    def waves(self) -> list[list[str]]:
+        """Models by wave: those that start together, in start order."""
+        out: dict[int, list[str]] = {}
+        for w in sorted(self.windows, key=lambda w: (w.wave, w.start_s, w.model)):
+            out.setdefault(w.wave, []).append(w.model)
+        return [out[k] for k in sorted(out)]
+
+    def lower_bound_s(self, budget: dict[str, float]) -> float:
+        """No schedule is shorter than the longest model, nor than the total work of a pool
+        spread over its whole budget."""
+        work: dict[str, float] = {}
+        for w in self.windows:
+            pool = pool_of(w.resource, budget) or w.resource
+            work[pool] = work.get(pool, 0.0) + w.units * w.held_s
+        spread = max((v / budget[k] for k, v in work.items() if budget.get(k)), default=0.0)
+        return max(spread, max((w.held_s for w in self.windows), default=0.0))
+
+    def as_dict(self) -> dict:
+        return {"waves": self.waves(), "peak_gpus": self.peak(), "makespan_s": round(self.makespan_s, 3),
+                "gpu_hours_held": self.held_hours(), "gpu_hours_busy": self.busy_hours(),
+                "models": [{"model": w.model, "wave": w.wave, "resource": w.resource, "units": w.units,
+                            "deploy_start_s": round(w.start_s, 3), "generate_start_s": round(w.ready_s, 3),
+                            "release_s": round(w.end_s, 3)} for w in self.windows],
+                "notes": list(self.notes)}
+
+
+def simulate(jobs: Sequence[Job], budget: dict[str, float] | None) -> Schedule:
+    """The schedule ``Admission`` gives when every model takes its estimated time. Without a
+    budget every model starts at once; a model of unknown time ends the simulation there."""
+    if not jobs:
+        return Schedule()
+    if budget is None:
+        budget = {}
+        for j in jobs:
+            budget[j.resource] = budget.get(j.resource, 0.0) + j.units
+    admission = Admission(jobs, budget)
+    now, wave = 0.0, 0
+    running: list[tuple[float, Job]] = []  # (end, job)
+    schedule = Schedule()
+    while admission.pending or running:
+        started = admission.start()
+        for j in started:
+            deploy = j.deploy_s or 0.0
+            end = now + (j.seconds if j.seconds is not None else math.inf)
+            schedule.windows.append(Window(j.model, wave, j.resource, j.units, now, now + deploy, end))
+            running.append((end, j))
+        wave += bool(started)
+        if not running:
+            break
+        running.sort(key=lambda r: r[0])
+        now, done = running.pop(0)
+        if math.isinf(now):
+            schedule.notes.append("a model's time is unknown: the schedule after it is not estimated")
+            break
+        admission.release(done)
+        while running and running[0][0] <= now:
+            admission.release(running.pop(0)[1])
+    return schedule
+
+
+
+# --- the run's budget --------------------------------------------------------------------------
+
+
+def scheduled(spec: ModelSpec) -> bool:
+    """Models under test the run serves itself: deployed in waves, each only while it generates."""
+    return spec.role == "test" and spec.backend in SERVED_BACKENDS
+
+
+def _replicas(spec: ModelSpec) -> int:
+    return spec.params.serve.num_replicas  # type: ignore[union-attr]  # served backends only
+
+
+def job_of(spec: ModelSpec, deploy_s: float | None = None, generate_s: float | None = None) -> Job:
+    resource, units = placement(spec)
+    return Job(spec.id, resource, units * _replicas(spec), deploy_s, generate_s)
+
+
+def budget(cfg: RunConfig, gpus_found: float | None, cpus: float | None) -> dict[str, float] | None:
+    """What the waves may hold: ``cluster.gpus``, else ``gpus_found`` (the Ray cluster's; None:
+    unknown, and then no budget at all), less the GPUs of the roles the run serves; of ``cpus``
+    (None: not known, not limited) what the roles and the pipeline's actors leave (``cpu_demand``)."""
+    gpus = cfg.cluster.gpu_budget()
+    if gpus is None:
+        if gpus_found is None:
+            return None
+        gpus = {"GPU": gpus_found}
+    out = dict(gpus)
+    for m in cfg.models:
+        if m.backend in SERVED_BACKENDS and not scheduled(m):
+            j = job_of(m)
+            pool = pool_of(j.resource, out)
+            if pool is not None and pool != CPU:
+                out[pool] -= j.units
+    out[CPU] = math.inf if cpus is None else cpus - sum(cpu_demand(cfg, scheduled_models=False).values())
+    return out
+
+
+def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float]:
+    """Logical CPUs the run holds besides Ray's own, by holder: the roles it serves, the pipeline's
+    actor pools, room for its tasks and (``scheduled_models``) its served models under test all at once."""
+    out: dict[str, float] = {}
+    for m in cfg.models:
+        if m.backend in SERVED_BACKENDS and (scheduled_models or not scheduled(m)):
+            resource, units = placement(m)
+            cpus = units if resource == CPU else m.params.serve.num_cpus  # type: ignore[union-attr]
+            out[f"model '{m.id}' ({m.role})"] = cpus * _replicas(m)
+    conc = cfg.concurrency
+    out["Evaluate actors (concurrency.verify_actors x 1)"] = float(conc.verify_actors)
+    if any(m.backend != "replay" for m in cfg.models if m.role == "test"):
+        out["Generate actors (concurrency.generate_actors x 0.5)"] = 0.5 * conc.generate_actors
+    out["tasks (unit expansion, generation)"] = 1.0
+    return out
+
+
+def check_cpus(cfg: RunConfig, total: float) -> None:
+    """Before anything starts: the roles, the pipeline's actors and the smallest served model under
+    test fit the CPUs, or the run says what holds them (otherwise a stage never schedules, and
+    nothing says why)."""
+    fixed = cpu_demand(cfg, scheduled_models=False)
+    smallest = min((j.units for m in cfg.models if scheduled(m) for j in [job_of(m)] if j.resource == CPU),
+                   default=0.0)
+    need = sum(fixed.values()) + smallest
+    if need > total + 1e-9:
+        holders = "; ".join(f"{k} {v:g}" for k, v in fixed.items())
+        extra = f"; the smallest served model under test {smallest:g}" if smallest else ""
+        raise ConfigError(f"the run needs {need:g} logical CPUs at once and the cluster has {total:g}: "
+                          f"{holders}{extra}. Lower serve.num_cpus or concurrency.verify_actors, or raise "
+                          "ray.num_cpus / cluster.cpus")

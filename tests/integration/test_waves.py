@@ -1,0 +1,94 @@
+"""Served models under test on a finite (simulated) GPU cluster: the shared Ray head declares 16
+logical GPUs; scripted models hold them per replica, load for ``load_s`` and answer at a modelled
+throughput. Models beyond the budget run in waves, a deployment that never becomes healthy fails
+that model alone, a model larger than the budget is refused before anything is deployed."""
+
+from __future__ import annotations
+
+import pytest
+from ray import serve
+from ray.serve.exceptions import RayServeException
+
+from halluscope.config import parse_config
+from halluscope.errors import ConfigError
+from halluscope.pipeline.runner import run
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from tests.conftest import SHARED_DATA
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
+
+ITEMS = 24
+
+
+def _model(model_id: str, gpus: int, words: int, **params) -> dict:
+    return {"id": model_id, "backend": "scripted", "params": {
+        "default": "import numpy " + "x " * (words - 2), "tokens_per_s": 40.0, **params,
+        "serve": {"num_gpus": gpus, "num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 4,
+                  **params.pop("serve", {})}}}
+
+
+def _config(root: str, models: list[dict], gpus: int) -> dict:
+    return {"storage": {"root": root}, "tasks": ["halogen/code"], "models": models, "cluster": {"gpus": gpus},
+            "limits": {"max_items_per_task": ITEMS}, "cache": {"enabled": False},
+            "concurrency": {"batch_size": 8, "generate_batch_size": 8}}
+
+
+def _deployed(names: tuple[str, ...]) -> list[str]:
+    try:
+        apps = serve.status().applications
+    except RayServeException:  # Serve never started on this cluster: nothing deployed
+        return []
+    return [a for a in apps if a in names]
+
+
+def _peak(deployments: list[dict]) -> float:
+    events = sorted([(d["requested_at"], d["units"]) for d in deployments]
+                    + [(d["released_at"], -d["units"]) for d in deployments], key=lambda e: (e[0], e[1]))
+    held = peak = 0.0
+    for _, delta in events:
+        held += delta
+        peak = max(peak, held)
+    return peak
+
+
+def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads_fails_alone(ray_head, tmp_path):
+    root = f"file://{tmp_path}"
+    models = [_model("big", 4, 20), _model("mid", 2, 10), _model("small", 2, 10),
+              # loads for 10 minutes: not healthy within its 4 s deadline
+              _model("stuck", 2, 10, load_s=600, serve={"deploy_timeout_s": 4})]
+    cfg = parse_config(_config(root, models, gpus=4))
+    result = run(cfg, run_id="waves", progress=False)
+    store = RunStore(Location.from_url(root), "waves")
+    manifest = store.read_json("manifest.json")
+    assert manifest["status"] == "failed"
+    assert "model 'stuck' failed: deployment not healthy within 4 s" in manifest["reason"]
+    deployments = {d["model"]: d for d in manifest["schedule"]["deployments"]}
+    assert {m: d["status"] for m, d in deployments.items()} == {
+        "big": "generated", "mid": "generated", "small": "generated", "stuck": "failed"}
+    # never more than the budget at once, and more than one wave to stay within it
+    assert _peak(list(deployments.values())) <= 4
+    assert len({d["wave"] for d in deployments.values()}) >= 2
+    # each model's GPUs went back when its generations were written, not at the end of the run
+    for d in deployments.values():
+        if d["status"] == "generated":
+            assert d["generated"] == ITEMS
+            assert d["released_at"] - d["generated_at"] < 30
+    assert deployments["stuck"]["released_at"] - deployments["stuck"]["requested_at"] < 60
+    # the three others were evaluated; the stuck one left nothing committed, so a resume retries it
+    scores = store.read_table("scores", ["model"]).column("model").to_pylist()
+    assert sorted(set(scores)) == ["big", "mid", "small"] and len(scores) == 3 * ITEMS == result.processed
+    # the ledger charges each deployment's held time, pending and loading included
+    costs = store.read_table_file("costs.parquet").to_pylist()
+    held = {r["model"]: r["resource_seconds"] for r in costs if r["stage"] == "serve"}
+    for m, d in deployments.items():
+        assert held[m] == pytest.approx(d["units"] * (d["released_at"] - d["requested_at"]))
+    assert _deployed(tuple(deployments)) == []  # nothing left deployed
+
+
+def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_head, tmp_path):
+    root = f"file://{tmp_path}"
+    cfg = parse_config(_config(root, [_model("fits", 2, 5), _model("huge", 8, 5)], gpus=4))
+    with pytest.raises(ConfigError, match=r"model 'huge' needs 8 GPUs, the budget has 4 GPUs \(cluster.gpus\)"):
+        run(cfg, run_id="refused", progress=False)
+    assert _deployed(("fits", "huge")) == []

@@ -34,6 +34,15 @@ def bucket(s3_endpoint):
     return create_bucket(s3_endpoint, f"t-{uuid.uuid4().hex[:12]}")
 
 
+@pytest.fixture()
+def drivers():
+    """The `halluscope run` processes a drill starts (tests.support.drills.Driver); none outlives it."""
+    started: list = []
+    yield started
+    for d in started:
+        d.kill()
+
+
 @pytest.fixture(scope="session")
 def ray_head():
     """A Ray head on 127.0.0.1 (with the job API) shared by the integration tests."""

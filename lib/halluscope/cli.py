@@ -107,7 +107,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.table())
     if cfg.costs.budget_usd is not None:
         check_budget(estimate, cfg.costs.budget_usd)
-        print(f"within costs.budget_usd ${cfg.costs.budget_usd:,.2f}")
+        # on stderr with --json, so stdout stays one JSON document
+        print(f"within costs.budget_usd ${cfg.costs.budget_usd:,.2f}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

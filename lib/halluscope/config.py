@@ -212,6 +212,7 @@ class VLLMModel(_Model):
 
 
 ServedModel = Union[ScriptedModel, HFModel, VLLMModel]
+SERVED_BACKENDS = ("scripted", "hf", "vllm")  # the backends a run deploys on Ray Serve itself
 ModelSpec = Annotated[Union[ReplayModel, RecordedModel, OpenAIModel, ScriptedModel, HFModel, VLLMModel],
                       Field(discriminator="backend")]
 
@@ -282,6 +283,33 @@ class CacheSpec(_Strict):
 
 
 class CostSpec(_Strict):
+    class SharedService(_Strict):
+        """A long-running deployment many runs call (the RayService `halluscope-serve`), billed by
+        its time: each run is charged its share of the hours it had calls in flight to it
+        (halluscope.cost.shared; docs/operations.md). Priced by ``usd_per_hour``, or by ``nodes``
+        or ``gpus`` of ``resource`` from the price table."""
+
+        name: str = Field(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                          description="the service; names its folder <storage.root>/_shared/services/<name>/")
+        usd_per_hour: float | None = Field(default=None, ge=0, description="what the service costs per hour")
+        nodes: int | None = Field(default=None, gt=0, description="or: whole nodes of `resource` it holds")
+        gpus: int | None = Field(default=None, gt=0,
+                                 description="or: GPUs of `resource` it holds (rounded up to whole nodes where "
+                                             "the price table bills `resource` per node)")
+        resource: str | None = Field(default=None, description="accelerator type, a price table key")
+        models: list[str] = Field(min_length=1, description="ids of the run's models (backend openai) it serves")
+
+        @model_validator(mode="after")
+        def _one_price(self) -> "CostSpec.SharedService":
+            given = [k for k in ("usd_per_hour", "nodes", "gpus") if getattr(self, k) is not None]
+            if len(given) != 1:
+                raise ValueError(f"shared service '{self.name}': give exactly one of usd_per_hour, nodes, gpus "
+                                 f"(got {given or 'none'})")
+            if (self.resource is None) == (given[0] != "usd_per_hour"):
+                raise ValueError(f"shared service '{self.name}': `resource` goes with nodes or gpus, "
+                                 "and only with them")
+            return self
+
     price_table: str | None = Field(
         default=DEFAULT_PRICE_TABLE,
         description="path or URL of the price table; None: tokens only. The default is used when it exists.")
@@ -289,6 +317,21 @@ class CostSpec(_Strict):
         default=None, ge=0,
         description="stop the run before any model starts when `halluscope plan` estimates more; "
                     "every planned line item must then be priced")
+    shared_services: list[CostSpec.SharedService] = Field(
+        default_factory=list,
+        description="shared deployments this run's models call; their time is charged to the runs that "
+                    "used them, and calls to them are not priced by tokens")
+
+    @field_validator("shared_services")
+    @classmethod
+    def _distinct_services(cls, v: list[CostSpec.SharedService]) -> list[CostSpec.SharedService]:
+        names = [s.name for s in v]
+        models = [m for s in v for m in s.models]
+        for what, ids in (("service name", names), ("model served by more than one service", models)):
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            if dupes:
+                raise ValueError(f"costs.shared_services: duplicate {what}(s): {dupes}")
+        return v
 
 
 class RaySpec(_Strict):

@@ -2,17 +2,22 @@
 
 The RayJob is the repository's own k8s/base/rayjob.yaml (or a rendered overlay passed as
 `manifest`), so `halluscope submit` creates the object that `kubectl apply -k` would: the same
-token auth, pod security and secret references. Only the name, the run config URI and
-optionally the image change. The RayJob's name is the run id (the submitter reads it through
-the downward API), so KubeRay's retries and a resubmission under the same name resume one
-run. The template is read from the checkout, not embedded in the package: a second copy would
-drift from the kustomize base that the tests check, and the checkout is where submissions come
-from (a laptop, CI, or the image's WORKDIR, which holds the repository).
+token auth, pod security and secret references. What changes: the name, the run config URI,
+optionally the image, GPU node placement where the manifest has none (as overlays/prod adds
+it), and with a Kueue queue the label, `suspend` and fixed group sizes. Every image must be
+pinned by digest unless the caller allows a tag. The RayJob's name is the run id (the submitter
+reads it through the downward API), so KubeRay's retries and a resubmission under the same name
+resume one run; a finished RayJob of that name is deleted first (KubeRay keeps the object after
+the run; only its cluster goes). The template is read from the checkout, not embedded in the
+package: a second copy would drift from the kustomize base that the tests check, and the
+checkout is where submissions come from (a laptop, CI, or the image's WORKDIR, which holds the
+repository).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -36,6 +41,19 @@ _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # sees it: only characters no shell interprets may pass.
 _SAFE_URI = re.compile(r"[A-Za-z0-9._~:/%+=,@-]+")
 _NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+FINGERPRINT_LABEL = "halluscope.io/fingerprint"
+# Kueue: the label that puts a job in a LocalQueue of its namespace.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+_LABEL_VALUE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+GPU_RESOURCE = "nvidia.com/gpu"
+# Placement of GPU pods when the manifest has none: the label NVIDIA GPU feature discovery puts on
+# every GPU node, and the taint GPU node pools carry (overlays/prod selects the product instead).
+GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+_DIGEST = re.compile(r"@sha256:([0-9a-f]{64})$")
+# KubeRay's terminal deployment states; the Ray job states that end a job (STOPPED included).
+_FINAL_DEPLOYMENT = ("Complete", "Failed", "ValidationFailed")
+_FINAL_JOB = ("SUCCEEDED", "FAILED", "STOPPED")
 # Consecutive failed status reads tolerated while following (API server restarts, blips):
 # the RayJob runs on regardless, so giving up early would only lose the outcome.
 _READ_RETRIES = 5
@@ -159,15 +177,158 @@ def build_rayjob(template: dict, *, name: str, config_uri: str, fingerprint: str
         for pod in _pod_specs(spec):
             for c in pod["containers"] + pod.get("initContainers", []):
                 c["image"] = image
+    place_gpu_pods(spec)
     meta = job.setdefault("metadata", {})
     for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
         meta.pop(key, None)
     meta["name"] = check_name(name)
     meta.setdefault("labels", {}).update({"app.kubernetes.io/part-of": "halluscope",
-                                          "halluscope.io/fingerprint": fingerprint})
+                                          FINGERPRINT_LABEL: fingerprint})
     meta.setdefault("annotations", {})["halluscope.io/config"] = config_uri
     job.pop("status", None)
     return job
+
+
+def _gpus_per_pod(pod: dict) -> int:
+    total = 0
+    for c in pod.get("containers", []):
+        res = c.get("resources") or {}
+        total += int((res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(GPU_RESOURCE) or 0)
+    return total
+
+
+def _groups(spec: dict) -> list[dict]:
+    cluster = spec.get("rayClusterSpec") or {}
+    return [g for g in [cluster.get("headGroupSpec"), *cluster.get("workerGroupSpecs", [])] if g]
+
+
+def place_gpu_pods(spec: dict) -> None:
+    """Keep GPU pods on GPU nodes and let them onto tainted ones, as overlays/prod does: a group
+    that requests GPUs and selects no nodes gets `GPU_NODE_SELECTOR`, and the `nvidia.com/gpu`
+    NoSchedule toleration unless it already tolerates that taint. A manifest's own placement
+    (e.g. the prod overlay's GPU product label) is kept."""
+    for group in _groups(spec):
+        pod = (group.get("template") or {}).get("spec") or {}
+        if not _gpus_per_pod(pod):
+            continue
+        affinity = ((pod.get("affinity") or {}).get("nodeAffinity") or {})
+        if not pod.get("nodeSelector") and "requiredDuringSchedulingIgnoredDuringExecution" not in affinity:
+            pod["nodeSelector"] = dict(GPU_NODE_SELECTOR)
+        tolerations = pod.setdefault("tolerations", [])
+        if not any(t.get("key") == GPU_RESOURCE or (not t.get("key") and t.get("operator") == "Exists")
+                   for t in tolerations):
+            tolerations.append(dict(GPU_TOLERATION))
+
+
+def _images(job: dict) -> list[tuple[str, str]]:
+    """(where, image) for every container the RayJob declares, the autoscaler's included."""
+    found = []
+    for pod in _pod_specs(job.get("spec", {})):
+        for c in pod["containers"] + pod.get("initContainers", []):
+            found.append((c.get("name", "?"), c.get("image", "")))
+    auto = ((job.get("spec", {}).get("rayClusterSpec") or {}).get("autoscalerOptions") or {})
+    if auto.get("image"):
+        found.append(("autoscaler", auto["image"]))
+    return found
+
+
+def check_images(job: dict, allow_tag: bool, log: Callable[[str], None]) -> None:
+    """Every image by digest: a tag can point at another build between a submission and a
+    KubeRay retry, and the run's results would come from two builds. A tag passes only with
+    `allow_tag` (a warning); the all-zero digest the overlays commit means no build is pinned
+    and is refused always (the pods could not pull it)."""
+    images = sorted({image for _, image in _images(job)})
+    placeholders = [i for i in images if (m := _DIGEST.search(i)) and set(m.group(1)) == {"0"}]
+    if placeholders:
+        raise ConfigError(f"image {placeholders[0]} carries the all-zero placeholder digest: no build is pinned; "
+                          "set the digest `docker push` printed (kustomize edit set image ...) or pass --image")
+    tags = [i for i in images if not _DIGEST.search(i)]
+    if not tags:
+        return
+    if not allow_tag:
+        raise ConfigError(f"image {', '.join(tags)} is not pinned by digest (a tag can move between attempts); "
+                          "pass --image REPOSITORY@sha256:<digest>, or --manifest with a rendered overlay that pins "
+                          "one, or --allow-tag-image to run whatever the tag points at")
+    log(f"warning: image {', '.join(tags)} is a tag, not a digest: a retry may run another build")
+
+
+def _accelerators(group: dict) -> set[str]:
+    """The accelerator types a group advertises in rayStartParams.resources (KubeRay's reading)."""
+    value = str((group.get("rayStartParams") or {}).get("resources") or "").strip("'\"` ")
+    try:
+        resources = json.loads(value) if value else {}
+    except ValueError:
+        return set()
+    return {k.split(":", 1)[1] for k in resources if isinstance(k, str) and k.startswith("accelerator_type:")}
+
+
+def _cpu_quantity(value: Any) -> float:
+    text = str(value)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def _fix_size(group: dict, count: int) -> None:
+    group.update(replicas=count, minReplicas=count, maxReplicas=count)
+
+
+def apply_queue(job: dict, queue: str, gpus: int | dict[str, int] | None, cpus: float | None) -> str:
+    """Put the RayJob in a Kueue LocalQueue; returns what Kueue will be asked to admit.
+
+    Kueue admits a RayJob created suspended, for the pods its groups declare, and refuses one
+    that autoscales (unless elastic workload slices are on) or keeps its cluster after the run.
+    So the groups get fixed sizes: the GPU group `cluster.gpus` GPUs' worth of pods (a whole
+    number of pods: the quota admitted then equals the run's GPU budget), a CPU group
+    `cluster.cpus` worth of CPUs rounded up, or its maxReplicas when the config sets none."""
+    if len(queue) > 63 or not _LABEL_VALUE.fullmatch(queue):
+        raise ConfigError(f"queue name {queue!r} must be a LocalQueue name usable as a label value "
+                          "(lower-case letters, digits and '-', at most 63 characters)")
+    spec = job["spec"]
+    if spec.get("shutdownAfterJobFinishes") is not True:
+        raise ConfigError("Kueue admits a RayJob only with spec.shutdownAfterJobFinishes: true (its cluster must "
+                          "give the quota back when the run ends)")
+    if spec.get("clusterSelector"):
+        raise ConfigError("a RayJob on an existing cluster (clusterSelector) is not admitted by Kueue; drop --queue")
+    cluster = spec["rayClusterSpec"]
+    groups = cluster.get("workerGroupSpecs", [])
+    gpu_groups = [g for g in groups if _gpus_per_pod(g["template"]["spec"])]
+    cpu_groups = [g for g in groups if not _gpus_per_pod(g["template"]["spec"])]
+    offered = set().union(*(_accelerators(g) for g in gpu_groups)) if gpu_groups else set()
+    if isinstance(gpus, dict):
+        unknown = sorted(set(gpus) - offered - {"GPU"})
+        if unknown:
+            raise ConfigError(f"cluster.gpus names {', '.join(unknown)}; the manifest's GPU groups offer "
+                              f"{', '.join(sorted(offered)) or 'none'}")
+        total_gpus = sum(gpus.values())
+    else:
+        total_gpus = gpus or 0
+    if total_gpus and len(gpu_groups) != 1:
+        raise ConfigError(f"cluster.gpus {total_gpus} with --queue needs exactly one GPU worker group in the manifest; "
+                          f"it has {len(gpu_groups)}")
+    parts: dict[str, str] = {}
+    for group in gpu_groups:
+        per_pod = _gpus_per_pod(group["template"]["spec"])
+        if total_gpus % per_pod:
+            raise ConfigError(f"cluster.gpus {total_gpus} is not a whole number of {group['groupName']} pods of "
+                              f"{per_pod} GPUs: Kueue admits whole pods, so its quota and the run's budget would "
+                              "differ")
+        _fix_size(group, total_gpus // per_pod)
+        parts[group["groupName"]] = f"{total_gpus // per_pod} x {group['groupName']} ({total_gpus} GPUs)"
+    if cpus is not None and len(cpu_groups) != 1:
+        raise ConfigError(f"cluster.cpus with --queue needs exactly one CPU worker group in the manifest; "
+                          f"it has {len(cpu_groups)}")
+    for group in cpu_groups:
+        container = group["template"]["spec"]["containers"][0]
+        res = container.get("resources") or {}
+        cpu_each = _cpu_quantity((res.get("limits") or {}).get("cpu") or (res.get("requests") or {}).get("cpu") or 1)
+        count = int(group.get("maxReplicas", group.get("replicas", 0))) if cpus is None else math.ceil(cpus / cpu_each)
+        _fix_size(group, count)
+        parts[group["groupName"]] = f"{count} x {group['groupName']} ({count * cpu_each:g} CPUs)"
+    # Kueue refuses in-tree autoscaling on a job it admits (without workload slices).
+    cluster["enableInTreeAutoscaling"] = False
+    cluster.pop("autoscalerOptions", None)
+    spec["suspend"] = True
+    job["metadata"].setdefault("labels", {})[QUEUE_LABEL] = queue
+    return " + ".join(["head", *(parts[g["groupName"]] for g in groups)])
 
 
 def _api_client(kubeconfig: str | None, context: str | None, in_cluster: bool) -> tuple["ApiClient", str | None]:
@@ -200,7 +361,8 @@ def _server_message(err: Exception) -> str:
         return str(getattr(err, "reason", err))
 
 
-def _create(api: "ApiClient", job: dict) -> dict:
+def _post(api: "ApiClient", job: dict) -> dict | None:
+    """Create the RayJob; None when one of that name exists (HTTP 409)."""
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
@@ -212,16 +374,111 @@ def _create(api: "ApiClient", job: dict) -> dict:
         return CustomObjectsApi(api).create_namespaced_custom_object(
             group=GROUP, version=VERSION, namespace=ns, plural=PLURAL, body=job, field_validation="Strict")
     except ApiException as err:
+        if err.status == 409:
+            return None
         why = _server_message(err)
         hint = {
             401: "the credentials were refused",
             403: f"the credentials may not create rayjobs.{GROUP} in namespace {ns}",
             404: f"namespace {ns} or the RayJob resource does not exist (is the KubeRay operator installed?)",
-            409: f"a RayJob named {name} exists in {ns}: pass another --name or delete it",
         }.get(err.status, "the API server refused it")
         raise RunError(f"cannot create RayJob {ns}/{name} (HTTP {err.status}: {why}); {hint}") from None
     except HTTPError as err:
         raise RunError(f"cannot reach the Kubernetes API at {api.configuration.host}: {err}") from None
+
+
+def _get_object(api: "ApiClient", ns: str, name: str) -> dict | None:
+    """The RayJob as stored, or None when there is none."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return CustomObjectsApi(api).get_namespaced_custom_object(
+            group=GROUP, version=VERSION, namespace=ns, plural=PLURAL, name=name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise RunError(f"cannot read RayJob {ns}/{name} (HTTP {err.status}: {_server_message(err)})") from None
+    except HTTPError as err:
+        raise RunError(f"cannot reach the Kubernetes API at {api.configuration.host}: {err}") from None
+
+
+def finished(status: dict) -> bool:
+    """Whether a RayJob is over for good, so deleting it loses only its record. KubeRay's final
+    deployment states (Complete, Failed, ValidationFailed) are; a Ray job that ended (SUCCEEDED,
+    FAILED, STOPPED) is only while no deployment state says otherwise (operators that predate
+    it): under Retrying the next attempt is coming (backoffLimit), under Suspended a Kueue
+    queue will resume it, under Running KubeRay has yet to record the end."""
+    deployment = status.get("jobDeploymentStatus") or ""
+    return deployment in _FINAL_DEPLOYMENT or (not deployment and status.get("jobStatus") in _FINAL_JOB)
+
+
+def _delete(api: "ApiClient", ns: str, name: str, uid: str | None) -> None:
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    # Foreground: the RayJob goes only after what it owns (RayCluster, pods, submitter Job), so
+    # the new RayJob never meets the old one's cluster. The uid precondition deletes only the
+    # object read, never one that someone created meanwhile under the same name.
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", **({"preconditions": {"uid": uid}} if uid else {})}
+    try:
+        CustomObjectsApi(api).delete_namespaced_custom_object(
+            group=GROUP, version=VERSION, namespace=ns, plural=PLURAL, name=name,
+            propagation_policy="Foreground", body=body)
+    except ApiException as err:
+        if err.status == 404:
+            return
+        hint = {403: f"the credentials may not delete rayjobs.{GROUP} in namespace {ns} (k8s/base/rbac.yaml grants it)",
+                409: "it was replaced meanwhile"}.get(err.status, "the API server refused it")
+        raise RunError(f"cannot delete the finished RayJob {ns}/{name} (HTTP {err.status}: "
+                       f"{_server_message(err)}); {hint}") from None
+    except HTTPError as err:
+        raise RunError(f"cannot reach the Kubernetes API at {api.configuration.host}: {err}") from None
+
+
+def _clear_finished(api: "ApiClient", ns: str, name: str, fingerprint: str, *, poll_s: float, timeout_s: float,
+                    log: Callable[[str], None]) -> None:
+    """Make way for a new RayJob of this name: delete the old one if it has finished and ran
+    this config, and wait until it is gone; refuse while it is queued, running or retrying."""
+    old = _get_object(api, ns, name)
+    if old is None:
+        return  # it went between the create and this read
+    meta, status = old.get("metadata") or {}, old.get("status") or {}
+    if not meta.get("deletionTimestamp"):
+        if not finished(status):
+            raise RunError(f"cannot create RayJob {ns}/{name} (HTTP 409: rayjobs.{GROUP} \"{name}\" already exists); "
+                           f"it has not finished (now {_describe(status)}): follow it with kubectl -n {ns} get rayjob "
+                           f"{name} -w, stop it with kubectl -n {ns} delete rayjob {name}, or pass another --name")
+        theirs = (meta.get("labels") or {}).get(FINGERPRINT_LABEL)
+        if theirs and theirs != fingerprint:
+            raise RunError(f"RayJob {ns}/{name} ran another config (fingerprint {theirs}, this one {fingerprint}); "
+                           "a run id keeps one config, so the run would refuse it: pass another --name")
+        log(f"RayJob {ns}/{name} exists and has finished ({_describe(status)}); deleting it to submit again")
+        _delete(api, ns, name, meta.get("uid"))
+    deadline = time.monotonic() + timeout_s
+    while _get_object(api, ns, name) is not None:
+        if time.monotonic() > deadline:
+            raise RunError(f"RayJob {ns}/{name} is still being deleted after {timeout_s:g} s (its cluster's pods are "
+                           f"stopping); submit again once kubectl -n {ns} get rayjob {name} finds none")
+        time.sleep(poll_s)
+
+
+def _create(api: "ApiClient", job: dict, fingerprint: str, *, poll_s: float, delete_timeout_s: float,
+            log: Callable[[str], None]) -> dict:
+    """Create the RayJob; a finished one of the same name is deleted first (KubeRay keeps the
+    object after the run, so resubmitting a run id would otherwise always meet HTTP 409)."""
+    created = _post(api, job)
+    if created is not None:
+        return created
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    _clear_finished(api, ns, name, fingerprint, poll_s=poll_s, timeout_s=delete_timeout_s, log=log)
+    created = _post(api, job)
+    if created is None:
+        raise RunError(f"cannot create RayJob {ns}/{name}: one of that name was created again meanwhile; "
+                       f"pass another --name")
+    return created
 
 
 def _read_status(api: "ApiClient", ns: str, name: str, retry_s: float, log: Callable[[str], None]) -> dict:
@@ -294,13 +551,16 @@ def check_outcome(ns: str, name: str, status: dict) -> None:
 def submit(config_uri: str, *, namespace: str | None = None, name: str | None = None, image: str | None = None,
            manifest: str | None = None, kubeconfig: str | None = None, context: str | None = None,
            in_cluster: bool = False, wait: bool = True, poll_s: float = 5, timeout_s: float | None = None,
+           allow_tag_image: bool = False, queue: str | None = None, delete_timeout_s: float = 600,
            log: Callable[[str], None] = print) -> dict:
     """Validate the run config, create its RayJob and (with `wait`) follow it to the end.
 
     Returns {"name", "namespace", "status"} with the RayJob's last status. Raises ConfigError
-    before anything is created when the config, manifest, name or credentials are unusable, and
-    RunError when the API refuses the RayJob or the run does not succeed. The namespace is
-    `namespace`, else the manifest's, else the kubeconfig context's (or the pod's), else default.
+    before anything is created when the config, manifest, name, images or credentials are
+    unusable, and RunError when the API refuses the RayJob, a RayJob of that name has not
+    finished, or the run does not succeed. The namespace is `namespace`, else the manifest's,
+    else the kubeconfig context's (or the pod's), else default. With `queue`, the RayJob waits
+    in that Kueue LocalQueue (suspended) until its quota is free.
     """
     from halluscope.config import load_config
 
@@ -313,17 +573,21 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     fingerprint = cfg.fingerprint()
     job = build_rayjob(template, name=rayjob_name(name, cfg.run_id, fingerprint), config_uri=located,
                        fingerprint=fingerprint, image=image)
+    admitted = apply_queue(job, queue, cfg.cluster.gpus, cfg.cluster.cpus) if queue else None
     if "://" not in cfg.storage.root or cfg.storage.root.startswith("file://"):
         log(f"warning: storage.root {cfg.storage.root} is local to the run's pods: the results go when "
             "KubeRay deletes the cluster; use an s3:// root to keep them")
+    check_images(job, allow_tag_image, log)
     api, credential_ns = _api_client(kubeconfig, context, in_cluster)
     with api:
         ns = namespace or job["metadata"].get("namespace") or credential_ns or "default"
         job["metadata"]["namespace"] = ns
         job_name = job["metadata"]["name"]
-        created = _create(api, job)
+        created = _create(api, job, fingerprint, poll_s=poll_s, delete_timeout_s=delete_timeout_s, log=log)
         log(f"created RayJob {ns}/{job_name} for {located} (fingerprint {fingerprint}, run id {job_name}); "
             f"follow: kubectl -n {ns} get rayjob {job_name} -w")
+        if admitted:
+            log(f"queued in Kueue LocalQueue {ns}/{queue}: it starts once the ClusterQueue admits {admitted}")
         if not wait:
             return {"name": job_name, "namespace": ns, "status": created.get("status") or {}}
         status = follow(api, ns, job_name, poll_s=poll_s, timeout_s=timeout_s, log=log)

@@ -1,4 +1,4 @@
-"""`halluscope submit --kuberay CONFIG [--namespace NS] [--name NAME] [--image IMAGE] ...`."""
+"""`halluscope submit --kuberay CONFIG [--namespace NS] [--name NAME] [--image IMAGE] [--queue NAME] ...`."""
 
 from __future__ import annotations
 
@@ -19,9 +19,17 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
                    help="run config: a URL the cluster can read (s3://...) or a file in this repository "
                         "(the image carries a copy, e.g. jobs/configs/x.yaml); validated here first")
     p.add_argument("--namespace", help="default: the manifest's, else the kubeconfig context's, else 'default'")
-    p.add_argument("--name", help="RayJob name, which is also the run id (the same name resumes a run); "
-                                "default: the config's run_id, else halluscope-<fingerprint[:8]>-<UTC time>")
-    p.add_argument("--image", help="image for every pod, e.g. ghcr.io/halluscope/halluscope:0.1.0-cpu")
+    p.add_argument("--name", help="RayJob name, which is also the run id (the same name resumes a run; a finished "
+                                "RayJob of that name is deleted first); default: the config's run_id, else "
+                                "halluscope-<fingerprint[:8]>-<UTC time>")
+    p.add_argument("--image", help="image for every pod, by digest: "
+                                   "ghcr.io/halluscope/halluscope@sha256:<the digest docker push printed>")
+    p.add_argument("--allow-tag-image", action="store_true",
+                   help="accept images named by tag only (a tag can move between a submission and a retry)")
+    p.add_argument("--queue", metavar="NAME",
+                   help="Kueue LocalQueue of the namespace (e.g. halluscope, k8s/components/kueue): the RayJob is "
+                        "created suspended with fixed group sizes (cluster.gpus, cluster.cpus of the config) and "
+                        "starts once the queue admits it")
     p.add_argument("--manifest", help="a file holding the RayJob to use, e.g. the output of "
                                       "`kubectl kustomize k8s/overlays/prod`; default: k8s/base/rayjob.yaml")
     creds = p.add_mutually_exclusive_group()
@@ -41,7 +49,8 @@ def main(args: argparse.Namespace) -> int:
 
     result = submit(args.kuberay, namespace=args.namespace, name=args.name, image=args.image,
                     manifest=args.manifest, kubeconfig=args.kubeconfig, context=args.context,
-                    in_cluster=args.in_cluster, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout)
+                    in_cluster=args.in_cluster, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout,
+                    allow_tag_image=args.allow_tag_image, queue=args.queue)
     status = result["status"]
     state = status.get("jobDeploymentStatus") or "created"
     print(f"RayJob {result['namespace']}/{result['name']}: {state}"

@@ -19,9 +19,9 @@ import ray
 from pydantic import BaseModel, ValidationError
 
 from halluscope import __version__
-from halluscope.config import ModelSpec, RaySpec, read_yaml, validation_message
+from halluscope.config import SERVED_BACKENDS, ModelSpec, RaySpec, read_yaml, validation_message
 from halluscope.errors import ConfigError
-from halluscope.serving.placement import SERVED_BACKENDS, placement
+from halluscope.serving.placement import placement
 
 C = TypeVar("C", bound=BaseModel)
 

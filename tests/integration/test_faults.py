@@ -59,15 +59,6 @@ def uninterrupted(ray_head, tmp_path_factory) -> dict[str, pa.Table]:
     return tables
 
 
-@pytest.fixture()
-def drivers():
-    """The drivers a test starts; none outlives it."""
-    started: list[Driver] = []
-    yield started
-    for d in started:
-        d.kill()
-
-
 # --- the drills ----------------------------------------------------------------------------------
 
 def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run(ray_head, tmp_path, uninterrupted,

@@ -5,7 +5,12 @@ that model alone, a model larger than the budget is refused before anything is d
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
+import yaml
 from ray import serve
 from ray.serve.exceptions import RayServeException
 
@@ -15,6 +20,7 @@ from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from tests.conftest import SHARED_DATA
+from tests.support.drills import Driver, comparable_tables, id_problems
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
@@ -54,7 +60,7 @@ def _peak(deployments: list[dict]) -> float:
 
 def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads_fails_alone(ray_head, tmp_path):
     root = f"file://{tmp_path}"
-    models = [_model("big", 4, 20), _model("mid", 2, 10), _model("small", 2, 10),
+    models = [_model("big", 4, 20), _model("small", 2, 10),
               # loads for 10 minutes: not healthy within its 4 s deadline
               _model("stuck", 2, 10, load_s=600, serve={"deploy_timeout_s": 4})]
     cfg = parse_config(_config(root, models, gpus=4))
@@ -64,8 +70,8 @@ def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads
     assert manifest["status"] == "failed"
     assert "model 'stuck' failed: deployment not healthy within 4 s" in manifest["reason"]
     deployments = {d["model"]: d for d in manifest["schedule"]["deployments"]}
-    assert {m: d["status"] for m, d in deployments.items()} == {
-        "big": "generated", "mid": "generated", "small": "generated", "stuck": "failed"}
+    assert {m: d["status"] for m, d in deployments.items()} == {"big": "generated", "small": "generated",
+                                                                 "stuck": "failed"}
     # never more than the budget at once, and more than one wave to stay within it
     assert _peak(list(deployments.values())) <= 4
     assert len({d["wave"] for d in deployments.values()}) >= 2
@@ -75,9 +81,9 @@ def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads
             assert d["generated"] == ITEMS
             assert d["released_at"] - d["generated_at"] < 30
     assert deployments["stuck"]["released_at"] - deployments["stuck"]["requested_at"] < 60
-    # the three others were evaluated; the stuck one left nothing committed, so a resume retries it
+    # the two others were evaluated; the stuck one left nothing committed, so a resume retries it
     scores = store.read_table("scores", ["model"]).column("model").to_pylist()
-    assert sorted(set(scores)) == ["big", "mid", "small"] and len(scores) == 3 * ITEMS == result.processed
+    assert sorted(set(scores)) == ["big", "small"] and len(scores) == 2 * ITEMS == result.processed
     # the ledger charges each deployment's held time, pending and loading included
     costs = store.read_table_file("costs.parquet").to_pylist()
     held = {r["model"]: r["resource_seconds"] for r in costs if r["stage"] == "serve"}
@@ -92,3 +98,44 @@ def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_hea
     with pytest.raises(ConfigError, match=r"model 'huge' needs 8 GPUs, the budget has 4 GPUs \(cluster.gpus\)"):
         run(cfg, run_id="refused", progress=False)
     assert _deployed(("fits", "huge")) == []
+
+
+def _staged_parts(run: Path) -> dict[str, list[Path]]:
+    return {d.name: sorted(d.glob("*.parquet")) for d in (run / "staged").glob("*")} if (run / "staged").exists() \
+        else {}
+
+
+def test_a_driver_killed_mid_wave_resumes_without_generating_anything_twice(ray_head, tmp_path, drivers):
+    """Two models, GPUs for one at a time: the driver is SIGKILLed while the second generates,
+    and the run id resubmitted. Whatever was generated before the kill (the first model's rows,
+    part of the second's) is not generated again, and every id is committed once."""
+    models = [_model(f"m{i}", 2, 5, tokens_per_s=20.0) for i in range(2)]
+    cfg = _config(f"file://{tmp_path}", models, gpus=2) | {"concurrency": {"batch_size": 8, "generate_batch_size": 4}}
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    store, run_dir = RunStore(Location.from_url(f"file://{tmp_path}"), "drill"), tmp_path / "drill"
+
+    drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
+    deadline = time.time() + 300
+    while sum(len(p) for p in _staged_parts(run_dir).values()) < ITEMS // 4 + 2:  # the second model is generating
+        assert first.proc.poll() is None and time.time() < deadline, first.tail()
+        time.sleep(0.1)
+    first.kill()
+    before = {m: [p.name for p in parts] for m, parts in _staged_parts(run_dir).items()}
+    assert len(before) == 2 and min(len(p) for p in before.values()) >= 1
+
+    drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
+    assert second.proc.wait(timeout=450) == 0, second.tail()
+    manifest = store.read_json("manifest.json")
+    assert manifest["status"] == "complete"
+    assert not (problems := id_problems(comparable_tables(store), 2 * ITEMS)), problems
+    after = _staged_parts(run_dir)
+    for model, parts in after.items():
+        ids = [g for p in parts for g in pq.read_table(p, columns=["gen_id"]).column("gen_id").to_pylist()]
+        assert len(ids) == len(set(ids)) == ITEMS, model  # no row generated twice
+        assert set(before.get(model, [])) <= {p.name for p in parts}
+    # the resubmission generated only what no part held: the first model not at all
+    first_done = [m for m, names in before.items() if len(names) == ITEMS // 4]
+    assert first_done and all(len(after[m]) == ITEMS // 4 for m in first_done)
+    resumed = {d["model"]: d for d in manifest["schedule"]["deployments"]}
+    assert all(resumed[m]["generated"] == 0 for m in first_done)

@@ -5,9 +5,10 @@ import pytest
 
 from halluscope import records
 from halluscope.config import parse_config
-from halluscope.cost.ledger import ledger, total_usd
-from halluscope.cost.prices import load_prices
+from halluscope.cost.ledger import cost_record, ledger, total_usd
+from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError
+from halluscope.report.leaderboard import leaderboard
 from tests.conftest import REPO, SHARED_DATA
 
 CFG = parse_config({"tasks": ["halogen/code"], "models": [
@@ -45,6 +46,128 @@ def test_unpriced_models_are_not_guessed():
     gens = pa.Table.from_pylist([_gen("api", 10, 10)], schema=records.GENERATIONS)
     costs = ledger(gens, CFG.models, [], None)
     assert costs.column("usd").to_pylist() == [None] and total_usd(costs) is None
+    assert costs.column("note").to_pylist() == ["no price table (costs.price_table)"]
+
+
+# a run whose judge and extractor are reached over HTTP, as the shipped configs reach the RayService
+HTTP_ROLES = parse_config({"tasks": ["halogen/code"], "models": [
+    {"id": "api", "backend": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "model": "gpt-4o-mini"}},
+    {"id": "judge", "role": "judge", "backend": "openai",
+     "params": {"base_url": "http://127.0.0.1:1/judge/v1", "model": "llama-3.1-70b-instruct"}},
+    {"id": "extractor", "role": "extractor", "backend": "openai",
+     "params": {"base_url": "http://127.0.0.1:1/extractor/v1", "model": "llama-3.1-405b-instruct-fp8"}},
+    {"id": "local", "backend": "scripted"}]})
+
+
+def role_calls(*rows):
+    return pa.Table.from_pylist([{"run_id": "r", "gen_id": f"g{i}", "model": "api", "task": "halogen/code",
+                                  "role_model": m, "stage": stage, "calls": calls, "cached_calls": cached,
+                                  "failed_calls": 0, "input_tokens": 100 * calls, "output_tokens": 10 * calls}
+                                 for i, (m, stage, calls, cached) in enumerate(rows)], schema=records.ROLE_CALLS)
+
+
+def test_a_total_with_unpriced_items_is_not_given_as_the_cost():
+    prices = load_prices(str(REPO / "cluster" / "prices.yaml"))
+    gens = pa.Table.from_pylist([_gen("api", 1000, 200), _gen("local", 10, 10)], schema=records.GENERATIONS)
+    calls = role_calls(("judge", "abstain", 3, 0), ("extractor", "decompose", 2, 0), ("judge", "verify", 0, 4))
+    deployments = [{"model": "local", "resource": "CPU", "resource_seconds": 3600.0}]
+    costs = ledger(gens, HTTP_ROLES.models, deployments, prices, calls)
+    by = {(r["model"], r["stage"]): r for r in costs.to_pylist()}
+    # llama models have no token price; a row of cache hits only costs nothing
+    assert by[("judge", "abstain")]["usd"] is None and by[("extractor", "decompose")]["usd"] is None
+    assert by[("judge", "verify")]["usd"] == 0.0
+    # a model this run serves: its calls are priced by its deployment's time, not by tokens
+    assert by[("local", "generate")]["usd"] == 0.0 and "stage serve" in by[("local", "generate")]["note"]
+    priced = by[("api", "generate")]["usd"] + 0.048
+    record = cost_record(costs)
+    assert record["usd"] is None and record["complete"] is False and record["unpriced_rows"] == 2
+    assert math.isclose(record["usd_priced"], priced) and math.isclose(total_usd(costs), priced)
+    assert record["unpriced"] == [
+        "extractor (extractor) decompose: no price for API model 'llama-3.1-405b-instruct-fp8' in the price table",
+        "judge (judge) abstain: no price for API model 'llama-3.1-70b-instruct' in the price table"]
+    board = leaderboard([record], "r")
+    assert f"Cost of this run: incomplete: 2 line items unpriced (priced items ${priced:,.4f})" in board
+    assert "- unpriced: judge (judge) abstain: no price for API model" in board
+
+
+def test_a_total_with_every_item_priced_is_complete():
+    prices = load_prices(str(REPO / "cluster" / "prices.yaml"))
+    gens = pa.Table.from_pylist([_gen("api", 1000, 200)], schema=records.GENERATIONS)
+    record = cost_record(ledger(gens, HTTP_ROLES.models, [], prices))
+    assert record["complete"] and record["unpriced_rows"] == 0 and record["unpriced"] == []
+    assert record["usd"] == record["usd_priced"] == (1000 * 0.15 + 200 * 0.60) / 1e6
+    assert f"Cost of this run: ${record['usd']:,.4f};" in leaderboard([record], "r")
+    # nothing live (replayed answers only): complete, and free
+    assert cost_record(ledger(records.GENERATIONS.empty_table(), CFG.models, [], None))["usd"] == 0.0
+
+
+def test_served_calls_without_deployment_time_are_unpriced():
+    gens = pa.Table.from_pylist([_gen("local", 10, 10)], schema=records.GENERATIONS)
+    record = cost_record(ledger(gens, HTTP_ROLES.models, [], None))
+    assert record["usd"] is None and record["unpriced"] == [
+        "local (test) generate: served by this run, but no deployment time was recorded for it"]
+
+
+def test_report_html_says_the_total_is_incomplete(tmp_path):
+    from halluscope.report.html import render_report
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    calls = role_calls(("judge", "abstain", 3, 0))
+    costs = ledger(pa.Table.from_pylist([_gen("api", 1000, 0)], schema=records.GENERATIONS), HTTP_ROLES.models,
+                   [], load_prices(str(REPO / "cluster" / "prices.yaml")), calls)
+    store = RunStore(Location.from_url(str(tmp_path)), "r")
+    store.write_json("manifest.json", {"run_id": "r", "status": "complete"})
+    store.write_json("metrics.json", [cost_record(costs)])
+    store.write_costs(costs)
+    page = render_report(store)
+    assert "Cost of this run: incomplete: 1 line item unpriced (priced items $0.0001)" in page
+    assert "<li>judge (judge) abstain: no price for API model &#x27;llama-3.1-70b-instruct&#x27;" in page
+
+
+# --- node billing -------------------------------------------------------------------------------
+
+NODE_PRICES = PriceTable.model_validate({
+    "as_of": "test", "source": "written in the test", "gpu_hour_usd": {"H100": 7.0, "L40S": 2.0},
+    "node_hour_usd": {"p5": 50.0}, "accelerators": {"H100": {"billing": "node", "gpus_per_node": 8, "node": "p5"},
+                                                    "L40S": {"billing": "gpu", "gpus_per_node": 4}}})
+
+
+@pytest.mark.parametrize("resource, gpus, seconds, usd", [
+    ("H100", 12, 3600, 100.0),  # 12 GPUs are two 8-GPU nodes
+    ("H100", 8, 1800, 25.0),
+    ("H100", 1, 3600, 50.0),  # one GPU still holds a whole node
+    ("H100", 0, 3600, 0.0),
+    ("L40S", 3, 3600, 6.0),  # billed per GPU: no rounding
+    ("A10G", 1, 3600, None),  # no price
+])
+def test_nodes_usd_rounds_up_to_whole_nodes_where_nodes_are_billed(resource, gpus, seconds, usd):
+    got = NODE_PRICES.nodes_usd(resource, gpus, seconds)
+    assert got == usd if usd is None else math.isclose(got, usd, abs_tol=1e-12)
+    assert NODE_PRICES.hours_usd("H100", 3600) == 7.0  # per-GPU prices are unchanged
+
+
+def test_node_billing_needs_a_node_price(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("as_of: x\nsource: y\naccelerators: {H100: {billing: node, gpus_per_node: 8, node: p5}}\n")
+    with pytest.raises(ConfigError, match="node_hour_usd"):
+        load_prices(str(bad))
+    with pytest.raises(ValueError, match=">= 0"):
+        NODE_PRICES.nodes_usd("H100", -1, 10)
+
+
+def test_shipped_node_prices_follow_the_node_types():
+    import yaml
+
+    prices = load_prices(str(REPO / "cluster" / "prices.yaml"))
+    gpu_worker = yaml.safe_load((REPO / "cluster" / "node_types.yaml").read_text())["node_types"]["gpu-worker"]
+    billing = prices.accelerators[gpu_worker["accelerator"]]
+    assert (billing.billing, billing.node, billing.gpus_per_node) == ("node", gpu_worker["aws_instance_type"],
+                                                                      gpu_worker["gpus"])
+    # the RayService's judge (4 GPUs) and extractor (8 GPUs): two p5.48xlarge, about $110/h
+    assert round(prices.nodes_usd("H100", 12, 3600)) == 110
+    for name, b in prices.accelerators.items():  # a node costs its GPUs at the per-GPU figure
+        assert math.isclose(prices.node_hour_usd[b.node], b.gpus_per_node * prices.gpu_hour_usd[name])
 
 
 def test_bad_price_tables(tmp_path):

@@ -714,9 +714,11 @@ def test_rendered_manifests_meet_the_operators_expectations(which: str) -> None:
             cache = next(v for v in group["template"]["spec"]["volumes"] if v["name"] == "model-cache")
             assert _quantity_gib(cache["emptyDir"]["sizeLimit"]) >= gpu["ephemeral_gib"], where
 
-    # 5. RBAC for `halluscope submit`: create and get on rayjobs, nothing more.
+    # 5. RBAC for `halluscope submit`: create and get on rayjobs, and delete (a finished RayJob
+    # of the same name makes way for a resubmission); nothing more.
     (role,) = by_kind(docs, "Role")
-    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["create", "get"]}]
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
+                              "verbs": ["create", "get", "delete"]}]
     (binding,) = by_kind(docs, "RoleBinding")
     (account,) = by_kind(docs, "ServiceAccount")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from halluscope.errors import ConfigError, RunError
-from halluscope.kuberay import MAX_NAME, build_rayjob, default_name, load_template, submit
+from halluscope.kuberay import MAX_NAME, build_rayjob, default_name, load_template, place_gpu_pods, submit
 from halluscope.kuberay_cli import add_parser, main
 from tests.unit.test_deploy_files import _check_pod_security, _check_ray_auth, env_of, pod_specs
 
@@ -139,6 +139,8 @@ def kubeconfig(kube: FakeKube, tmp_path: Path) -> str:
 def run_submit(kubeconfig: str, config: str = str(CONFIG), **kw: Any) -> tuple[dict, list[str]]:
     logs: list[str] = []
     kw.setdefault("poll_s", 0.01)
+    # The base manifest names its images by tag; digests are checked in test_kuberay_operator.py.
+    kw.setdefault("allow_tag_image", True)
     result = submit(config, kubeconfig=kubeconfig, log=logs.append, **kw)
     return result, logs
 
@@ -168,6 +170,7 @@ def test_creates_the_base_rayjob_for_the_config(kube: FakeKube, kubeconfig: str)
     _check_ray_auth([job])
     assert _check_pod_security([job]) == {"RayJob"}
     base = load_template(None, ROOT)
+    place_gpu_pods(base["spec"])  # GPU pods go to GPU nodes (test_kuberay_operator.py)
     for key in ("runtimeEnvYAML", "rayClusterSpec", "submissionMode", "backoffLimit", "shutdownAfterJobFinishes",
                 "preRunningDeadlineSeconds", "activeDeadlineSeconds"):
         assert job["spec"][key] == base["spec"][key], key
@@ -210,7 +213,7 @@ def test_remote_uri_image_and_namespace_override(kube: FakeKube, kubeconfig: str
     doc["storage"] = {"root": "s3://halluscope/runs"}
     with fsspec.open(uri, "w") as f:
         f.write(yaml.safe_dump(doc))
-    image = "registry.example/halluscope:test"
+    image = "registry.example/halluscope@sha256:" + "5e" * 32
     result, logs = run_submit(kubeconfig, config=uri, image=image, namespace="halluscope")
     assert not any(line.startswith("warning:") for line in logs)
     job = created(kube)
@@ -354,7 +357,8 @@ def test_failure_raises_run_error_with_the_status_message(kube: FakeKube, kubeco
     kube.script = [INIT, RUNNING, final]
     logs: list[str] = []
     with pytest.raises(RunError, match=expected) as info:
-        submit(str(CONFIG), kubeconfig=kubeconfig, name="halluscope-fail", poll_s=0.01, log=logs.append)
+        submit(str(CONFIG), kubeconfig=kubeconfig, name="halluscope-fail", poll_s=0.01, allow_tag_image=True,
+               log=logs.append)
     assert f"kubectl -n {CONTEXT_NS} describe rayjob halluscope-fail" in str(info.value)
     assert TOKEN not in str(info.value) + "\n".join(logs)
 
@@ -501,7 +505,8 @@ def test_cli_submit(kube: FakeKube, kubeconfig: str, capsys: pytest.CaptureFixtu
     parser = argparse.ArgumentParser(prog="halluscope")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["submit", "--kuberay", str(CONFIG), "--kubeconfig", kubeconfig,
-                              "--name", "halluscope-cli", "--poll", "0.01", "--image", "img:2"])
+                              "--name", "halluscope-cli", "--poll", "0.01", "--image", "img:2",
+                              "--allow-tag-image"])
     assert args.fn is main and main(args) == 0
     out = capsys.readouterr().out
     assert out.strip().splitlines()[-1] == f"RayJob {CONTEXT_NS}/halluscope-cli: Complete (Ray job SUCCEEDED)"

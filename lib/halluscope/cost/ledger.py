@@ -1,25 +1,41 @@
 """The cost ledger of a run, from what was written: tokens per call, seconds per deployment.
 
 Rows per (model, role, task, stage): generation by the models under test, and the abstain,
-decompose and verify calls to the judge and extractor. Token totals are sums over the recorded calls; dollars are
-tokens priced by the API table, plus deployment seconds priced per GPU (or CPU core) hour.
-Calls answered from the cache cost nothing and are counted apart.
+decompose and verify calls to the judge and extractor; a row per served deployment (stage
+"serve": the GPU or CPU seconds it held); and the rows a caller adds (``extra_rows``: the run's
+share of shared services' time, stage "shared", from ``halluscope.cost.shared``).
+
+What prices a row (``usd``; ``note`` says why a row is 0 or unpriced):
+
+- calls through ``backend: openai``: tokens at the API table's $/M tokens; unpriced (null)
+  without a price for the model, unless a shared service serves the model: then its calls cost
+  0 here, as the service's time is charged instead (a self-hosted endpoint bills hours, not tokens);
+- calls to a model this run serves itself (scripted, hf, vllm): 0 here, its "serve" row carries
+  the deployment's time; unpriced when no deployment time was recorded for it;
+- recorded answers, and rows with no live call (cache hits only): 0;
+- "serve" rows: resource-seconds at the per-GPU (per core for CPU) hour price.
+
+A null ``usd`` is never read as 0: ``cost_record`` gives the run's total only when every row is
+priced, and otherwise says how many rows are not and why.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from halluscope.config import ModelSpec
+from halluscope.config import SERVED_BACKENDS, ModelSpec
 from halluscope.cost.prices import PriceTable
 from halluscope.records import COSTS
 
 # what the ledger reads of generations/ (never the prompts and responses)
 LEDGER_COLUMNS = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
 _CALL_COUNTS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens")
+NO_PRICE_TABLE = "no price table (costs.price_table)"
 
 
 def api_name(spec: ModelSpec) -> str:
@@ -27,8 +43,17 @@ def api_name(spec: ModelSpec) -> str:
 
 
 def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dict],
-           prices: PriceTable | None, role_calls: pa.Table | None = None) -> pa.Table:
+           prices: PriceTable | None, role_calls: pa.Table | None = None,
+           extra_rows: Sequence[dict] | None = None) -> pa.Table:
+    """The COSTS table of a run.
+
+    ``extra_rows``: further rows in COSTS' shape (missing columns are null), appended as they are;
+    a row may carry ``covers``, the ids of models whose call rows it prices (those rows get usd 0
+    and a note naming it; ``covers`` is not written)."""
     specs = {m.id: m for m in models}
+    extra = [dict(r) for r in extra_rows or ()]
+    covered = {m: r["model"] for r in extra for m in r.pop("covers", ())}
+    deployed = {d["model"] for d in deployments}
     acc: dict[tuple[str, str, str], dict] = defaultdict(lambda: defaultdict(int))
     # recorded generations cost this run nothing: only live models' rows are read
     live = pa.array([m for m, spec in specs.items() if spec.backend != "replay"], pa.string())
@@ -51,30 +76,68 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
     rows = []
     for (model, task, stage), a in sorted(acc.items()):
         spec = specs[model]
-        usd = 0.0 if spec.backend == "recorded" else (
-            prices.tokens_usd(api_name(spec), a["input_tokens"], a["output_tokens"])
-            if prices and spec.backend == "openai" else None)
+        usd, note = _calls_usd(spec, a, prices, covered.get(model), model in deployed)
         rows.append({"model": model, "role": spec.role, "task": task, "stage": stage, "calls": a["calls"],
                      "cached_calls": a["cached_calls"], "failed_calls": a["failed_calls"],
                      "input_tokens": a["input_tokens"], "output_tokens": a["output_tokens"], "resource": None,
-                     "resource_seconds": None, "usd": usd})
+                     "resource_seconds": None, "usd": usd, "note": note})
     for d in deployments:
         usd = prices.hours_usd(d["resource"], d["resource_seconds"]) if prices else None
+        note = None if usd is not None else (
+            f"no price for resource '{d['resource']}' in the price table" if prices else NO_PRICE_TABLE)
         rows.append({"model": d["model"], "role": specs[d["model"]].role, "task": "*", "stage": "serve",
                      "calls": 0, "cached_calls": 0, "failed_calls": 0, "input_tokens": 0, "output_tokens": 0,
-                     "resource": d["resource"], "resource_seconds": d["resource_seconds"], "usd": usd})
+                     "resource": d["resource"], "resource_seconds": d["resource_seconds"], "usd": usd,
+                     "note": note})
+    rows += extra
     return pa.Table.from_pylist(rows, schema=COSTS)
 
 
+def _calls_usd(spec: ModelSpec, a: dict, prices: PriceTable | None, service: str | None,
+               deployed: bool) -> tuple[float | None, str | None]:
+    """The dollars of one (model, task, stage) row of calls, and why it is 0 or unpriced."""
+    if service is not None:
+        return 0.0, f"priced by the time of shared service '{service}' (stage shared)"
+    if spec.backend in ("recorded", "replay") or a["calls"] == 0:
+        return 0.0, None  # recorded answers and cache hits cost nothing
+    if spec.backend in SERVED_BACKENDS:
+        if deployed:
+            return 0.0, "priced by its deployment's time (stage serve)"
+        return None, "served by this run, but no deployment time was recorded for it"
+    if prices is None:
+        return None, NO_PRICE_TABLE
+    usd = prices.tokens_usd(api_name(spec), a["input_tokens"], a["output_tokens"])
+    return usd, None if usd is not None else f"no price for API model '{api_name(spec)}' in the price table"
+
+
 def total_usd(costs: pa.Table) -> float | None:
-    """Sum of priced rows; None when nothing could be priced."""
+    """Sum of the priced rows alone; None when no row is priced.
+
+    A lower bound wherever a row is unpriced (usd null), never the run's cost by itself:
+    ``cost_record`` says whether it is complete."""
     values = [v for v in costs.column("usd").to_pylist() if v is not None]
-    return sum(values) if values else None
+    return math.fsum(values) if values else None
+
+
+def unpriced(costs: pa.Table) -> list[str]:
+    """Why rows are unpriced, one "model (role) stage: why" per distinct reason, sorted."""
+    notes = costs.column("note").to_pylist() if "note" in costs.column_names else [None] * costs.num_rows
+    return sorted({f"{r['model']} ({r['role']}) {r['stage']}: {note or 'no price'}"
+                   for r, note in zip(costs.select(["model", "role", "stage", "usd"]).to_pylist(), notes)
+                   if r["usd"] is None})
 
 
 def cost_record(costs: pa.Table) -> dict:
-    """The run's total, as the metrics.json record with task "costs/total"."""
-    return {"model": "*", "task": "costs/total", "aggregate": True, "usd": total_usd(costs),
+    """The run's total, as the metrics.json record with task "costs/total".
+
+    ``usd`` is the run's cost only when every row is priced (``complete``); otherwise it is None,
+    ``usd_priced`` sums the priced rows, ``unpriced_rows`` counts the others and ``unpriced``
+    says why (one entry per distinct model, role, stage and reason)."""
+    usd = costs.column("usd").to_pylist()
+    priced = math.fsum(v for v in usd if v is not None)
+    missing = sum(v is None for v in usd)
+    return {"model": "*", "task": "costs/total", "aggregate": True, "usd": None if missing else priced,
+            "complete": not missing, "usd_priced": priced, "unpriced_rows": missing, "unpriced": unpriced(costs),
             "calls": sum(costs.column("calls").to_pylist()),
             "input_tokens": sum(costs.column("input_tokens").to_pylist()),
             "output_tokens": sum(costs.column("output_tokens").to_pylist())}

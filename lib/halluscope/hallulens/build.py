@@ -151,7 +151,8 @@ def uri(ts: TestSet, job: TestSetJob) -> str:
 def run_job(job: TestSetJob) -> list[TestSet]:
     """Serve or reach the generators (through the call cache), then build every seed's test set."""
     from halluscope.models.registry import client
-    from halluscope.runkit import SERVED_BACKENDS, init_ray, served
+    from halluscope.config import SERVED_BACKENDS
+    from halluscope.runkit import init_ray, served
 
     if any(g.backend in SERVED_BACKENDS for g in job.generators):
         init_ray(job.ray)

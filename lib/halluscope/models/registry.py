@@ -18,22 +18,33 @@ def sampling_of(spec: ModelSpec) -> SamplingParams:
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens) if s else SamplingParams()
 
 
-def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None) -> ModelBackend:
+def share_of(capacity: int, clients: int) -> int:
+    """Requests one of ``clients`` clients keeps in flight, so that together they keep at most the
+    endpoint's ``capacity`` (``max_concurrency``, or replicas x max_ongoing_requests) in flight."""
+    return max(1, -(-capacity // max(1, clients)))
+
+
+def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None, clients: int = 1) -> ModelBackend:
     """openai: the configured base_url; vllm: the Serve OpenAI route this run deployed;
-    scripted/hf: a DeploymentHandle, several prompts per request."""
+    scripted/hf: a DeploymentHandle, several prompts per request. ``clients``: how many clients
+    of this model the run runs at once (one per Evaluate actor for a role model); each keeps its
+    share of the endpoint's capacity in flight."""
     from halluscope.models.openai_http import OpenAIBackend
 
     if spec.backend == "openai":
         p = spec.params
         return OpenAIBackend(model_id=spec.id, base_url=p.base_url, model=p.model, api_key_env=p.api_key_env,
-                             max_concurrency=p.max_concurrency, timeout_s=p.timeout_s, max_retries=p.max_retries,
+                             max_concurrency=share_of(p.max_concurrency, clients), timeout_s=p.timeout_s,
+                             max_retries=p.max_retries,
                              sampling=sampling_of(spec))
     if endpoint is None:
         raise ValueError(f"model '{spec.id}': backend '{spec.backend}' is served, but no endpoint was deployed")
     if spec.backend == "vllm":
+        opts = spec.params.serve
         return OpenAIBackend(model_id=spec.id, base_url=endpoint.base_url, model=spec.id,
-                             max_concurrency=spec.params.serve.max_ongoing_requests, sampling=sampling_of(spec))
-    return endpoint.backend(spec)  # serving/ sits above models/: the endpoint builds its own client
+                             max_concurrency=share_of(opts.num_replicas * opts.max_ongoing_requests, clients),
+                             sampling=sampling_of(spec))
+    return endpoint.backend(spec, clients)  # serving/ sits above models/: the endpoint builds its own client
 
 
 def revision_of(spec: ModelSpec) -> str | None:

@@ -43,6 +43,8 @@ from halluscope.config import (HFModel, ModelSpec, OpenAIModel, RecordedModel, R
                                StorageSpec, VLLMModel, WikiSpec)
 from halluscope.pipeline.schedule import Job, Schedule, budget as schedule_budget, job_of, scheduled, simulate
 from halluscope.cost.ledger import api_name
+from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.shared import service_rate, services_of
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
 from halluscope.models.cache import GENERATION_TEMPLATE, call_key
@@ -100,7 +102,9 @@ class PlanOptions(SizeAssumptions):
                                 "None: by backend and size (startup_seconds)")
 
 
-SERVE_START_S = 2.0  # Serve's own part of a deployment's start, measured for a scripted replica on 2 cores
+# Serve's own part of a deployment's start (a replica process, its imports), measured for scripted
+# replicas on 2 cores: 8 s alone, 24-63 s for six at once beside a run (bench/many_models.py)
+SERVE_START_S = 20.0
 VLLM_START_S = 60.0  # a vLLM engine's start besides its weights: CUDA graphs, KV cache, the API server
 VLLM_LOAD_S_PER_B = 2.5  # weights load per billion parameters (~0.8 GB/s from a warm cache; 405B: ~17 min)
 
@@ -526,6 +530,7 @@ def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str
 
 def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions, stats: TokenStats) -> Plan:
     specs = {m.id: m for m in cfg.models}
+    shared = {m: s.name for s in cfg.costs.shared_services for m in s.models}
     rows: list[PlanRow] = []
     notes: list[str] = []
     busy_wall: dict[str, float | None] = defaultdict(float)  # model -> seconds of work per held unit
@@ -537,6 +542,10 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                       None, basis)
         if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
             row.usd = 0.0
+        elif isinstance(spec, OpenAIModel) and spec.id in shared:
+            row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"
+            out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
+            busy_wall[model] = (busy_wall[model] or 0.0) + out_s
         elif isinstance(spec, OpenAIModel):
             if prices is None:
                 row.note = "no price table (costs.price_table)"
@@ -587,13 +596,34 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
             idle.resource_hours = idle_s / 3600
             idle.usd, idle.note = _hours_usd(prices, resource, idle_s, None)
         rows.append(idle)
+    rows += _shared_rows(cfg, prices, wall_s)
+    held = [(w.start_s, w.end_s, w.resource, w.units) for w in sched.windows if math.isfinite(w.end_s)]
+    held += [(0.0, wall_s, j.resource, j.units) for m in served if not scheduled(m) for j in [job_of(m)]] \
+        if wall_s is not None else []
+    rows += [PlanRow(r["model"], r["role"], "*", "nodes", 0, 0, 0, 0, 0, r["resource"], r["resource_seconds"] / 3600,
+                     r["usd"], "estimated", r["note"]) for r in stranded_rows(held, prices)]
     rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))
     notes += list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
     notes.append(_assumptions(o, stats))
     return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o, jobs, sched, budget)
 
 
-_STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4}
+_STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4, "shared": 5, "nodes": 6}
+
+
+def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None) -> list[PlanRow]:
+    """A row per shared service the run calls, at its full rate for the run's wall time: the run's
+    share (split with the runs that overlap it, ``cost.shared``) is at most that."""
+    out = []
+    for s in services_of(cfg.costs.shared_services, cfg.models):
+        rate, why = service_rate(s, prices)
+        row = PlanRow(s.name, "service", "*", "shared", 0, 0, 0, 0, 0, None, None, None, "estimated", why)
+        if wall_s is None:
+            row.note = "the run's wall time is unknown: a model's busy time could not be estimated"
+        elif rate is not None:
+            row.usd = rate * wall_s / 3600
+        out.append(row)
+    return out
 
 
 def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,

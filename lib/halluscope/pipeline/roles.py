@@ -33,8 +33,11 @@ def role_models(models: Sequence[ModelSpec]) -> dict[str, list[ModelSpec]]:
 
 class RoleModels:
     def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
-                 resolver: DataResolver | None = None) -> None:
+                 resolver: DataResolver | None = None, clients: int = 1) -> None:
+        """``clients``: the Evaluate actors that each hold a RoleModels; their calls to one role
+        model together stay within its endpoint's capacity."""
         self.specs = role_models(models)
+        self._clients = clients
         self._endpoints = endpoints
         self._cache = cache
         self._resolver = resolver
@@ -65,7 +68,7 @@ class RoleModels:
                 self._backends[key] = RecordedBackend(spec.id, spec.params.steps, self._resolver,
                                                        self._recorded)
                 return self._backends[key]
-            backend = live_backend(spec, self._endpoints.get(spec.id))
+            backend = live_backend(spec, self._endpoints.get(spec.id), self._clients)
             if self._cache is not None:
                 backend = CachedBackend(backend, self._cache, revision_of(spec), template,
                                         sampling_of(spec).as_dict())

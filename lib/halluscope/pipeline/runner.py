@@ -16,10 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from halluscope.config import DEFAULT_PRICE_TABLE, ModelSpec, RunConfig
+from halluscope.config import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
 from halluscope.errors import RunError, Superseded, error_summary
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
+from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.shared import check_services, record_run_usage, service_rows
 from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
 from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estimate_cost
@@ -64,6 +66,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     ``failed`` / ``interrupted`` with the reason in its manifest; one that went through but has
     nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``."""
     check_api_keys(cfg.models)
+    check_services(cfg.costs.shared_services, cfg.models)
     fewer_collections()  # the plan and the aggregation build a row object per generation
     run_id = run_id or cfg.run_id or default_run_id(cfg)
     store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id)
@@ -144,13 +147,22 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     schedule: list[Deployment] = []
     budget: dict[str, float] = {}
     watchdog_stalls: list[str] = []
+    services, root = cfg.costs.shared_services, Location.from_url(cfg.storage.root, cfg.storage)
+    window: tuple[float | None, float | None] = (None, None)  # the pipeline's time: shared services' charge
     if len(done) < work.total:
-        # the roles are held for the whole run; served models under test in waves (_in_waves)
-        with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints, deployments):
-            with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
-                processed, mine, schedule, budget = _in_waves(cfg, store, work, done, endpoints, tracker,
-                                                              watchdog, cpus)
-            watchdog_stalls = watchdog.stalls
+        window = (time.time(), None)
+        record_run_usage(root, services, cfg.models, run_id, window[0])
+        try:
+            # the roles are held for the whole run; served models under test in waves (_in_waves)
+            with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints,
+                                                                                             deployments):
+                with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
+                    processed, mine, schedule, budget = _in_waves(cfg, store, work, done, endpoints, tracker,
+                                                                  watchdog, cpus)
+                watchdog_stalls = watchdog.stalls
+        finally:
+            window = (window[0], time.time())
+            record_run_usage(root, services, cfg.models, run_id, *window)
         deployments += [{"model": d.model, "resource": d.resource, "resource_seconds": d.units * d.held_s}
                         for d in schedule]
     tracker.flush(final=True)
@@ -166,7 +178,9 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     scores = read_scores(cfg, store)
     metrics = compute_metrics(cfg, store, scores)
     costs = ledger(store.read_table("generations", LEDGER_COLUMNS), cfg.models, deployments, price_table(cfg),
-                   store.read_table("role_calls"))
+                   store.read_table("role_calls"),
+                   extra_rows=[*service_rows(cfg.models, services, root, run_id, *window, price_table(cfg)),
+                               *stranded_rows(_held(cfg, schedule, window), price_table(cfg))])
     store.write_costs(costs)
     metrics.append(cost_record(costs))
     board = leaderboard(metrics, run_id)
@@ -385,6 +399,18 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
     return processed, keys, result[0] if result else waves.deployments, budget
 
 
+def _held(cfg: RunConfig, schedule: list[Deployment],
+          window: tuple[float | None, float | None]) -> list[tuple[float, float, str, float]]:
+    """What the run's deployments held when: the waves' models from request to release, the roles
+    it served for the pipeline's time."""
+    out = [(d.requested_at, d.released_at or d.requested_at, d.resource, d.units) for d in schedule]
+    start, end = window
+    if start is not None and end is not None:
+        out += [(start, end, j.resource, j.units) for m in cfg.models
+                if m.backend in SERVED_BACKENDS and not scheduled(m) for j in [job_of(m)]]
+    return out
+
+
 def _budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
     return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
 
@@ -441,18 +467,16 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table]
                             batch_format="pyarrow",
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
+    actors = evaluate_actors(conc.verify_actors, len(blocks), rows if live else None, conc.generate_batch_size)
     ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(knowledge_for(cfg), cfg.models, endpoints,
-                                                              cache_location(cfg), store, conc.batch_size),
+                                                              cache_location(cfg), store, conc.batch_size, actors),
                         # None: one batch per block (a unit's rows); Evaluate commits them in parts
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,
                         # two blocks per actor: the next waits in the actor and starts the moment
                         # the last ends (with one, actors idled a quarter of the time between
                         # blocks); more would queue behind a busy actor while another runs dry
-                        compute=ray.data.ActorPoolStrategy(size=evaluate_actors(
-                            conc.verify_actors, len(blocks), rows if live else None,
-                            conc.generate_batch_size),
-                                                           max_tasks_in_flight_per_actor=2))
+                        compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=2))
     processed, keys = 0, set()
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         for r in batch.to_pylist():

@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from halluscope.config import ModelSpec, RunConfig
+from halluscope.config import SERVED_BACKENDS, ModelSpec, RunConfig
 from halluscope.errors import ConfigError
-from halluscope.serving.placement import SERVED_BACKENDS, placement
+from halluscope.serving.placement import placement
 
 CPU = "CPU"
 

@@ -303,9 +303,9 @@ class Evaluate:
     so a run's parts, and the order its tables are read back in, do not depend on the blocks."""
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
-                 store: RunStore, chunk_rows: int) -> None:
+                 store: RunStore, chunk_rows: int, actors: int = 1) -> None:
         fewer_collections()
-        self.roles = RoleModels(models, endpoints, cache, kb.resolver)
+        self.roles = RoleModels(models, endpoints, cache, kb.resolver, clients=actors)
         self.verify = Verify(kb, self.roles)
         self.store = store
         self.chunk_rows = chunk_rows

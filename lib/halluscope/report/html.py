@@ -519,6 +519,15 @@ def _usd(values: list[float | None]) -> str:
     return ("≥ " if len(priced) < len(values) else "") + f"${math.fsum(priced):,.4f}"
 
 
+def _total_usd(values: list[float | None]) -> str:
+    """The run's cost: a number only when every line item is priced, never a partial sum alone."""
+    priced = math.fsum(v for v in values if v is not None)
+    unpriced = sum(v is None for v in values)
+    if unpriced:
+        return f"incomplete: {unpriced} line item{'s' * (unpriced != 1)} unpriced (priced items ${priced:,.4f})"
+    return f"${priced:,.4f}"
+
+
 def _seconds(values: list[float | None]) -> str:
     present = [v for v in values if v is not None]
     return f"{math.fsum(present):,.1f}" if present else "–"
@@ -546,8 +555,14 @@ def costs(d: RunData) -> str:
     if missing:
         raise DataError(f"costs.parquet of run {d.run_id}: missing columns {sorted(missing)}")
     rows = d.costs.to_pylist()
-    return ('<p class="note">Calls answered from the cache cost nothing and are counted apart; resource seconds are '
-            "deployment time of served models (task *); ≥ marks a sum with unpriced rows.</p>"
+    why = sorted({f"{r['model']} ({r['role']}) {r['stage']}: {r.get('note') or 'no price'}"
+                  for r in rows if r["usd"] is None})
+    unpriced = "".join(f"<li>{esc(w)}</li>" for w in why)
+    return (f'<p class="total">Cost of this run: {esc(_total_usd([r["usd"] for r in rows]))}</p>'
+            + (f'<p class="note">Unpriced:</p><ul class="unpriced">{unpriced}</ul>' if unpriced else "")
+            + '<p class="note">Calls answered from the cache cost nothing and are counted apart; resource seconds are '
+            "deployment time of served models (stage serve, task *) and this run's share of shared services' time "
+            "(stage shared); ≥ marks a sum with unpriced rows.</p>"
             + "".join(f"<h3>By {by}</h3>" + cost_table(rows, by) for by in ("model", "role", "task")))
 
 

@@ -168,11 +168,23 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
                          f"{_fmt(m['hallucination_score'])} | {_fmt(m['response_ratio'])} | "
                          f"{_fmt(m['utility_score'])} |")
         lines.append("")
-    if cost is not None and cost["calls"]:
-        usd = "not priced (no price for these models)" if cost["usd"] is None else f"${cost['usd']:.4f}"
-        lines += [f"Cost of this run: {usd}; {cost['calls']} model calls, {cost['input_tokens']} input and "
-                  f"{cost['output_tokens']} output tokens (costs.parquet has the breakdown).", ""]
+    if cost is not None and (cost["calls"] or cost.get("unpriced_rows") or cost.get("usd")):
+        lines += [f"Cost of this run: {cost_text(cost)}; {cost['calls']} model calls, {cost['input_tokens']} input "
+                  f"and {cost['output_tokens']} output tokens (costs.parquet has the breakdown).", ""]
+        lines += [f"- unpriced: {markdown(why)}" for why in cost.get("unpriced") or []]
+        if cost.get("unpriced"):
+            lines.append("")
     return "\n".join(lines + benchmark_sections(others))
+
+
+def cost_text(cost: dict) -> str:
+    """The "costs/total" record's dollars: the total only when every line item is priced."""
+    if cost.get("complete", cost["usd"] is not None) and cost["usd"] is not None:
+        return f"${cost['usd']:,.4f}"
+    n = cost.get("unpriced_rows")
+    if n is None:  # a record from before the ledger counted its unpriced rows
+        return "incomplete: some line items unpriced"
+    return f"incomplete: {n} line item{'s' * (n != 1)} unpriced (priced items ${cost.get('usd_priced') or 0:,.4f})"
 
 
 def benchmark_sections(records: list[dict]) -> list[str]:

@@ -18,6 +18,7 @@ from ray.serve import Application
 
 from halluscope.config import HFModel, ScriptedModel, ServedModel
 from halluscope.models.base import SamplingParams
+from halluscope.models.registry import share_of
 from halluscope.models.serve_handle import ServeHandleBackend
 
 logger = logging.getLogger(__name__)
@@ -34,9 +35,10 @@ class ServedEndpoint:
     deployment_name: str
     base_url: str
 
-    def backend(self, spec: ScriptedModel | HFModel) -> ServeHandleBackend:
-        """This deployment's client: how ``models.registry`` reaches a handle without importing serving/."""
-        return handle_backend(spec, self)
+    def backend(self, spec: ScriptedModel | HFModel, clients: int = 1) -> ServeHandleBackend:
+        """This deployment's client (one of ``clients`` at once): how ``models.registry`` reaches a
+        handle without importing serving/."""
+        return handle_backend(spec, self, clients=clients)
 
 
 def app_name_for(model_id: str) -> str:
@@ -127,8 +129,9 @@ def states(endpoints: Iterable[ServedEndpoint]) -> dict[str, tuple[str, str]]:
 
 
 def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, timeout_s: float = 60.0,
-                   max_retries: int = 3) -> ServeHandleBackend:
-    """The client of a deployed scripted or hf model, sized to its Serve options."""
+                   max_retries: int = 3, clients: int = 1) -> ServeHandleBackend:
+    """The client of a deployed scripted or hf model, sized to its Serve options: ``clients`` of
+    them at once keep at most the deployment's capacity in flight together."""
     from halluscope.serving import hf, scripted
 
     opts = spec.params.serve
@@ -140,7 +143,8 @@ def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, t
         concurrency = hf.client_concurrency(opts)
     return ServeHandleBackend(spec.id, endpoint.app_name, endpoint.deployment_name,
                               max_batch_prompts=opts.max_batch_prompts, timeout_s=timeout_s,
-                              max_retries=max_retries, sampling=sampling, max_concurrent_chunks=concurrency)
+                              max_retries=max_retries, sampling=sampling,
+                              max_concurrent_chunks=share_of(concurrency, clients))
 
 
 def _http_address() -> tuple[str, int]:

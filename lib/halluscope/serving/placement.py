@@ -12,7 +12,6 @@ from halluscope.serving.vllm import worker_bundle
 if TYPE_CHECKING:
     from halluscope.config import ModelSpec
 
-SERVED_BACKENDS = ("scripted", "hf", "vllm")  # the backends Ray Serve hosts for a run
 
 
 def placement(spec: ModelSpec) -> tuple[str, float]:

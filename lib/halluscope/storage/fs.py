@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from dataclasses import dataclass
@@ -15,9 +16,45 @@ from halluscope.errors import ConfigError
 if TYPE_CHECKING:  # storage sits below config: it reads a spec's fields, never builds one
     from halluscope.config import StorageSpec
 
+logger = logging.getLogger(__name__)
+
+# Set in a pod by EKS for IRSA (a projected service-account token botocore exchanges for role
+# credentials) and for EKS Pod Identity (a local credentials endpoint). botocore's default chain
+# reads them; an instance profile (IMDS) announces itself by no variable.
+CREDENTIAL_CHAIN_ENV = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+_CREDENTIAL_FIELDS = (("access_key_env", "key"), ("secret_key_env", "secret"))
+_chain_logged: set[tuple[str, ...]] = set()
+
+
+def _static_keys(spec: StorageSpec) -> dict:
+    """key/secret from the variables the spec names, or {} for botocore's default chain.
+
+    Both named and set: those keys. None named: the chain. Named but unset (or empty, as a Secret
+    copied from secrets.example.env unfilled gives): the chain when the pod has web-identity or
+    container credentials (a manifest that mounts the key Secret optionally, run under IRSA or
+    Pod Identity), else a ConfigError naming the field."""
+    named = [(field, opt, getattr(spec, field)) for field, opt in _CREDENTIAL_FIELDS if getattr(spec, field)]
+    missing = [(field, env) for field, _, env in named if not os.environ.get(env)]
+    if not missing:
+        return {opt: os.environ[env] for _, opt, env in named}
+    chain = [v for v in CREDENTIAL_CHAIN_ENV if os.environ.get(v)]
+    if not chain:
+        field, env = missing[0]
+        raise ConfigError(f"storage.{field}: environment variable {env} is not set, and no web-identity or "
+                          f"container credentials are (none of {', '.join(CREDENTIAL_CHAIN_ENV)})")
+    unset = tuple(env for _, env in missing)
+    if unset not in _chain_logged:  # once per process: every Location of a run builds options
+        _chain_logged.add(unset)
+        logger.warning("storage: %s not set; S3 credentials come from the AWS default chain (%s)",
+                       " and ".join(unset), ", ".join(chain))
+    # Never one static half with the chain's other half: all or nothing.
+    return {}
+
 
 def storage_options(spec: StorageSpec) -> dict:
-    """fsspec options for a StorageSpec; credentials come from the named environment variables."""
+    """fsspec options for a StorageSpec; credentials come from the named environment variables,
+    else from botocore's default chain (see `_static_keys`)."""
     opts: dict = {}
     if spec.root.startswith("s3://"):
         client_kwargs: dict = {}
@@ -27,12 +64,7 @@ def storage_options(spec: StorageSpec) -> dict:
             client_kwargs["region_name"] = spec.region
         if client_kwargs:
             opts["client_kwargs"] = client_kwargs
-        for field, opt in (("access_key_env", "key"), ("secret_key_env", "secret")):
-            env = getattr(spec, field)
-            if env:
-                if env not in os.environ:
-                    raise ConfigError(f"storage.{field}: environment variable {env} is not set")
-                opts[opt] = os.environ[env]
+        opts.update(_static_keys(spec))
         # transient S3 errors (throttling, 5xx, dropped connections) are retried by botocore
         opts.setdefault("config_kwargs", {"retries": {"max_attempts": 8, "mode": "adaptive"}})
     return opts

@@ -1,0 +1,219 @@
+"""Shared services' time, charged to the runs that used it.
+
+A shared service (``costs.shared_services``: the RayService ``halluscope-serve`` that serves the
+judge and extractor to every run) is billed by the hour whether one run calls it or ten. The
+rule (docs/operations.md, "What runs, and what it costs"):
+
+    a run pays  usd_per_hour / 3600 * integral over its usage intervals of dt / n(t)
+
+where a usage interval is the run's pipeline time (from the start of its pipeline to its end,
+per attempt) and n(t) is the number of runs whose usage intervals of the same service cover the
+moment t, the run itself included. A run alone pays every hour it used the service; two runs
+that overlap each pay half of the overlap. Hours in which no run used the service are charged
+to no run.
+
+Each run records its intervals as ``<storage root>/_shared/services/<service>/<run_id>.json``
+(``{"service", "run_id", "intervals": [[start, end], ...]}``, Unix seconds; ``end`` null while
+the run is in flight), at the start of its pipeline and again at its end, so a run that
+aggregates while another is still running sees that one's open interval and splits with it.
+An interval never closed (its attempt died) ends where the same run's next attempt starts, and
+counts for at most ``MAX_OPEN_S`` after its start.
+
+Calls to a model a shared service serves are then not priced by tokens: the ledger gives those
+rows 0 and the service's row carries the run's share (``ledger(..., extra_rows=service_rows(...))``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Sequence
+
+from halluscope.config import CostSpec, ModelSpec
+from halluscope.cost.ledger import NO_PRICE_TABLE
+from halluscope.cost.prices import PriceTable
+from halluscope.errors import ConfigError
+from halluscope.storage.fs import Location
+from halluscope.storage.names import check_run_id
+
+SERVICES = "_shared/services"  # under the storage root; a run id cannot start with "_"
+# an interval whose run never recorded its end counts this long at most: the RayJob's
+# activeDeadlineSeconds (k8s/base/rayjob.yaml) stops an attempt after 24 hours
+MAX_OPEN_S = 86400.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+Service = CostSpec.SharedService
+Interval = tuple[float, float | None]
+
+
+def usage_location(root: Location, service: str) -> Location:
+    """The folder of a service's usage records under the storage root."""
+    if not _NAME.fullmatch(service):
+        raise ConfigError(f"shared service name {service!r} is not allowed: use A-Z a-z 0-9 . _ -")
+    return root.child(*SERVICES.split("/"), service)
+
+
+def record_usage(root: Location, service: str, run_id: str, start: float, end: float | None = None) -> None:
+    """Record that run ``run_id`` used ``service`` from ``start`` to ``end`` (Unix seconds).
+
+    ``end`` None: the run is using it now (call at the start of the pipeline); call again with the
+    same ``start`` and the end once the pipeline is over. An interval of the run's earlier attempt
+    left open ends at ``start``."""
+    if end is not None and end < start:
+        raise ValueError(f"usage of {service!r} by {run_id!r} ends ({end}) before it starts ({start})")
+    loc = usage_location(root, service).child(f"{check_run_id(run_id)}.json")
+    kept: list[Interval] = []
+    for s, e in _intervals(_read(loc)):
+        if s == start:
+            continue  # this attempt's interval, recorded again below
+        kept.append((s, start if e is None and s < start else e))
+    kept.append((start, end))
+    doc = {"service": service, "run_id": run_id, "intervals": [list(iv) for iv in sorted(kept, key=lambda iv: iv[0])]}
+    loc.write_bytes_atomic(json.dumps(doc).encode())
+
+
+def record_run_usage(root: Location, shared_services: Sequence[Service], models: Sequence[ModelSpec],
+                     run_id: str, start: float, end: float | None = None) -> list[str]:
+    """``record_usage`` for each shared service that serves one of the run's models; their names."""
+    names = [s.name for s in services_of(shared_services, models)]
+    for name in names:
+        record_usage(root, name, run_id, start, end)
+    return names
+
+
+def services_of(shared_services: Sequence[Service], models: Sequence[ModelSpec]) -> list[Service]:
+    """The shared services that serve at least one of ``models``."""
+    ids = {m.id for m in models}
+    return [s for s in shared_services if ids.intersection(s.models)]
+
+
+def check_services(shared_services: Sequence[Service], models: Sequence[ModelSpec]) -> None:
+    """ConfigError when a shared service names a model the run does not have, or one that is not
+    reached over HTTP (``backend: openai``): call before the run starts."""
+    specs = {m.id: m for m in models}
+    problems = []
+    for s in shared_services:
+        for m in s.models:
+            if m not in specs:
+                problems.append(f"'{s.name}' serves '{m}', which is not a model of this run")
+            elif specs[m].backend != "openai":
+                problems.append(f"'{s.name}' serves '{m}', whose backend is {specs[m].backend}, not openai")
+    if problems:
+        raise ConfigError("costs.shared_services: " + "; ".join(problems))
+
+
+def usage(root: Location, service: str) -> tuple[dict[str, list[Interval]], int]:
+    """Every run's recorded intervals of ``service``, and the number of unreadable records skipped."""
+    loc = usage_location(root, service)
+    runs: dict[str, list[Interval]] = {}
+    bad = 0
+    for name in loc.list_names():
+        if not name.endswith(".json"):
+            continue
+        try:
+            doc = json.loads(loc.child(name).read_bytes())
+            runs[str(doc.get("run_id") or name[:-len(".json")])] = _intervals(doc)
+        except (ValueError, TypeError, AttributeError, KeyError):
+            bad += 1
+    return runs, bad
+
+
+def charged_seconds(own: Iterable[Interval], others: Iterable[Iterable[Interval]], now: float) -> float:
+    """The integral over ``own`` of dt / n(t), n(t) = 1 + the number of ``others`` (one interval
+    list per run) that cover t. Open intervals end at ``now``, at most MAX_OPEN_S after they begin."""
+    mine = _union(own, now)
+    theirs = [_union(o, now) for o in others]
+    total = 0.0
+    for a, b in mine:
+        cuts = sorted({a, b} | {p for iv in theirs for s, e in iv for p in (s, e) if a < p < b})
+        for x, y in zip(cuts, cuts[1:]):
+            mid = (x + y) / 2
+            total += (y - x) / (1 + sum(any(s <= mid < e for s, e in iv) for iv in theirs))
+    return total
+
+
+def service_rate(service: Service, prices: PriceTable | None) -> tuple[float | None, str | None]:
+    """The service's dollars per hour, or None and why."""
+    if service.usd_per_hour is not None:
+        return service.usd_per_hour, None
+    resource = service.resource
+    assert resource is not None, "checked by the config: nodes and gpus come with a resource"
+    if prices is None:
+        return None, NO_PRICE_TABLE
+    gpus: float | None = service.gpus
+    if gpus is None:
+        per_node = prices.gpus_per_node(resource)
+        if per_node is None:
+            return None, f"the price table gives no gpus_per_node for '{resource}' (accelerators)"
+        gpus = (service.nodes or 0) * per_node
+    rate = prices.nodes_usd(resource, gpus, 3600.0)
+    return rate, None if rate is not None else f"no price for resource '{resource}' in the price table"
+
+
+def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service], root: Location, run_id: str,
+                 start: float | None, end: float | None, prices: PriceTable | None,
+                 now: float | None = None) -> list[dict]:
+    """The run's ledger rows for the shared services it used (stage "shared", task "*", role
+    "service", model = the service's name, resource_seconds = the run's share of the service's
+    hours, in seconds), each with ``covers``, the run's models it serves, for ``ledger(extra_rows=)``.
+
+    The run's intervals are those recorded for it plus [start, end] (this attempt's pipeline, when
+    given). A service the run has no interval of gets no row (and covers nothing: calls to its
+    models stay priced, or unpriced, by tokens)."""
+    now = time.time() if now is None else now
+    rows = []
+    for service in services_of(shared_services, models):
+        runs, bad = usage(root, service.name)
+        own = [iv for iv in runs.pop(run_id, []) if start is None or iv[0] != start]
+        if start is not None and end is not None:
+            own.append((start, end))
+        if not own:
+            continue
+        share = charged_seconds(own, runs.values(), now)
+        rate, why = service_rate(service, prices)
+        mine = _union(own, now)
+        used = sum(e - s for s, e in mine)
+        sharing = sum(_overlap(mine, _union(o, now)) for o in runs.values())
+        basis = (f"{share:,.0f} s charged of {used:,.0f} s in use, shared with {sharing} other run(s)"
+                 + (f" at ${rate:,.2f}/h" if rate is not None else "")
+                 + (f"; {bad} unreadable usage record(s) ignored" if bad else ""))
+        rows.append({"model": service.name, "role": "service", "task": "*", "stage": "shared", "calls": 0,
+                     "cached_calls": 0, "failed_calls": 0, "input_tokens": 0, "output_tokens": 0,
+                     "resource": service.resource, "resource_seconds": share,
+                     "usd": None if rate is None else rate * share / 3600,
+                     "note": basis if why is None else f"{why}; {basis}",
+                     "covers": [m.id for m in models if m.id in service.models]})
+    return rows
+
+
+def _read(loc: Location) -> dict | None:
+    try:
+        doc = json.loads(loc.read_bytes())
+    except FileNotFoundError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _intervals(doc: dict | None) -> list[Interval]:
+    if doc is None:
+        return []
+    return [(float(s), None if e is None else float(e)) for s, e in doc.get("intervals", [])]
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
+    return any(s < f and r < e for s, e in a for r, f in b)
+
+
+def _union(intervals: Iterable[Interval], now: float) -> list[tuple[float, float]]:
+    """Closed, sorted, non-overlapping intervals (an open one ends at ``now``, MAX_OPEN_S at most)."""
+    closed = sorted((s, min(now, s + MAX_OPEN_S) if e is None else e) for s, e in intervals)
+    out: list[tuple[float, float]] = []
+    for s, e in closed:
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out

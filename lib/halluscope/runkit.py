@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from halluscope import __version__
 from halluscope.config import SERVED_BACKENDS, ModelSpec, RaySpec, read_yaml, validation_message
 from halluscope.errors import ConfigError
+from halluscope.quiet import quiet_ray
 from halluscope.serving.placement import placement
 
 C = TypeVar("C", bound=BaseModel)
@@ -107,6 +108,7 @@ def init_ray(spec: RaySpec, cpus_needed: float = 0.0) -> bool:
     ``spec.num_gpus`` logical GPUs when set. True when it started a local Ray."""
     if ray.is_initialized():
         return False
+    quiet_ray()
     address = spec.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=False)

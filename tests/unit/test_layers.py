@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "lib" / "halluscope"
 
 # layer -> module prefixes (dotted, under halluscope); the longest matching prefix places a module
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("L0 core", ("halluscope", "errors", "records", "ratelimit", "imports")),
+    ("L0 core", ("halluscope", "errors", "records", "ratelimit", "imports", "quiet")),
     ("L1 storage", ("storage", "sources")),
     ("L2 config", ("config", "task_registry")),
     ("L3 models, knowledge", ("models", "knowledge")),

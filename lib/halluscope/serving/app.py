@@ -20,6 +20,7 @@ from halluscope.config import HFModel, ScriptedModel, ServedModel
 from halluscope.models.base import SamplingParams
 from halluscope.models.registry import share_of
 from halluscope.models.serve_handle import ServeHandleBackend
+from halluscope.quiet import quiet_ray
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
     http_options: dict = {"host": _HOST}
     if http_port is not None:
         http_options["port"] = http_port
-    serve.start(http_options=http_options)
+    if not _serve_running():
+        serve.start(http_options=http_options)
+    quiet_ray()  # Serve's logger gets a terminal handler when it starts
     host, port = _http_address()
     if host != _HOST:
         logger.warning("Serve was already running, listening on %s rather than %s only", host, _HOST)
@@ -145,6 +148,16 @@ def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, t
                               max_batch_prompts=opts.max_batch_prompts, timeout_s=timeout_s,
                               max_retries=max_retries, sampling=sampling,
                               max_concurrent_chunks=share_of(concurrency, clients))
+
+
+def _serve_running() -> bool:
+    from ray.serve.context import _get_global_client
+
+    try:
+        _get_global_client()
+    except Exception:  # noqa: BLE001 - Serve raises its own exception types when none runs
+        return False
+    return True
 
 
 def _http_address() -> tuple[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import queue
+import signal
 import threading
 import time
 from collections import Counter, defaultdict
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 import ray
 
 from halluscope.config import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
-from halluscope.errors import RunError, Superseded, error_summary
+from halluscope.errors import Interrupted, RunError, Superseded, error_summary, stop_signals
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.cost.nodes import stranded_rows
@@ -69,9 +70,19 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     check_services(cfg.costs.shared_services, cfg.models)
     fewer_collections()  # the plan and the aggregation build a row object per generation
     run_id = run_id or cfg.run_id or default_run_id(cfg)
-    store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id)
+    root = Location.from_url(cfg.storage.root, cfg.storage)
+    root.check_reachable("storage.root")  # in seconds, one line naming the URL (botocore retries for a minute)
+    store = RunStore(root, run_id)
     try:
-        return _run(cfg, store, progress)
+        with stop_signals():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            return _run(cfg, store, progress)
+    except SystemExit as err:
+        # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
+        if err.code != signal.SIGTERM:
+            raise
+        stop = Interrupted(signal.SIGTERM)
+        _record_stop(store, stop)
+        raise stop from None
     except (Exception, KeyboardInterrupt) as err:
         _record_stop(store, err)
         raise
@@ -83,11 +94,12 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
     if store.attempt is None:
         return
     interrupted = isinstance(err, KeyboardInterrupt)
+    why = str(err) if isinstance(err, Interrupted) else "interrupted (Ctrl-C)"
     try:
         store.check_owner()
         manifest = store.read_json("manifest.json") or {"run_id": store.run_id}
         manifest.update(status="interrupted" if interrupted else "failed",
-                        reason="interrupted (Ctrl-C)" if interrupted else error_summary(err),
+                        reason=why if interrupted else error_summary(err),
                         finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
         store.write_json("manifest.json", manifest)
     except (Superseded, OSError):
@@ -347,9 +359,10 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
     estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=frozenset(done))
     jobs = [j for j in estimate.jobs if j.model in wanted]
     from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
-    from halluscope.serving.app import remove
+    from halluscope.serving.app import remove, start_serve
 
     budget = _budget(cfg, cpus)
+    start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
     remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()
     ctx, done_ref = ray.put(expansion(cfg, store, work)), ray.put(frozenset(done))

@@ -28,6 +28,7 @@ from halluscope.serving.app import ServedEndpoint, deploy, shutdown, states
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
+DEPLOY_ATTEMPTS = 3
 DEFAULT_DEPLOY_TIMEOUT_S = {"vllm": 3600.0}  # a 405B load from a cache or S3 takes 20-40 minutes
 OTHER_DEPLOY_TIMEOUT_S = 600.0
 
@@ -137,7 +138,7 @@ class Waves:
         self.deployments.append(record)
         self.last_event = record.requested_at
         try:
-            endpoint = deploy([spec], self.http_port, wait=False)[spec.id]  # type: ignore[list-item]
+            endpoint = self._deploy_app(spec)
         except Exception as err:  # noqa: BLE001 - a model that cannot deploy fails alone
             self._fail(record, f"deployment failed: {type(err).__name__}: {err}")
             record.status, record.released_at = "failed", time.time()
@@ -146,6 +147,19 @@ class Waves:
             return _Active(job, record, None, 0.0)
         logger.info("deploying %s (%s, wave %d)", job.model, job.describe(), record.wave)
         return _Active(job, record, endpoint, record.requested_at + deploy_timeout_s(spec))
+
+    def _deploy_app(self, spec: ModelSpec) -> ServedEndpoint:
+        """Serve's own actors (a proxy, the controller) can die on a loaded cluster while an app is
+        submitted: such a failure is retried twice before it fails the model."""
+        for attempt in range(DEPLOY_ATTEMPTS):
+            try:
+                return deploy([spec], self.http_port, wait=False)[spec.id]  # type: ignore[list-item]
+            except ray.exceptions.RayActorError as err:
+                if attempt == DEPLOY_ATTEMPTS - 1:
+                    raise
+                logger.warning("deploying %s: %s; trying again", spec.id, str(err).splitlines()[0])
+                time.sleep(2.0 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _advance(self, active: dict[str, _Active]) -> None:
         now = time.time()

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+import ray
 from ray import serve
 from ray.serve import Application
 
@@ -80,17 +82,7 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
         raise ValueError(f"model ids map to the same Serve app name(s) {clashes}; rename the models")
-    http_options: dict = {"host": _HOST}
-    if http_port is not None:
-        http_options["port"] = http_port
-    if not _serve_running():
-        serve.start(http_options=http_options)
-    quiet_ray()  # Serve's logger gets a terminal handler when it starts
-    host, port = _http_address()
-    if host != _HOST:
-        logger.warning("Serve was already running, listening on %s rather than %s only", host, _HOST)
-    if http_port is not None and port != http_port:
-        logger.warning("Serve was already running with HTTP port %s; using it instead of %s", port, http_port)
+    port = start_serve(http_port)
     targets = [serve.RunTarget(target=build_application(s), name=n, route_prefix=f"/{n}")
                for s, n in zip(specs, names)]
     try:
@@ -148,6 +140,32 @@ def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, t
                               max_batch_prompts=opts.max_batch_prompts, timeout_s=timeout_s,
                               max_retries=max_retries, sampling=sampling,
                               max_concurrent_chunks=share_of(concurrency, clients))
+
+
+def start_serve(http_port: int | None = None) -> int:
+    """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) unless it runs; its HTTP port.
+    A run starts it before its pipeline: a proxy started while the pipeline's actors start up
+    may miss Serve's readiness deadline on a loaded machine (seen on 2 cores)."""
+    http_options: dict = {"host": _HOST}
+    if http_port is not None:
+        http_options["port"] = http_port
+    for attempt in range(3):  # a proxy that misses its start deadline on a loaded node is killed
+        if _serve_running():
+            break
+        try:
+            serve.start(http_options=http_options)
+        except ray.exceptions.RayActorError as err:
+            if attempt == 2:
+                raise
+            logger.warning("starting Serve: %s; trying again", str(err).splitlines()[0])
+            time.sleep(5.0)
+    quiet_ray()  # Serve's logger gets a terminal handler when it starts
+    host, port = _http_address()
+    if host != _HOST:
+        logger.warning("Serve was already running, listening on %s rather than %s only", host, _HOST)
+    if http_port is not None and port != http_port:
+        logger.warning("Serve was already running with HTTP port %s; using it instead of %s", port, http_port)
+    return port
 
 
 def _serve_running() -> bool:

@@ -7,11 +7,12 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 
 from halluscope.attribution.cli import add_parser as add_attribute_parser
-from halluscope.errors import ConfigError, HalluscopeError, user_error
+from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, user_error
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
@@ -28,6 +29,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     run_id = args.run_id or cfg.run_id or default_run_id(cfg)
     try:
         result = run(cfg, run_id=run_id, progress=not args.quiet)
+    except StorageError:
+        raise  # nothing was recorded where the storage does not answer, and asking it again takes as long
     except (Exception, KeyboardInterrupt):
         hint = _resume_hint(cfg, args, run_id)
         if hint:
@@ -170,14 +173,17 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
 
     loc = Location.from_url(args.run_uri.rstrip("/"))
+    loc.check_reachable("run")  # in seconds, not botocore's minute of retries
     board = loc.child("leaderboard.md")
     if not board.exists():
         if not loc.child("manifest.json").exists():
             raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
         print(terminal(_partial_report(loc)))
         return 0
-    if args.json:  # JSON only, so that it can be piped
-        print(json.dumps(json.loads(loc.child("metrics.json").read_bytes()), indent=2))
+    if args.json:  # JSON only, so that it can be piped; the run's dollars as the leaderboard and plan give them
+        from halluscope.report.leaderboard import json_records
+
+        print(json.dumps(json_records(loc), indent=2))
         return 0
     print(terminal(board.read_bytes().decode()))  # a stored file: its ids may carry escape codes
     return 0
@@ -251,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except KeyboardInterrupt:
-        print("halluscope: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP during a run (errors.Interrupted)
+        signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
+        print(f"halluscope: {err}" if isinstance(err, Interrupted) else "halluscope: interrupted", file=sys.stderr)
+        return 128 + signum
     except Exception as err:  # noqa: BLE001 - user errors are printed plainly, others re-raised
         cause = user_error(err) or _environment_error(err)
         if cause is None:
@@ -265,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 def _environment_error(err: BaseException) -> str | None:
     """What the environment, not halluscope, got wrong, in one line: a file that cannot be opened,
     S3 without credentials (a chain of botocore tracebacks otherwise)."""
-    from botocore.exceptions import NoCredentialsError
+    from botocore.exceptions import ConnectionError as EndpointError, NoCredentialsError
 
     seen = set()
     while err is not None and id(err) not in seen:
@@ -273,6 +280,8 @@ def _environment_error(err: BaseException) -> str | None:
         if isinstance(err, NoCredentialsError):
             return ("no S3 credentials: name the environment variables that hold them in storage.access_key_env "
                     "and storage.secret_key_env (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+        if isinstance(err, EndpointError):  # an endpoint that stopped answering during the run
+            return f"S3 storage did not answer: {' '.join(str(err).split())[:300]}"
         if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
             return str(err)
         err = err.__cause__ or err.__context__

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -12,12 +13,18 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from halluscope.errors import ConfigError
+from halluscope.errors import ConfigError, clip
+from halluscope.sources import PYPI_SIMPLE_INDEX, system_path_problem, url_scheme
 from halluscope.storage.names import checked, model_id_problem, root_problem, run_id_problem
 from halluscope.task_registry import benchmark_of, benchmarks, get_task, unknown_task
 
 
 DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
+# What a config file may hold: a YAML alias bomb or a 100 MB value would otherwise be expanded,
+# validated and echoed whole before anything could refuse it
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_VALUE_CHARS = 4096  # of any string in a config, a key or a value
+MAX_CONFIG_DEPTH = 32  # mappings and lists inside each other
 
 
 class _Strict(BaseModel):
@@ -48,6 +55,10 @@ class DataSpec(_Strict):
     download: bool = True
     pypi_index: str = Field(default="pypi/project-names.txt.gz",
                             description="data name, local path or URL of a one-name-per-line project list")
+    allow_http: bool = Field(
+        default=False, description="knowledge files (data.pypi_index, verifiers.pypi_extra_names, the title dump, "
+                                   "the article store) may be http(s):// URLs the driver and workers fetch; "
+                                   "otherwise local paths and s3:// only (PyPI's live index aside)")
 
 
 class SamplingSpec(_Strict):
@@ -457,19 +468,23 @@ class RunConfig(_Strict):
 def validation_message(err: ValidationError, source: str) -> str:
     lines = [f"invalid run config {source}:"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {e['msg']}")
+        loc = ".".join(clip(p, 60) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {clip(' '.join(e['msg'].split()), 400)}")  # one line each, a value shown in part
     return "\n".join(lines)
 
 
 def parse_config(data: Any, source: str = "<config>") -> RunConfig:
     """Validate a mapping as a RunConfig; task names are checked against the task registry."""
+    source = clip(source)
     if not isinstance(data, dict):
         raise ConfigError(f"invalid run config {source}: expected a mapping at the top level")
+    check_values(data, f"invalid run config {source}")
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(validation_message(err, source)) from None
+    check_knowledge_sources(cfg, source)
+    check_replay_paths(cfg, source)
     check_task_names(cfg.tasks, source)
     check_benchmark_options(cfg, source)
     check_task_needs(cfg, source)
@@ -526,6 +541,76 @@ def check_task_needs(cfg: RunConfig, source: str) -> None:
                 raise ConfigError(f"invalid run config {source}: task '{name}' needs {field} to be set")
 
 
+def source_problem(ref: str, allow_http: bool) -> str | None:
+    """Why a knowledge file may not be read from ``ref``: local paths (outside the system's
+    folders) and s3:// are read; http(s):// only when the config allows it (data.allow_http)."""
+    scheme = url_scheme(ref)
+    if scheme in ("http", "https"):
+        return None if allow_http else (f"{scheme}:// URLs are not fetched unless the config sets "
+                                        "data.allow_http: true")
+    if scheme in (None, "file"):
+        path = re.sub(r"^file:(//)?", "", ref, flags=re.IGNORECASE)
+        # a relative name is a data name, found under the data folders: checked where it is found
+        return system_path_problem(path) if os.path.isabs(os.path.expanduser(path)) else None
+    if scheme in ("s3", "s3a"):
+        return None
+    return f"{scheme}:// is not read: use a local path or s3://... (or http(s)://... with data.allow_http: true)"
+
+
+def check_knowledge_sources(cfg: RunConfig, source: str) -> None:
+    """Knowledge files come from local paths or S3, never a system folder (/etc/shadow), and from
+    http(s) only where the config says so: the driver and every worker fetch them. Nor are the
+    data folders system folders (a data name "shadow" in data.dir /etc)."""
+    v = cfg.verifiers
+    refs = [("verifiers.pypi_extra_names", v.pypi_extra_names),
+            ("verifiers.titles.dump", v.titles.dump if v.titles else None),
+            ("verifiers.wiki.articles", v.wiki.articles if v.wiki else None),
+            ("verifiers.wiki.encoder", v.wiki.encoder if v.wiki else None),
+            ("data.pypi_index", None if cfg.data.pypi_index == PYPI_SIMPLE_INDEX else cfg.data.pypi_index)]
+    for field, ref in refs:
+        problem = None if ref is None else source_problem(ref, cfg.data.allow_http)
+        if problem:
+            raise ConfigError(f"invalid run config {source}: {field}: {clip(ref)}: {problem}")
+    for field, folder in (("data.dir", cfg.data.dir), ("data.cache_dir", cfg.data.cache_dir)):
+        problem = None if folder is None or not os.path.isabs(os.path.expanduser(folder)) else \
+            system_path_problem(folder)
+        if problem:
+            raise ConfigError(f"invalid run config {source}: {field}: {clip(folder)} {problem}")
+
+
+def check_replay_paths(cfg: RunConfig, source: str) -> None:
+    """A replay file is a local file: a URL in params.path was looked up as a relative path
+    ("<config folder>/file:/etc/passwd not found")."""
+    for i, m in enumerate(cfg.models):
+        scheme = url_scheme(m.params.path) if isinstance(m, ReplayModel) and m.params.path else None
+        if scheme:
+            raise ConfigError(f"invalid run config {source}: models.{i}.params.path: replay paths must be local "
+                              f"files, not URLs ({scheme}:// in {clip(m.params.path)}); copy the file here and "
+                              "give its path")
+
+
+def check_values(data: Any, prefix: str) -> None:
+    """Every string of a config (keys too) at most MAX_VALUE_CHARS characters long, and mappings and
+    lists at most MAX_CONFIG_DEPTH deep: a ConfigError naming the field otherwise."""
+    todo: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    while todo:
+        value, path = todo.pop()
+        field = ".".join(path) or "(top level)"
+        if len(path) > MAX_CONFIG_DEPTH:
+            raise ConfigError(f"{prefix}: {clip(field)}: nested more than {MAX_CONFIG_DEPTH} levels deep")
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            raise ConfigError(f"{prefix}: {clip(field)}: a string of {len(value):,} characters; at most "
+                              f"{MAX_VALUE_CHARS:,} are allowed")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str) and len(k) > MAX_VALUE_CHARS:
+                    raise ConfigError(f"{prefix}: {clip(field)}: a key of {len(k):,} characters ({clip(k, 60)}); "
+                                      f"at most {MAX_VALUE_CHARS:,} are allowed")
+                todo.append((v, (*path, clip(k, 60))))
+        elif isinstance(value, (list, tuple)):
+            todo.extend((v, (*path, str(i))) for i, v in enumerate(value))
+
+
 def check_task_names(names: list[str], source: str) -> None:
     for i, name in enumerate(names):
         problem = unknown_task(name)
@@ -533,30 +618,99 @@ def check_task_names(names: list[str], source: str) -> None:
             raise ConfigError(f"invalid run config {source}: tasks.{i}: {problem}")
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader without anchors and aliases (``&a``, ``*a``, ``<<: *a``: a few lines of
+    aliases expand to gigabytes), and with nesting bounded before the composer recurses into it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(event.start_mark, "YAML anchors and aliases (&name, *name) are not allowed in a "
+                                             "config: write the value out where it is used")
+        self._depth += 1
+        try:
+            if self._depth > MAX_CONFIG_DEPTH:
+                raise _Refused(event.start_mark, f"nested more than {MAX_CONFIG_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _Refused(yaml.YAMLError):
+    def __init__(self, mark: Any, problem: str) -> None:
+        super().__init__(problem)
+        self.problem_mark, self.problem = mark, problem
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error as one line: where, and what (PyYAML's text spans several, quoting the file)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(getattr(err, "problem", None) or getattr(err, "context", None) or err).split())
+    return where + clip(what, 300)
+
+
 def read_yaml(uri: str, what: str = "run config", storage_options: dict | None = None) -> Any:
-    """A YAML document from a local path or any fsspec URL."""
+    """A YAML document from a local path or any fsspec URL: at most MAX_CONFIG_BYTES, without
+    anchors or aliases, strings at most MAX_VALUE_CHARS long; every refusal is one line."""
     import fsspec
 
+    shown = clip(uri)
     try:
         with fsspec.open(uri, "r", encoding="utf-8", **(storage_options or {})) as f:
-            text = f.read()
+            text = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(f"{what} not found: {uri}") from None
+        raise ConfigError(f"{what} not found: {shown}") from None
     except IsADirectoryError:
-        raise ConfigError(f"{what} {uri} is a folder; give the YAML file in it") from None
+        raise ConfigError(f"{what} {shown} is a folder; give the YAML file in it") from None
     except PermissionError:
-        raise ConfigError(f"{what} {uri}: permission denied") from None
+        raise ConfigError(f"{what} {shown}: permission denied") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{what} {uri} is not a YAML text file (byte {err.start} is not UTF-8)") from None
+        raise ConfigError(f"{what} {shown} is not a YAML text file (byte {err.start} is not UTF-8)") from None
+    except (OSError, ValueError) as err:  # a name too long, a URL fsspec cannot open
+        why = getattr(err, "strerror", None) or " ".join(str(err).split())
+        raise ConfigError(f"{what} {shown} cannot be read: {clip(why, 300)}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{what} {shown} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: a config is a few "
+                          "kilobytes; put data in files it names")
     try:
-        return yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader
+    except _Refused as err:  # valid YAML, refused all the same
+        raise ConfigError(f"{what} {shown}: {_yaml_problem(err)}") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{what} {uri} is not valid YAML: {err}") from None
+        raise ConfigError(f"{what} {shown} is not valid YAML: {_yaml_problem(err)}") from None
+    except (ValueError, OverflowError) as err:  # an integer of thousands of digits
+        raise ConfigError(f"{what} {shown} is not valid YAML: {clip(err, 300)}") from None
+    check_values(doc, f"invalid {what} {shown}")
+    return doc
 
 
 def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
     """Load a YAML run config from a local path or any fsspec URL."""
-    return _paths_from_config_folder(parse_config(read_yaml(uri, "run config", storage_options), uri), uri)
+    cfg = _paths_from_config_folder(parse_config(read_yaml(uri, "run config", storage_options), uri), uri)
+    check_data_dir(cfg, uri)
+    return cfg
+
+
+def check_data_dir(cfg: RunConfig, source: str) -> None:
+    """data.dir is a folder here (a missing one was passed over, and every data file came from the
+    cache or a download instead). Checked where a config file is loaded to be run or planned, not
+    where a stored run's config is read back (``halluscope report`` on another machine)."""
+    folder = cfg.data.dir
+    if folder is None:
+        return
+    path = Path(folder).expanduser()
+    try:
+        why = system_path_problem(path) or \
+            (None if path.is_dir() else "is not a folder" if path.exists() else "does not exist")
+    except OSError as err:
+        why = f"cannot be used ({err.strerror or err})"
+    if why:
+        raise ConfigError(f"invalid run config {clip(source)}: data.dir: {clip(folder)} {why}")
 
 
 def _paths_from_config_folder(cfg: RunConfig, uri: str) -> RunConfig:
@@ -566,7 +720,8 @@ def _paths_from_config_folder(cfg: RunConfig, uri: str) -> RunConfig:
         return cfg
     folder = Path(uri.removeprefix("file://")).expanduser().absolute().parent
     for m in cfg.models:
-        if isinstance(m, ReplayModel) and m.params.path and not Path(m.params.path).expanduser().is_absolute():
+        if isinstance(m, ReplayModel) and m.params.path and not url_scheme(m.params.path) \
+                and not Path(m.params.path).expanduser().is_absolute():
             m.params.path = os.path.normpath(folder / m.params.path)
     return cfg
 

@@ -1,6 +1,12 @@
 """Errors a user can act on: each names the file, field or row at fault."""
 
 import re
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+MAX_SHOWN_CHARS = 200  # of a value echoed in an error message: a 100 MB path is not printed whole
 
 
 class HalluscopeError(Exception):
@@ -15,12 +21,61 @@ class DataError(HalluscopeError):
     """A data source is missing, unreachable or unreadable."""
 
 
+class StorageError(HalluscopeError):
+    """The run's storage does not answer: an endpoint that does not connect, no credentials, no
+    such bucket, access denied."""
+
+
 class RunError(HalluscopeError):
     """A run cannot start or continue (e.g. resuming with a different config)."""
 
 
 class Superseded(RunError):
     """A resubmission of the same run id took the run over; this attempt must not commit."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGTERM from Kubernetes or `timeout`, SIGHUP from a closed terminal) taken as
+    Ctrl-C is: the run records itself interrupted and the CLI says how to resume it. A
+    KeyboardInterrupt, so the pipeline's ``except Exception`` blocks do not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.signame = signal.Signals(signum).name
+        super().__init__(f"interrupted ({self.signame})")
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Interrupted`` while the block runs (a run then records why it
+    stopped, as for Ctrl-C); the handlers before are restored afterwards. The first signal only: a
+    second one while the run unwinds (removing its deployments) is ignored. Python takes signals in
+    the main thread alone, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if not raised:
+            raised.append(signum)
+            raise Interrupted(signum)
+
+    before = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def clip(value: object, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A value for an error message, cut to its first ``limit`` characters with its length said."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class EndpointDown(HalluscopeError):

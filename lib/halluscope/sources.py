@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import urllib.request
@@ -26,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from halluscope.errors import DataError
+from halluscope.errors import DataError, clip
 
 # recorded responses and judge outputs can be longer than the csv module's 128 KiB field default
 csv.field_size_limit(sys.maxsize)
@@ -42,6 +43,34 @@ _HALOGEN_FOLDERS = (("recorded/results/", "scorers/results/"), ("recorded/", "mo
 # Environment variables a user (or a test) may set.
 ENV_DATA_DIR = "HALLUSCOPE_DATA_DIR"
 ENV_SOURCE_BASE = "HALLUSCOPE_SOURCE_BASE_URL"  # replaces the public hosts, e.g. a mirror
+
+# Folders of the system, never a data or knowledge file's: credentials (/etc/shadow, a pod's
+# service-account token under /run/secrets), devices that block or never end (/dev/stdin,
+# /dev/zero), the kernel's views (/proc/self/environ)
+SYSTEM_FOLDERS = ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run")
+# JSON nested deeper than this is refused before the parser recurses into it
+MAX_JSON_DEPTH = 64
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")
+
+
+def url_scheme(ref: str) -> str | None:
+    """The scheme of a URL (``s3``, ``file``, ``http``), lower case; None for a plain path."""
+    m = _URL_SCHEME.match(ref)
+    return m.group(1).lower() if m and (m.group(2) or m.group(1).lower() == "file") else None
+
+
+def system_path_problem(path: str | Path) -> str | None:
+    """Why a local path may not be read as data: it is in (or links into) a system folder."""
+    text = str(path)
+    try:
+        candidates = {os.path.abspath(os.path.expanduser(text)), os.path.realpath(os.path.expanduser(text))}
+    except (OSError, ValueError):
+        return "is not a usable path"
+    for c in sorted(candidates):
+        for folder in SYSTEM_FOLDERS:
+            if c == folder or c.startswith(folder + "/"):
+                return f"is in the system folder {folder}: data and knowledge files are never read from there"
+    return None
 
 
 def _repo_shared_data() -> Path | None:
@@ -144,7 +173,14 @@ class DataResolver:
 
     def resolve(self, rel_path: str) -> Path:
         for root in self.roots():
-            if (root / rel_path).is_file():
+            try:
+                found = (root / rel_path).is_file()
+            except OSError as err:  # a name too long for the filesystem
+                raise DataError(f"data file {clip(rel_path)}: {err.strerror}") from None
+            if found:
+                why = system_path_problem(root / rel_path)
+                if why:
+                    raise DataError(f"data file {clip(rel_path)} {why}")
                 return root / rel_path
         cached = Path(self.cache_dir).expanduser() / rel_path
         if cached.is_file():
@@ -158,18 +194,28 @@ class DataResolver:
 
     def resolve_any(self, ref: str) -> Path:
         """A data name, a local path, or a URL (fetched once into the cache)."""
-        if "://" in ref:
+        scheme = url_scheme(ref)
+        if scheme == "file":  # a local path: the same checks as one
+            ref = re.sub(r"^file:(//)?", "", ref, flags=re.IGNORECASE)
+        elif scheme is not None:
             cached = Path(self.cache_dir).expanduser() / "urls" / hashlib.sha256(ref.encode()).hexdigest()[:16] \
-                / ref.rstrip("/").rsplit("/", 1)[-1]
+                / ref.rstrip("/").rsplit("/", 1)[-1][:100]
             if not cached.is_file():  # the live PyPI index too: a snapshot of the day it was first used
                 _store(_live_pypi_names() if ref == PYPI_SIMPLE_INDEX else _fetch_any(ref), cached, gzipped=False)
             return cached
         path = Path(ref).expanduser()
-        if path.is_absolute() or path.exists():
-            if not path.is_file():
-                raise DataError(f"data file not found: {ref}")
-            return path
-        return self.resolve(ref)
+        try:
+            local = path.is_absolute() or path.exists()
+            if local:
+                why = system_path_problem(path)
+                if why:
+                    raise DataError(f"data file {clip(ref)} {why}")
+                if not path.is_file():
+                    raise DataError(f"data file {'is not a regular file' if path.exists() else 'not found'}: "
+                                    f"{clip(ref)}")
+        except OSError as err:  # a name too long for the filesystem, a folder that cannot be entered
+            raise DataError(f"data file {clip(ref)}: {err.strerror or err}") from None
+        return path if local else self.resolve(ref)
 
 
 def sha256_file(path: Path) -> str:
@@ -221,12 +267,36 @@ def jsonl_rows(lines: Iterable[str | bytes], start: int = 1, invalid: str = "inv
     for number, line in enumerate(lines, start):
         if not line.strip():
             continue
+        deep = json_depth_problem(line)
+        if deep:
+            yield number, None, invalid.format(error=deep)
+            continue
         try:
             value = json.loads(line)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             yield number, None, invalid.format(error=err)
             continue
         if isinstance(value, dict):
             yield number, value, ""
         else:
             yield number, None, not_object.format(kind=type(value).__name__)
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_JSON_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth_problem(line: str | bytes, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a JSON text is nested too deep to parse (json.loads recurses once per level: 200,000
+    opening brackets end the process's stack), or None. Cheap for the usual row: only a line with
+    more than ``limit`` opening brackets is scanned, its strings left out."""
+    opening = line.count(b"[") + line.count(b"{") if isinstance(line, bytes) else line.count("[") + line.count("{")
+    if opening <= limit:
+        return None
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    depth = 0
+    for m in _JSON_BRACKETS.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > limit:
+            return f"nested more than {limit} levels deep (arrays and objects)"
+    return None

@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from halluscope.errors import ConfigError
+from halluscope.errors import ConfigError, clip
 
 if TYPE_CHECKING:
     from halluscope.tasks.base import Task
@@ -56,11 +56,17 @@ def benchmark_of(task: str) -> "Benchmark":
     return benches[owner[task]]
 
 
+MAX_TASK_NAME_CHARS = 100  # longer names get no "did you mean": difflib's time grows with the square
+
+
 def unknown_task(name: str) -> str | None:
     """Why ``name`` is no task, naming the closest ones; None when it is one."""
     known = task_names()
     if name in known:
         return None
+    if not isinstance(name, str) or len(name) > MAX_TASK_NAME_CHARS:
+        return (f"unknown task '{clip(name, 60)}': a task name has at most {MAX_TASK_NAME_CHARS} characters; "
+                f"known tasks: {', '.join(known)}")
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known tasks: {', '.join(known)}"
     return f"unknown task '{name}'{hint}"

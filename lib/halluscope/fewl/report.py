@@ -119,16 +119,32 @@ def _tables(records: list[dict]) -> Iterable[tuple[str, list[str], list[list[str
                [[m["method"], m["label"], str(m["n"]), _num(m["mean"])] for m in r["mean_by_label"]])
 
 
+PREAMBLE = (
+    "FEWL scores an answer without a gold answer: its agreement with the answers of the run's reference models, "
+    "each weighted by how well that reference tells the corrected statements from the wrong ones the generator "
+    "wrote (expertise), less a penalty when the answer merely echoes what the references say to similar "
+    "questions (laziness). Higher is less hallucinated; the other columns are the paper's variants (single: one "
+    "reference; multi: every reference at equal weight; with or without the penalty). The evaluation scores the "
+    "dataset's labelled answers the same way: the share of questions where the first label (e.g. best) scores "
+    "above the second (e.g. bad).")
+
+
+def _md_cell(text: str) -> str:
+    """Escaped for a table cell, but ">" kept: there it opens neither a tag nor a quote, and the text is
+    read on a terminal too ("best > bad", not "best &gt; bad")."""
+    return md(text).replace("&gt;", ">")
+
+
 def markdown(records: list[dict]) -> str:
-    lines = ["## FEWL"]
+    lines = ["## FEWL", "", PREAMBLE]
     for title, header, rows in _tables(records):
-        lines += ["", f"### {md(title)}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
+        lines += ["", f"### {_md_cell(title)}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def html(records: list[dict]) -> str:
-    parts: list[str] = []
+    parts: list[str] = [f'<p class="note">{esc(PREAMBLE)}</p>']
     for title, header, rows in _tables(records):
         head = "".join(f"<th>{esc(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)

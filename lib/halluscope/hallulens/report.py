@@ -103,6 +103,17 @@ def _cell(summary: dict, key: str) -> str:
     return f"{100 * m['mean']:.1f}" + (f" ± {100 * m['std']:.1f}" if m.get("std") is not None else "")
 
 
+PREAMBLE = (
+    "Each trial is one test set; a number is the mean over trials, ± their sample standard deviation (none "
+    "with one trial). PreciseWikiQA: false refusal = share of questions the model declined; hallucination = "
+    "share of its answers the judge did not find correct (lower is better); correct = share of all questions "
+    "answered correctly. LongWiki: false refusal as above; precision = share of the answers' claims the "
+    "judge found supported by the Wikipedia article; recall@K = supported claims over K (32 by default), "
+    "capped at 1; F1@K their harmonic mean (higher is better). NonExistent FAR (false acceptance rate) = "
+    "share of made-up names (mixed: real names recombined; generated: names written by a model) the model "
+    "treats as real, per subtask and their mean (lower is better).")
+
+
 def leaderboard_section(records: list[dict]) -> list[str]:
     """HalluLens in the layout of the paper's Table 2 (percent, mean ± sample std over trials)."""
     if not records:
@@ -110,7 +121,7 @@ def leaderboard_section(records: list[dict]) -> list[str]:
     by_model: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in records:
         by_model[r["model"]][r["task"]] = r["summary"]
-    lines = ["## HalluLens (percent; mean ± std over trials)", "",
+    lines = ["## HalluLens (percent; mean ± std over trials)", "", PREAMBLE, "",
              "| model | PWQA false refusal | PWQA hallucination | PWQA correct | LongWiki false refusal | "
              "LongWiki precision | LongWiki recall@32 | LongWiki F1@32 | NonExistent FAR mixed | "
              "NonExistent FAR generated | NonExistent FAR |",

@@ -4,6 +4,13 @@ Passages are embedded once as ``"<title> <passage>"`` (as FActScore's GTR retrie
 passage that never names its subject still belongs to it) and searched by inner product of
 L2-normalised vectors, i.e. cosine similarity. An index is persisted under a key made of the
 store's content digest, the encoder and ``max_words``, so every worker reuses one build.
+
+A persisted index (``<storage.root>/_cache/indexes/<key>/``) is read back only if this cache wrote
+it: ``meta.sha256`` (written last: the commit) holds the sha256 of ``meta.parquet``, which holds
+the sha256 of ``index.faiss`` and the key; on a local root each file must also be a regular file
+in a real folder (no symbolic link followed), owned by this user and writable by no one else
+(``storage.fs.read_private``). Anything else is rebuilt, with a warning saying why; an index
+persisted by an older halluscope (no ``meta.sha256``) is rebuilt once.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,14 +27,16 @@ import numpy as np
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.knowledge.passages import ArticleStore, normalize_title
-from halluscope.storage.fs import Location
+from halluscope.storage.fs import Location, UntrustedPath, read_private, write_private
 
 if TYPE_CHECKING:
     from halluscope.knowledge.sentence_model import SentenceModel
 
 FORMAT = 1  # bump when the embedded text or the persisted layout changes
-_INDEX, _META = "index.faiss", "meta.parquet"
+_INDEX, _META, _DIGEST = "index.faiss", "meta.parquet", "meta.sha256"
 _META_KEY = b"halluscope"
+
+logger = logging.getLogger(__name__)
 
 
 def default_model_path() -> Path:
@@ -133,44 +143,67 @@ class DenseRetriever:
         """Load the index built for this store and encoder under ``root``, or build and save it.
         A damaged or half-written entry is rebuilt."""
         loc = root.child(cache_key(store, encoder))
-        if loc.child(_META).exists():
+        if loc.child(_DIGEST).exists() or loc.child(_META).exists():
             try:
                 return cls.load(loc, encoder)
-            except DataError:
-                pass
+            except DataError as err:
+                logger.warning("passage index: rebuilding: %s", err)
         retriever = cls.build(store, encoder)
-        retriever.save(loc)
+        try:
+            retriever.save(loc)
+        except (UntrustedPath, OSError) as err:  # costs this process's build time, not the run
+            logger.warning("passage index: not persisted at %s: %s", loc.url, err)
         return retriever
 
     def save(self, loc: Location) -> None:
-        """The index first, then the metadata naming the index's digest: the metadata commits."""
+        """The index first, then the metadata naming the index's digest, then the metadata's
+        digest: that commits. Locally every file is this user's, mode 0644, in a real folder."""
         import faiss
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         data = faiss.serialize_index(self.index).tobytes()
-        loc.child(_INDEX).write_bytes_atomic(data)
+        write_private(loc, _INDEX, data)
         meta = {**self.info, "format": FORMAT, "dim": self.index.d, "index_sha256": hashlib.sha256(data).hexdigest()}
         table = pa.table({"title": self.titles, "passage": self.passages})
         table = table.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
         buf = io.BytesIO()
         pq.write_table(table, buf)
-        loc.child(_META).write_bytes_atomic(buf.getvalue())
+        write_private(loc, _META, buf.getvalue())
+        write_private(loc, _DIGEST, (hashlib.sha256(buf.getvalue()).hexdigest() + "\n").encode())
 
     @classmethod
     def load(cls, loc: Location, encoder: Encoder) -> "DenseRetriever":
-        """A saved retriever; ``encoder`` embeds queries and must be the one that built it."""
+        """A saved retriever; ``encoder`` embeds queries and must be the one that built it. Only
+        files this cache wrote are read (see the module's docstring): DataError otherwise."""
         import faiss
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(io.BytesIO(loc.child(_META).read_bytes()))
+            digest = read_private(loc, _DIGEST).decode("ascii").strip()
+        except FileNotFoundError:
+            raise DataError(f"the passage index at {loc.url} has no {_DIGEST} (incomplete, or persisted by an "
+                            "older halluscope)") from None
+        except UntrustedPath as err:
+            raise DataError(f"the passage index at {loc.url} is not used: {err}") from None
+        except (OSError, ValueError) as err:
+            raise DataError(f"cannot read the passage index at {loc.url}: {err}") from None
+        try:
+            raw = read_private(loc, _META)
+            if hashlib.sha256(raw).hexdigest() != digest:
+                raise DataError(f"the passage index at {loc.url} is incomplete or altered: {_META} does not "
+                                f"hash to {_DIGEST}")
+            table = pq.read_table(io.BytesIO(raw))
             meta = json.loads(table.schema.metadata[_META_KEY])
-            data = loc.child(_INDEX).read_bytes()
+            data = read_private(loc, _INDEX)
+        except UntrustedPath as err:
+            raise DataError(f"the passage index at {loc.url} is not used: {err}") from None
         except (OSError, KeyError, ValueError, TypeError) as err:
             raise DataError(f"cannot read the passage index at {loc.url}: {err}") from None
         if hashlib.sha256(data).hexdigest() != meta.get("index_sha256") or meta.get("format") != FORMAT:
             raise DataError(f"the passage index at {loc.url} is incomplete or of another format")
+        if meta.get("key") != loc.path.rstrip("/").rsplit("/", 1)[-1]:
+            raise DataError(f"the passage index at {loc.url} was built for key {meta.get('key')}")
         if meta["encoder"] != encoder.name:
             raise DataError(f"the passage index at {loc.url} was built with {meta['encoder']}, "
                             f"not {encoder.name}")

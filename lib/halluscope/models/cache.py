@@ -4,24 +4,138 @@ Key: sha256 over model id, revision, template version, the rendered prompt and t
 parameters - everything that determines an answer. Entries are Parquet parts under
 ``<cache root>/<model>/``, one part per batch of new answers (never rewritten), so many
 workers and many runs can add to one cache without locks. Only successful calls are cached.
+
+Only parts this cache wrote are read back (``read_calls``, the one reader: the Generate stage,
+the role calls and ``halluscope plan`` all go through it). A part is named by the sha256 of its
+bytes, ``part-<sha256>.parquet``, and is used only when
+
+- its bytes still hash to its name (a part altered after it was written is not used),
+- it is a Parquet file with the call-cache schema,
+- on a local root: it is a regular file directly in the model's folder, neither of them a
+  symbolic link (lstat, never followed), owned by this user and writable by no one else. On S3
+  and other object stores there are no owners or links; the digest is what is checked there
+  (whoever can write the bucket is trusted, as they are for the run's results).
+
+Anything else in the folder - a planted or altered part, a foreign file (``evil.pkl``), a part
+that is not Parquet, a part written by an older halluscope (``part-<16 hex>.parquet``, named by
+its keys, not by its bytes, so it cannot be verified: treated as foreign and its calls made
+again) - is skipped with a warning naming the file and the reason (once per file per process),
+counted in ``CacheRead.skipped`` / ``CachedBackend.skipped``, and never fails the run: its calls
+are cache misses. A model folder that is a symbolic link (or not a folder) is not read at all and
+no new answers are written into it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from halluscope.models.base import Completion, GenerationRequest, ModelBackend
-from halluscope.records import CALL_CACHE, stable_id
-from halluscope.storage.fs import Location
+from halluscope.records import CALL_CACHE
+from halluscope.storage.fs import Location, UntrustedPath, list_private, read_private, write_private
 from halluscope.storage.run import table_to_bytes
 
 GENERATION_TEMPLATE = "raw-prompt-v1"  # a generation sends the item's prompt as the only user message
 
+logger = logging.getLogger(__name__)
+
+_PART = re.compile(r"part-([0-9a-f]{64})\.parquet")
+_LEGACY_PART = re.compile(r"part-[0-9a-f]{16}\.parquet")
+_FIELDS = [(f.name, f.type) for f in CALL_CACHE]
+_skipped: dict[str, str] = {}  # url -> reason, every file or folder skipped in this process
+_skipped_lock = threading.Lock()
+
+
+def part_name(data: bytes) -> str:
+    """The name a part's bytes are stored under: their sha256."""
+    return f"part-{hashlib.sha256(data).hexdigest()}.parquet"
+
+
+def model_folder(cache: Location, model_id: str) -> Location:
+    """The folder of one model's parts under the cache root."""
+    return cache.child(model_id.replace("/", "__"))
+
+
+def skipped_parts() -> dict[str, str]:
+    """Every cache file or folder skipped in this process so far, with the reason."""
+    with _skipped_lock:
+        return dict(_skipped)
+
+
+def _skip(found: dict[str, str], url: str, reason: str, consequence: str) -> None:
+    found[url] = reason
+    with _skipped_lock:
+        first = url not in _skipped
+        _skipped[url] = reason
+    if first:
+        logger.warning("call cache: skipping %s: it %s; %s", url, reason, consequence)
+
+
+@dataclass
+class CacheRead:
+    """One model's cached answers (key -> row), the files and folders skipped (url -> reason),
+    and whether new parts may be written to the model's folder."""
+
+    entries: dict[str, dict] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    writable: bool = True
+
+
+def _part_table(folder: Location, name: str) -> tuple[pa.Table | None, str]:
+    """A checked part's table, or None and why it is not used."""
+    found = _PART.fullmatch(name)
+    if found is None:
+        if _LEGACY_PART.fullmatch(name):
+            return None, ("was written by an older halluscope (named by its keys, not by the sha256 of its "
+                          "bytes), so its content cannot be verified; delete it to silence this warning")
+        return None, "is not a part this cache wrote (parts are named part-<sha256 of their bytes>.parquet)"
+    try:
+        data = read_private(folder, name)
+    except UntrustedPath as err:
+        return None, err.reason
+    except OSError as err:
+        return None, f"cannot be read ({err.strerror or err})"
+    if hashlib.sha256(data).hexdigest() != found[1]:
+        return None, "does not hash to the sha256 in its name (altered after it was written)"
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError, ValueError) as err:
+        return None, f"is not a readable Parquet file ({type(err).__name__})"
+    if [(f.name, f.type) for f in table.schema] != _FIELDS:
+        return None, "does not have the call-cache columns"
+    return table, ""
+
+
+def read_calls(cache: Location, model_id: str) -> CacheRead:
+    """The cached answers of ``model_id``: the one reader of the call cache (see the module's
+    docstring for what is used and what is skipped)."""
+    folder = model_folder(cache, model_id)
+    out = CacheRead()
+    try:
+        names = list_private(folder)
+    except UntrustedPath as err:
+        out.writable = False
+        _skip(out.skipped, err.url, err.reason,
+              f"no cached answers of {model_id} are read from it and none are added to it")
+        return out
+    for name in names:
+        table, why = _part_table(folder, name)
+        if table is None:
+            _skip(out.skipped, folder.child(name).url, why, "its answers are not used (the calls are made again)")
+            continue
+        for row in table.to_pylist():
+            if isinstance(row["key"], str) and isinstance(row["text"], str):
+                out.entries[row["key"]] = row
+    return out
 
 
 def call_key(model_id: str, revision: str | None, template_version: str, prompt: str, sampling: dict) -> str:
@@ -36,21 +150,35 @@ class CachedBackend:
                  sampling: dict) -> None:
         self.backend = backend
         self.model_id = backend.model_id
-        self.loc = cache.child(self.model_id.replace("/", "__"))
+        self.cache = cache
+        self.loc = model_folder(cache, self.model_id)
         self.revision = revision
         self.template_version = template_version
         self.sampling = sampling
-        self._entries: dict[str, dict] | None = None
+        self._read: CacheRead | None = None
 
     def _load(self) -> dict[str, dict]:
-        if self._entries is None:
-            self._entries = {}
-            for name in self.loc.list_names():
-                part = self.loc.child(name)
-                with part.fs.open(part.path, "rb") as f:
-                    for row in pq.read_table(f).to_pylist():
-                        self._entries[row["key"]] = row
-        return self._entries
+        if self._read is None:
+            self._read = read_calls(self.cache, self.model_id)
+        return self._read.entries
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Cache files and folders of this model not used (url -> reason): counted and named."""
+        self._load()
+        assert self._read is not None
+        return self._read.skipped
+
+    def _store(self, rows: list[dict]) -> None:
+        assert self._read is not None
+        if not self._read.writable:
+            return
+        data = table_to_bytes(pa.Table.from_pylist(rows, schema=CALL_CACHE))
+        try:
+            write_private(self.loc, part_name(data), data)
+        except UntrustedPath as err:
+            self._read.writable = False
+            _skip(self._read.skipped, err.url, err.reason, f"new answers of {self.model_id} are not cached")
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         entries = self._load()
@@ -76,7 +204,5 @@ class CachedBackend:
                     entries[keys[i]] = row
                     new_rows.append(row)
             if new_rows:
-                part = f"part-{stable_id(*sorted(r['key'] for r in new_rows))}.parquet"
-                table = pa.Table.from_pylist(new_rows, schema=CALL_CACHE)
-                self.loc.child(part).write_bytes_atomic(table_to_bytes(table))
+                self._store(new_rows)
         return [c for c in out if c is not None]

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from halluscope.config import ReplayModel
-from halluscope.errors import ConfigError, DataError
-from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text
+from halluscope.errors import ConfigError, DataError, clip
+from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text, system_path_problem, url_scheme
 
 if TYPE_CHECKING:  # models/ sits below tasks/: a task is read through its methods only
     from halluscope.tasks.base import Item, Task
@@ -123,14 +123,25 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
         return (rel, resolver.resolve(rel), "csv") if rel else None
     if not p.path:
         raise ConfigError(f"models: '{spec.id}': params.path is required when params.source is 'file'")
+    scheme = url_scheme(p.path)
+    if scheme:
+        raise ConfigError(f"models: '{spec.id}': params.path: replay paths must be local files, not URLs "
+                          f"({scheme}:// in {clip(p.path)}); copy the file here and give its path")
     path = Path(p.path).expanduser().absolute()
-    if not path.is_file():
-        why = "is a folder, not a file" if path.is_dir() else "not found"
-        raise DataError(f"models: '{spec.id}': params.path: recorded generations file {why}: {path} "
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except OSError as err:  # a name longer than the filesystem allows
+        raise DataError(f"models: '{spec.id}': params.path: {err.strerror or err}: {clip(path)}") from None
+    if not is_file:
+        why = "is a folder, not a file" if is_dir else "is not a regular file" if path.exists() else "not found"
+        raise DataError(f"models: '{spec.id}': params.path: recorded generations file {why}: {clip(path, 300)} "
                         "(a relative path is taken from the config file's folder)")
+    problem = system_path_problem(path)
+    if problem:
+        raise DataError(f"models: '{spec.id}': params.path: {clip(path)} {problem}")
     fmt = p.format or {".csv": "csv", ".gz": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}.get(path.suffix)
     if fmt is None:
-        raise ConfigError(f"models: '{spec.id}': cannot tell the format of {path}; set params.format")
+        raise ConfigError(f"models: '{spec.id}': cannot tell the format of {clip(path)}; set params.format")
     try:
         check_readable(path, fmt)
     except DataError as err:

@@ -36,7 +36,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.config import (HFModel, ModelSpec, OpenAIModel, RecordedModel, ReplayModel, RunConfig, ScriptedModel,
@@ -47,7 +46,7 @@ from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.shared import service_rate, services_of
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
-from halluscope.models.cache import GENERATION_TEMPLATE, call_key
+from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
 from halluscope.models.registry import revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.workset import models_under_test, resolver_for, testset_locations
@@ -408,12 +407,7 @@ def _load_items(cfg: RunConfig) -> dict[tuple[str, str], list[Item]]:
 def _cached_items(spec: ModelSpec, items: list[Item], cache: Location) -> set[str]:
     """Items whose generation call is in the call cache (same key as the Generate stage)."""
 
-    loc = cache.child(spec.id.replace("/", "__"))
-    keys: set[str] = set()
-    for name in loc.list_names():
-        part = loc.child(name)
-        with part.fs.open(part.path, "rb") as f:
-            keys.update(pq.read_table(f, columns=["key"]).column("key").to_pylist())
+    keys = read_calls(cache, spec.id).entries.keys()  # the checked reader the Generate stage uses
     sampling = sampling_of(spec).as_dict()
     return {i.item_id for i in items
             if call_key(spec.id, revision_of(spec), GENERATION_TEMPLATE, i.prompt, sampling) in keys}

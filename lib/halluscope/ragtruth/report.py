@@ -59,7 +59,8 @@ def tables(records: list[dict]) -> list[Table]:
     if corpus:
         out.append(("RAGTruth corpus (Table 2)", ["task type", "source", "instances", "responses",
                                                    "hallucinated (%)", "spans"],
-                    [[r["task_type"], r["source"], str(r["n_instances"]), str(r["n_responses"]),
+                    [[r["task_type"], "all" if r["source"] == ALL else r["source"], str(r["n_instances"]),
+                      str(r["n_responses"]),
                       _pct(None if r["hallucinated_pct"] is None else r["hallucinated_pct"] / 100), str(r["n_spans"])]
                      for r in corpus]))
     gen = [r for r in records if r.get("table") == "generation"]
@@ -73,17 +74,41 @@ def tables(records: list[dict]) -> list[Table]:
     return out
 
 
+DETECTION = (
+    "Detection (ragtruth/detect): the model under test reads each corpus response with its source and lists "
+    "the spans it finds hallucinated; they are compared with the annotators' spans. Response level: a response "
+    "counts as hallucinated when it has at least one span, predicted or annotated; P = share of the responses "
+    "flagged that are annotated, R = share of the annotated responses flagged, F1 their harmonic mean. Span "
+    "level: the same over characters, pooled over responses. Higher is better.")
+SELECTION = ("Selection: for each source, the detector's spans pick one of the candidate models' responses "
+             "(random; fewer_spans: fewest detected; no_spans: none detected); rate = share of picked responses "
+             "with annotated hallucinations, reduction = how much lower than random's (higher is better).")
+GENERATION = (
+    "RAG generation (ragtruth/generate): the model under test answers each corpus source and the run's judge "
+    "lists the hallucinated spans of its answer. Hallucination rate = share of answers with at least one "
+    "span; density = spans per 100 words (lower is better for both).")
+
+
+def preamble(records: list[dict]) -> list[str]:
+    """What the numbers of the tables present mean, one paragraph per kind."""
+    kinds = {r.get("table") for r in records}
+    return [text for kind, text in (("detection", DETECTION), ("selection", SELECTION), ("generation", GENERATION))
+            if kind in kinds]
+
+
 def markdown(records: list[dict]) -> str:
-    lines: list[str] = []
+    lines = ["## RAGTruth", ""]
+    for text in preamble(records):
+        lines += [text, ""]
     for title, header, rows in tables(records):
-        lines += [f"## {md(title)}", "", "| " + " | ".join(md(h) for h in header) + " |", "|---" * len(header) + "|"]
+        lines += [f"### {md(title)}", "", "| " + " | ".join(md(h) for h in header) + " |", "|---" * len(header) + "|"]
         lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
         lines.append("")
     return "\n".join(lines)
 
 
 def html(records: list[dict]) -> str:
-    parts = []
+    parts = [f'<p class="note">{escape(text)}</p>' for text in preamble(records)]
     for title, header, rows in tables(records):
         head = "".join(f"<th>{escape(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)

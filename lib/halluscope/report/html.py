@@ -16,6 +16,7 @@ import pyarrow as pa
 from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
 from halluscope.hallulens.report import LONGWIKI, NONEXISTENT, PWQA
+from halluscope.hallulens.report import PREAMBLE as HALLULENS_PREAMBLE
 from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.report import causes, svg
 from halluscope.report.svg import Point, Series, Style, esc
@@ -386,8 +387,7 @@ def hallulens_leaderboard(d: RunData) -> str:
         rows.append([esc(model), "/".join(map(str, sorted(trials[model])))]
                     + [_pct(pw, key) for key in hm.PRECISE_WIKIQA_KEYS] + [_pct(lw, key) for key in hm.LONGWIKI_KEYS]
                     + [_pct(ne, key) for key in hm.NONEXISTENT_KEYS[1:]] + [_pct(ne, hm.NONEXISTENT_KEYS[0])])
-    return ('<p class="note">Percent; mean ± sample standard deviation over trials (no ± with one trial).</p>'
-            + _table(head, rows))
+    return f'<p class="note">Percent. {esc(HALLULENS_PREAMBLE)}</p>' + _table(head, rows)
 
 
 def _mean(summary: dict, key: str) -> float | None:

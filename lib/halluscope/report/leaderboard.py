@@ -5,13 +5,19 @@ may come from stored runs or replay files, and the leaderboard is also printed o
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from halluscope.cost.ledger import cost_record
 from halluscope.hallulens.report import leaderboard_section as hallulens_section
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.report.causes import CAUSES, DOC, SECTION
-from halluscope.report.escape import markdown
+from halluscope.report.escape import markdown, terminal
+from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmarks
 from halluscope.tasks.halogen.published import SOURCE, published
 
@@ -136,20 +142,39 @@ def _task_section(task: str, rows: list[dict], twins: dict[str, dict]) -> list[s
     return lines + [""]
 
 
+COSTS_TOTAL = "costs/total"
+
+HALOGEN_PREAMBLE = (
+    "H = hallucination score: per answered prompt, the share of its units (imported packages, facts, titles, "
+    "...) found unsupported, averaged over the answered prompts (*H micro* pools every unit of every answer); "
+    "lower is better. R = response ratio: the share of prompts answered rather than refused (on refusal-based "
+    "tasks refusing is right). U = utility: credit per prompt for a supported answer (or a refusal where one "
+    "is right), averaged over all prompts; higher is better. Columns marked *pub* are the numbers HALOGEN's "
+    f"authors released for the same responses ({SOURCE}); d is ours minus theirs. A task such as "
+    "`halogen/code` follows the authors' rules; `halogen/code@corrected` follows our corrections of them "
+    "(*corr* columns).")
+
+
+def _is_halogen(record: dict) -> bool:
+    """HALOGEN's records (and those of runs written before records named their benchmark)."""
+    bench = record.get("benchmark")
+    return bench == "halogen" or (bench is None and record["task"] != COSTS_TOTAL)
+
+
 def leaderboard(metrics: list[dict], run_id: str) -> str:
+    """The run's leaderboard: each benchmark's section opens with what its numbers mean; the
+    text is read on a terminal too, so what the sections write themselves carries no HTML entity."""
     hallulens = [m for m in metrics if m.get("benchmark") == "hallulens"]
     others = [m for m in metrics if m.get("benchmark") not in (None, "halogen", "hallulens")]
-    metrics = [m for m in metrics if m.get("benchmark") in (None, "halogen")]
-    lines = [f"# halluscope leaderboard: run {markdown(run_id)}", "",
-             "H = hallucination score (macro; micro in brackets), R = response ratio, U = utility. "
-             "Columns marked *pub* are the numbers HALOGEN's authors released for the same responses "
-             f"({SOURCE}); d is ours minus theirs. A HALOGEN task such as `halogen/code` follows the "
-             "authors' rules; `halogen/code@corrected` follows our corrections of them (*corr* columns).", ""]
+    cost = next((m for m in metrics if m["task"] == COSTS_TOTAL), None)
+    metrics = [m for m in metrics if _is_halogen(m)]
+    lines = [f"# halluscope leaderboard: run {markdown(run_id)}", ""]
+    if metrics:
+        lines += ["## HALOGEN", "", HALOGEN_PREAMBLE, ""]
     lines += paper_tables(metrics) + paper_tables(metrics, "corrected")
     lines += reproduction(metrics) + rejected_packages(metrics)
     lines += hallulens_section([{**m, "model": markdown(m["model"])} for m in hallulens])
     tasks = sorted({m["task"] for m in metrics if not m.get("aggregate")})
-    cost = next((m for m in metrics if m["task"] == "costs/total"), None)
     by_task = {(m["task"], m["model"]): m for m in metrics}
     for task in tasks:
         if rule_set(task) == "corrected" and task.removesuffix(CORRECTED) in tasks:
@@ -159,7 +184,7 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
         twins = {m["model"]: by_task[(task + CORRECTED, m["model"])] for m in rows
                  if (task + CORRECTED, m["model"]) in by_task}
         lines += _task_section(task, rows, twins)
-    aggregates = [m for m in metrics if m.get("aggregate") and m["task"] != "costs/total"]
+    aggregates = [m for m in metrics if m.get("aggregate")]
     if aggregates:
         lines += ["## Averages over tasks (unweighted)", "",
                   "| model | task group | tasks | H | R | U |", "|---|---|---|---|---|---|"]
@@ -168,13 +193,14 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
                          f"{_fmt(m['hallucination_score'])} | {_fmt(m['response_ratio'])} | "
                          f"{_fmt(m['utility_score'])} |")
         lines.append("")
-    if cost is not None and (cost["calls"] or cost.get("unpriced_rows") or cost.get("usd")):
+    lines += benchmark_sections(others)
+    if cost is not None:  # $0.0000 too (replayed answers only): the dollars `plan` gave and metrics.json holds
         lines += [f"Cost of this run: {cost_text(cost)}; {cost['calls']} model calls, {cost['input_tokens']} input "
                   f"and {cost['output_tokens']} output tokens (costs.parquet has the breakdown).", ""]
         lines += [f"- unpriced: {markdown(why)}" for why in cost.get("unpriced") or []]
         if cost.get("unpriced"):
             lines.append("")
-    return "\n".join(lines + benchmark_sections(others))
+    return "\n".join(lines)
 
 
 def cost_text(cost: dict) -> str:
@@ -185,6 +211,60 @@ def cost_text(cost: dict) -> str:
     if n is None:  # a record from before the ledger counted its unpriced rows
         return "incomplete: some line items unpriced"
     return f"incomplete: {n} line item{'s' * (n != 1)} unpriced (priced items ${cost.get('usd_priced') or 0:,.4f})"
+
+
+def json_records(run: Location) -> list:
+    """A finished run's metrics.json for `halluscope report --json`, its "costs/total" record made
+    from costs.parquet as the ledger reads it now: the dollars `halluscope plan` and the leaderboard
+    give. A run written before the ledger counted unpriced rows has ``usd: null`` there for a run
+    with no line item at all (replayed answers only: $0)."""
+    records = json.loads(run.child("metrics.json").read_bytes())
+    costs = run.child("costs.parquet")
+    if not isinstance(records, list) or not costs.exists():
+        return records
+    with costs.fs.open(costs.path, "rb") as f:
+        table: pa.Table = pq.read_table(f)
+    total = cost_record(table)
+    at = next((i for i, r in enumerate(records) if isinstance(r, dict) and r.get("task") == COSTS_TOTAL), None)
+    if at is None:
+        return [*records, total]
+    return [*records[:at], {**records[at], **total}, *records[at + 1:]]
+
+
+def input_notes(missing: dict[str, int], files: dict[str, str], quarantine: pa.Table, quarantine_url: str,
+                shown: int = 3) -> list[str]:
+    """What `halluscope run` says after the leaderboard about its recorded answers, per "model/task":
+    items with no response (``missing``) and rows of the model's file set aside in the run's
+    quarantine (unreadable, or matching no item), then where the quarantine is, with a few of its
+    reasons. ``files``: model id -> its replay file (models replaying released answers have none)."""
+    rows = quarantine.select(["source", "row", "model", "task", "reason"]).to_pylist() if quarantine.num_rows else []
+    set_aside = Counter(f"{r['model']}/{r['task']}" for r in rows)
+    notes = []
+    for key in sorted(set(missing) | set(set_aside)):
+        n, q = missing.get(key, 0), set_aside.get(key, 0)
+        path = files.get(key.split("/")[0])
+        path = None if path is None else terminal(path)
+        why = "quarantined (unreadable, or matching no item)"
+        if path is None:
+            said = [f"{n} item(s) with no released response" if n else "",
+                    f"{q} row(s) of the recorded file {why}" if q else ""]
+        elif q:
+            said = [f"{n} item(s) with no usable response in your file {path}" if n else f"your file {path}",
+                    f"{q} row(s) of it {why}"]
+        else:
+            said = [f"{n} item(s) not in your file {path}"]
+        notes.append(f"{terminal(key)}: " + "; ".join(part for part in said if part))
+    if rows:
+        notes.append(f"quarantine: {len(rows)} input row(s) set aside, each with its file, row and reason, in "
+                     f"{terminal(quarantine_url.rstrip('/'))}/ (Parquet)")
+        notes += [f"  {terminal(r['source'])} row {r['row']} ({terminal(r['model'])}, {terminal(r['task'])}): "
+                  f"{terminal(r['reason'])}" for r in rows[:shown]]
+        if len(rows) > shown:
+            notes.append(f"  ... and {len(rows) - shown} more")
+    if any(missing.get(key) and key.split("/")[0] in files for key in missing):
+        notes.append("rows join items by prompt text (whitespace aside), or by params.columns.item_id; if your "
+                     "file covers only the first N prompts of a task, set limits.max_items_per_task: N")
+    return notes
 
 
 def benchmark_sections(records: list[dict]) -> list[str]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from halluscope.errors import ConfigError
+from halluscope.errors import ConfigError, StorageError
 
 if TYPE_CHECKING:  # storage sits below config: it reads a spec's fields, never builds one
     from halluscope.config import StorageSpec
@@ -25,6 +27,12 @@ CREDENTIAL_CHAIN_ENV = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIAL
                         "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
 _CREDENTIAL_FIELDS = (("access_key_env", "key"), ("secret_key_env", "secret"))
 _chain_logged: set[tuple[str, ...]] = set()
+
+
+def _one_line(err: BaseException, limit: int = 300) -> str:
+    """An exception's text as one line of at most ``limit`` characters (botocore's span several)."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _static_keys(spec: StorageSpec) -> dict:
@@ -116,6 +124,11 @@ class Location:
         else:
             self.fs.pipe_file(self.path, data)
 
+    @property
+    def is_local(self) -> bool:
+        """A path on this machine's filesystem (owners, modes and symbolic links apply)."""
+        return isinstance(self.fs, LocalFileSystem)
+
     def list_names(self) -> list[str]:
         """Names directly under this folder, hidden temporaries excluded; [] if it does not exist."""
         try:
@@ -125,6 +138,190 @@ class Location:
         names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
         return sorted(n for n in names if not n.startswith("."))
 
+    def check_reachable(self, field: str = "storage.root") -> None:
+        """Fail in seconds, in one line naming the URL, when this location's object store does not
+        answer: an endpoint that does not connect, no credentials, no such bucket, access denied.
+        The store's own client retries for about a minute (botocore adaptive, 8 attempts); this
+        first look connects for at most 5 s, twice. Local paths: nothing to check."""
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
+        if not {"s3", "s3a"} & set(protocols):
+            return
+        import s3fs
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        opts = dict(getattr(self.fs, "storage_options", None) or {})
+        opts["config_kwargs"] = {**(opts.get("config_kwargs") or {}), "connect_timeout": 5, "read_timeout": 10,
+                                 "retries": {"max_attempts": 2, "mode": "standard"}}
+        quick = s3fs.S3FileSystem(**opts, skip_instance_cache=True)
+        quick.retries = 1  # s3fs retries dropped connections itself, on top of botocore
+        bucket, _, prefix = self.path.partition("/")
+        endpoint = (opts.get("client_kwargs") or {}).get("endpoint_url") or "AWS S3"
+        try:
+            quick.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1, Prefix=f"{prefix}/" if prefix else "")
+        except NoCredentialsError:
+            raise StorageError(f"{field} {self.url}: no S3 credentials: name the environment variables that hold "
+                               "them in storage.access_key_env and storage.secret_key_env (or set "
+                               "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)") from None
+        except FileNotFoundError:
+            raise StorageError(f"{field} {self.url}: bucket {bucket!r} does not exist at {endpoint}") from None
+        except PermissionError as err:
+            raise StorageError(f"{field} {self.url}: access denied listing it at {endpoint} "
+                               f"({_one_line(err)})") from None
+        except (BotoCoreError, ClientError, OSError, ValueError) as err:
+            raise StorageError(f"{field} {self.url}: cannot reach the S3 endpoint {endpoint} "
+                               f"({type(err).__name__}: {_one_line(err)})") from None
+
     def remove(self) -> None:
         if self.fs.exists(self.path):
             self.fs.rm(self.path, recursive=True)
+
+
+# ---- Files a cache reads back: only the ones it wrote ------------------------------------------
+# A cache folder (``<storage.root>/_cache/...``) may be shared with other users or reachable by
+# them; what a cache reads back decides answers and verdicts. On a local root a file is used only
+# when it is a regular file directly in a real folder (neither followed through a symbolic link),
+# owned by this user and writable by no one else. Object stores have no owners or links: there a
+# cache's own digest check (see models/cache.py) is what remains.
+
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+PRIVATE_FILE_MODE = 0o644  # readable by all, writable only by this user, whatever the umask
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class UntrustedPath(Exception):
+    """A file or folder a cache must not use, and why (``url``, ``reason``)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url} {reason}")
+        self.url = url
+        self.reason = reason
+
+
+def private_file_problem(st: os.stat_result) -> str | None:
+    """Why an lstat/fstat result is not a file this user wrote for a cache, or None if it is."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file"
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if mode & OTHERS_WRITE:
+        return f"is writable by others (mode {stat.S_IMODE(mode):04o})"
+    return None
+
+
+def _open_real_dir(folder: Location) -> int | None:
+    """A descriptor of the local folder, opened without following a symbolic link in its last
+    component; None if it does not exist; UntrustedPath if it is a link or not a folder."""
+    try:
+        return os.open(folder.path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise
+        try:
+            st = os.lstat(folder.path)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise UntrustedPath(folder.url, f"is a symbolic link (to {os.readlink(folder.path)})") from None
+        raise UntrustedPath(folder.url, "is not a folder") from None
+
+
+def list_private(folder: Location) -> list[str]:
+    """Names directly under a cache folder (hidden temporaries excluded; [] if it does not exist).
+
+    On a local filesystem the folder must be a folder itself, not a symbolic link to one:
+    UntrustedPath otherwise (nothing under it is then read)."""
+    if not folder.is_local:
+        return folder.list_names()
+    fd = _open_real_dir(folder)
+    if fd is None:
+        return []
+    try:
+        return sorted(n for n in os.listdir(fd) if not n.startswith("."))
+    finally:
+        os.close(fd)
+
+
+def read_private(folder: Location, name: str) -> bytes:
+    """The bytes of ``name`` directly under the cache folder ``folder``, if a cache of this user's
+    wrote it: UntrustedPath says why not.
+
+    Local filesystem: neither the folder nor the file is followed through a symbolic link (checked
+    with lstat before opening, opened with O_NOFOLLOW relative to the folder, and the opened file
+    must be the one checked); the file must be regular, owned by this user and writable by no one
+    else. Other filesystems (S3, ...): the bytes as stored; the caller checks their digest."""
+    if "/" in name or name in ("", ".", ".."):
+        raise UntrustedPath(folder.child(name).url, "is not a file name")
+    if not folder.is_local:
+        return folder.child(name).read_bytes()
+    url = folder.child(name).url
+    dir_fd = _open_real_dir(folder)
+    if dir_fd is None:
+        raise FileNotFoundError(errno.ENOENT, "no such folder", folder.path)
+    try:
+        before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        problem = private_file_problem(before)
+        if problem is None:
+            try:
+                fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+            except OSError as err:
+                if err.errno != errno.ELOOP:
+                    raise
+                problem = "is a symbolic link"
+            else:
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    problem = private_file_problem(st)
+                    if problem is None and (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+                        problem = "was replaced while it was being opened"
+                    if problem is None:
+                        return f.read()
+        if problem == "is a symbolic link" and stat.S_ISLNK(before.st_mode):
+            problem = f"is a symbolic link (to {os.readlink(name, dir_fd=dir_fd)})"
+        raise UntrustedPath(url, problem)
+    finally:
+        os.close(dir_fd)
+
+
+def write_private(folder: Location, name: str, data: bytes) -> None:
+    """Write ``name`` directly under the cache folder ``folder`` atomically, as ``read_private``
+    accepts it: locally the folder is made if missing (never followed through a symbolic link:
+    UntrustedPath) and the file is mode 0644 whatever the umask. Other filesystems: an atomic
+    object write (``Location.write_bytes_atomic``)."""
+    if "/" in name or name.startswith(".") or not name:
+        raise ValueError(f"not a cache file name: {name!r}")
+    if not folder.is_local:
+        folder.child(name).write_bytes_atomic(data)
+        return
+    os.makedirs(os.path.dirname(folder.path) or ".", exist_ok=True)
+    try:
+        os.mkdir(folder.path, 0o755)
+    except FileExistsError:
+        pass
+    dir_fd = _open_real_dir(folder)
+    if dir_fd is None:  # removed between mkdir and open
+        raise FileNotFoundError(errno.ENOENT, "cache folder vanished", folder.path)
+    tmp = f".tmp-{uuid.uuid4().hex}-{name}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE_MODE, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), PRIVATE_FILE_MODE)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)

@@ -48,6 +48,18 @@ def test_llm_config_fields():
 
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM: make test-vllm")
+def test_engine_workers_share_one_node():
+    """STRICT_PACK: Ray's default (PACK) may place a tensor-parallel engine's workers on several nodes."""
+    spec = _spec(tensor_parallel_size=4, serve=ServeOptions(num_cpus=2))
+    cfg = hv.llm_config(spec)
+    assert cfg.placement_group_config == {"bundle_per_worker": {"CPU": 2}, "strategy": "STRICT_PACK"}
+    engine = cfg.get_engine_config()  # what LLMServer's deployment options are made of
+    assert engine.placement_strategy == "STRICT_PACK"
+    assert engine.placement_bundles == [{"CPU": 2}] * 4
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="needs vLLM: make test-vllm")
 def test_invalid_settings_are_config_errors():
     with pytest.raises(ConfigError, match="Unsupported accelerator type"):
         hv.llm_config(_spec(accelerator_type="no-such-gpu"))

@@ -88,3 +88,46 @@ def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel,
     assert m["n_items"] + m["n_errors"] == 3
     costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
     assert ("tiny-judge", "abstain") in costs
+
+
+def test_two_vllm_models_under_test_served_one_after_the_other(ray_local: None, tiny_spec: VLLMModel,
+                                                               tmp_path) -> None:
+    """Two models under test on CPU engines (the same weights, two ids), with CPUs for one engine
+    beside the pipeline's own: the run deploys one, generates, gives its CPUs back, then deploys
+    the other; both are scored."""
+    from ray import serve
+
+    from halluscope.pipeline.schedule import cpu_demand, job_of
+
+    models = []
+    for model_id in ("tiny-a", "tiny-b"):
+        spec = tiny_spec.model_dump(mode="json")
+        spec["id"] = model_id
+        models.append(spec)
+    raw = {"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(), "tasks": ["halogen/code"],
+           "limits": {"max_items_per_task": 4}, "costs": {"price_table": None}, "cache": {"enabled": False},
+           "concurrency": {"verify_actors": 1, "generate_actors": 1}, "models": models}
+    cfg = parse_config(raw)
+    engine = job_of(cfg.models[0]).units
+    fixed = sum(cpu_demand(cfg, scheduled_models=False).values())
+    assert (engine, fixed) == (1.0, 2.5)  # 1 Evaluate actor, 0.5 for the Generate actor, 1 for tasks
+    cfg = parse_config({**raw, "cluster": {"cpus": fixed + engine}})
+    try:
+        result = run(cfg, run_id="waves", progress=False)
+    finally:
+        serve.shutdown()
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "waves")
+    manifest = store.read_json("manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    assert manifest["schedule"]["budget"]["CPU"] == engine  # what the pipeline's actors leave
+    first, second = sorted(manifest["schedule"]["deployments"], key=lambda d: d["requested_at"])
+    assert {first["model"], second["model"]} == {"tiny-a", "tiny-b"}
+    assert [(d["status"], d["generated"], d["resource"], d["units"]) for d in (first, second)] == \
+        [("generated", 4, "CPU", engine)] * 2
+    assert first["wave"] < second["wave"]
+    assert first["requested_at"] < first["ready_at"] < first["released_at"] <= second["requested_at"]
+    assert second["requested_at"] < second["ready_at"] < second["released_at"]
+    scores = store.read_table("scores", ["model", "error"]).to_pylist()
+    assert sorted(s["model"] for s in scores) == ["tiny-a"] * 4 + ["tiny-b"] * 4
+    assert all(s["error"] is None for s in scores)
+    assert {r["model"] for r in result.metrics if r.get("task") == "halogen/code"} == {"tiny-a", "tiny-b"}

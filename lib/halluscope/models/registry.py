@@ -25,10 +25,10 @@ def share_of(capacity: int, clients: int) -> int:
 
 
 def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None, clients: int = 1) -> ModelBackend:
-    """openai: the configured base_url; vllm: the Serve OpenAI route this run deployed;
-    scripted/hf: a DeploymentHandle, several prompts per request. ``clients``: how many clients
-    of this model the run runs at once (one per Evaluate actor for a role model); each keeps its
-    share of the endpoint's capacity in flight."""
+    """openai: the configured base_url; vllm: a DeploymentHandle on the engine deployment of the
+    app this run deployed, one prompt per request; scripted/hf: a DeploymentHandle, several
+    prompts per request. ``clients``: how many clients of this model the run runs at once (one
+    per Evaluate actor for a role model); each keeps its share of the endpoint's capacity in flight."""
     from halluscope.models.openai_http import OpenAIBackend
 
     if spec.backend == "openai":
@@ -39,11 +39,13 @@ def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None, clie
                              sampling=sampling_of(spec))
     if endpoint is None:
         raise ValueError(f"model '{spec.id}': backend '{spec.backend}' is served, but no endpoint was deployed")
-    if spec.backend == "vllm":
+    if spec.backend == "vllm":  # the engine deployment by handle: no HTTP proxy needed on the caller's node
+        from halluscope.models.vllm_handle import VLLMHandleBackend
+
         opts = spec.params.serve
-        return OpenAIBackend(model_id=spec.id, base_url=endpoint.base_url, model=spec.id,
-                             max_concurrency=share_of(opts.num_replicas * opts.max_ongoing_requests, clients),
-                             sampling=sampling_of(spec))
+        return VLLMHandleBackend(spec.id, endpoint.app_name, endpoint.deployment_name,
+                                 max_concurrency=share_of(opts.num_replicas * opts.max_ongoing_requests, clients),
+                                 sampling=sampling_of(spec))
     return endpoint.backend(spec, clients)  # serving/ sits above models/: the endpoint builds its own client
 
 

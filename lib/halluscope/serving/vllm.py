@@ -7,7 +7,11 @@ which only GPU nodes (``halluscope[gpu]``) and the CPU test environment (``vllm-
 Sizing: a model replica runs ``tensor_parallel_size * pipeline_parallel_size`` engine workers;
 ``params.serve.num_cpus`` / ``num_gpus`` are the resources of *each worker*. A model is placed on
 GPUs when ``num_gpus > 0`` or an ``accelerator_type`` is set (one GPU per worker unless
-``num_gpus`` says otherwise), and on CPUs otherwise.
+``num_gpus`` says otherwise), and on CPUs otherwise. A replica's workers are placed on one node
+(``placement_group_config``: STRICT_PACK).
+
+The run calls the Serve app's engine deployment by handle (``models/vllm_handle.py``), not its
+OpenAI HTTP route: that route is served by proxies on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -74,6 +78,13 @@ def worker_bundle(spec: VLLMModel) -> dict[str, float]:
     return bundle
 
 
+def placement_group_config(spec: VLLMModel) -> dict[str, Any]:
+    """One engine replica's placement group: a bundle per worker, all on one node (STRICT_PACK).
+    Ray's default, PACK, may spread a tensor-parallel engine over nodes when no single node has
+    room, and its all-reduce would then cross the network on every layer."""
+    return {"bundle_per_worker": worker_bundle(spec), "strategy": "STRICT_PACK"}
+
+
 def llm_config(spec: VLLMModel) -> "LLMConfig":
     """The ``ray.serve.llm.LLMConfig`` of one model; invalid settings raise ConfigError."""
     serve_llm = _import_ray_llm("ray.serve.llm")
@@ -82,7 +93,7 @@ def llm_config(spec: VLLMModel) -> "LLMConfig":
         return serve_llm.LLMConfig(
             model_loading_config={"model_id": spec.id, "model_source": spec.params.model_source},
             accelerator_type=spec.params.accelerator_type,
-            placement_group_config={"bundle_per_worker": worker_bundle(spec)},
+            placement_group_config=placement_group_config(spec),
             deployment_config={"num_replicas": opts.num_replicas,
                                "max_ongoing_requests": opts.max_ongoing_requests},
             engine_kwargs=engine_kwargs(spec),
@@ -119,7 +130,7 @@ def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int =
             model_source=spec.params.model_source,
             engine_kwargs=engine_kwargs(spec),
             accelerator_type=spec.params.accelerator_type,
-            placement_group_config={"bundle_per_worker": worker_bundle(spec)},
+            placement_group_config=placement_group_config(spec),
             batch_size=batch_size,
             concurrency=concurrency,
             chat_template_stage=True,

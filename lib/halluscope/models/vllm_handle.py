@@ -1,0 +1,280 @@
+"""Backend for the vLLM models a run serves (``ray.serve.llm``), called through a DeploymentHandle.
+
+The OpenAI app that ``serving/vllm.py`` builds has two deployments: an HTTP ingress
+(``OpenAiIngress``, the app's ingress) and the engine server (``LLMServer:<model>``). The ingress
+only turns HTTP into a handle call on the server, so this backend makes that call itself: no
+HTTP proxy hop, and no need for a Serve proxy on the node it runs on (the proxies listen on
+127.0.0.1, so an actor on another node got "connection refused"). Each prompt is one
+``ChatCompletionRequest`` with one user message and the model's sampling parameters (what the
+OpenAI route receives); the server streams back one ``ChatCompletionResponse``, or an
+``ErrorResponse``.
+
+At most ``max_concurrency`` requests are in flight (the caller's share of replicas x
+max_ongoing_requests). Retries, with exponential backoff and full jitter: a call that raised
+(a replica died, the deployment is unavailable, the server raised), timed out, or was answered
+with a 429 or 5xx error. Other error answers (a prompt too long, say) are final. Every failure
+is data (``Completion.error``) except one: when ``breaker_threshold`` calls in a row fail without
+any answer from a replica (transport failures and timeouts), ``generate_batch`` raises
+``ServeEndpointDown`` naming the model and the app, as ``ServeHandleBackend`` does.
+
+The backend holds plain configuration: Ray pickles it to workers, which look the engine
+deployment up on first use (``ray.serve.llm``, hence vLLM, is imported there, not here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+from halluscope.models.base import Completion, GenerationRequest, SamplingParams
+from halluscope.models.serve_handle import ServeEndpointDown
+
+# Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."
+# replaced (ray.llm's build_llm_deployment); looked up in the app's deployments, not rebuilt.
+_SERVER_PREFIX = "LLMServer:"
+_ERROR_SNIPPET_CHARS = 200
+
+
+class VLLMHandleBackend:
+    """``ModelBackend`` over the ``chat`` method of a ``ray.serve.llm`` engine deployment."""
+
+    def __init__(
+        self,
+        model_id: str,
+        app_name: str,
+        ingress_name: str,
+        *,
+        max_concurrency: int = 16,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        sampling: SamplingParams = SamplingParams(),
+        breaker_threshold: int = 10,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+    ) -> None:
+        if max_concurrency < 1 or breaker_threshold < 1:
+            raise ValueError("max_concurrency and breaker_threshold must be >= 1")
+        if max_retries < 0 or timeout_s <= 0:
+            raise ValueError("max_retries must be >= 0 and timeout_s > 0")
+        self.model_id = model_id
+        self.app_name = app_name
+        self.ingress_name = ingress_name
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.sampling = sampling
+        self.breaker_threshold = breaker_threshold
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.deployment_name: str | None = None  # the engine deployment, found on first use
+        self._handle: Any = None
+        self._request_cls: Any = None
+        self._in_a_row = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A handle belongs to the process that made it; each worker looks up its own.
+        return {**self.__dict__, "_handle": None, "_request_cls": None, "_in_a_row": 0}
+
+    def __repr__(self) -> str:
+        return (f"VLLMHandleBackend(model_id={self.model_id!r}, app_name={self.app_name!r}, "
+                f"max_concurrency={self.max_concurrency})")
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Sync entry point for Ray tasks and actors; works whether or not a loop is already running."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate(requests))
+        # asyncio.run refuses to nest inside a running loop, so give the batch its own thread.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(lambda: asyncio.run(self.agenerate(requests))).result()
+
+    async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Every request concurrently, at most ``max_concurrency`` in flight; results in request
+        order. Raises ``ServeEndpointDown`` when the breaker trips, cancelling the calls in flight."""
+        if not requests:
+            return []
+        handle = self._get_handle()
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+        tasks = [asyncio.create_task(self._complete(handle, semaphore, r.prompt)) for r in requests]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    # --- one request -----------------------------------------------------------------------
+
+    def _request(self, prompt: str) -> Any:
+        body: dict[str, Any] = {"model": self.model_id, "messages": [{"role": "user", "content": prompt}],
+                                "stream": False, **self.sampling.as_dict()}
+        if not body["stop"]:
+            del body["stop"]
+        return self._request_cls(**body)
+
+    async def _complete(self, handle: Any, semaphore: asyncio.Semaphore, prompt: str) -> Completion:
+        """One prompt with retries; the backoff sleep happens outside the semaphore."""
+        try:
+            request = self._request(prompt)
+        except ValueError as exc:  # pydantic's ValidationError: the same on every attempt
+            return Completion(text=None, error=f"invalid request: {_describe(exc)}")
+        attempts = self.max_retries + 1
+        reason, latency_s = "", 0.0
+        for attempt in range(1, attempts + 1):
+            async with semaphore:
+                started = time.perf_counter()
+                try:
+                    answer = await self._call(handle, request)
+                except TimeoutError as exc:
+                    reason = str(exc)
+                    self._transport_failed(reason)
+                except Exception as exc:  # noqa: BLE001 - sorted into answered and transport failures
+                    reason = _describe(exc)
+                    if _replica_raised(exc):
+                        self._in_a_row = 0  # a replica answered, with an exception: the endpoint is up
+                    else:
+                        self._transport_failed(reason)
+                else:
+                    self._in_a_row = 0
+                    completion, retry = _parse(answer, time.perf_counter() - started, attempt)
+                    if not retry:
+                        return completion
+                    reason = completion.error or ""
+                latency_s = time.perf_counter() - started
+            if attempt < attempts:
+                await asyncio.sleep(self._backoff_s(attempt))
+        return Completion(text=None, latency_s=latency_s, attempts=attempts,
+                          error=f"{reason} (after {attempts} attempts)")
+
+    async def _call(self, handle: Any, request: Any) -> Any:
+        """The server's first (and, not streaming, only) answer; the call is cancelled on timeout."""
+        response = handle.chat.remote(request, None)
+        try:
+            return await asyncio.wait_for(_first(response), timeout=self.timeout_s)
+        except asyncio.TimeoutError:
+            response.cancel()  # frees the replica from a call nobody waits for
+            raise TimeoutError(f"no answer within {self.timeout_s:g} s") from None
+
+    # --- the handle and the breaker ------------------------------------------------------------
+
+    def _down(self, reason: str) -> ServeEndpointDown:
+        return ServeEndpointDown(f"endpoint of model '{self.model_id}' (Serve app '{self.app_name}', "
+                                 f"deployment '{self.deployment_name or self.ingress_name}') is down: {reason}")
+
+    def _get_handle(self) -> Any:
+        if self._handle is None:
+            from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+            try:
+                handle = self._lookup()
+            except ServeEndpointDown:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
+                raise self._down(f"no such deployment ({_describe(exc)})") from exc
+            self._request_cls = ChatCompletionRequest
+            self._handle = handle.options(stream=True)  # the server's methods are async generators
+        return self._handle
+
+    def _lookup(self) -> Any:
+        """The engine deployment's handle. A worker process caches the Serve controller it first
+        reached; when Serve was restarted since in the same Ray session (tests do, between runs),
+        that controller is dead, so it is forgotten once and found again by name."""
+        from ray import serve
+        from ray.exceptions import RayActorError
+
+        try:
+            apps = serve.status().applications
+        except RayActorError:
+            if not _forget_serve_controller():
+                raise
+            apps = serve.status().applications
+        self.deployment_name = self._engine_deployment(apps)
+        return serve.get_deployment_handle(self.deployment_name, app_name=self.app_name)
+
+    def _engine_deployment(self, apps: dict[str, Any]) -> str:
+        """The app's LLMServer deployment (the ingress itself under Ray's direct streaming)."""
+        app = apps.get(self.app_name)
+        if app is None:
+            raise self._down("no such Serve app")
+        names = list(app.deployments)
+        servers = [n for n in names if n.startswith(_SERVER_PREFIX)]
+        if len(servers) == 1:
+            return servers[0]
+        others = [n for n in names if n != self.ingress_name]
+        if len(others) == 1:
+            return others[0]
+        raise self._down(f"no single engine deployment among {sorted(names)}")
+
+    def _transport_failed(self, reason: str) -> None:
+        """Count a call no replica answered; trip the breaker at ``breaker_threshold`` in a row."""
+        self._in_a_row += 1
+        if self._in_a_row >= self.breaker_threshold:
+            raise self._down(f"{self._in_a_row} calls in a row failed, the last with {reason}")
+
+    def _backoff_s(self, attempt: int) -> float:
+        """Full jitter over an exponentially growing cap, so retries of many prompts spread out."""
+        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+
+
+async def _first(response: Any) -> Any:
+    """The first item of a streamed handle response (a DeploymentResponseGenerator), read to its
+    end: a request that does not stream is answered in one item."""
+    items = [item async for item in response]
+    if not items:
+        raise ValueError("the server answered nothing")
+    return items[0]
+
+
+def _parse(answer: Any, latency_s: float, attempts: int) -> tuple[Completion, bool]:
+    """A Completion from the server's answer, and whether the request is worth retrying."""
+    if isinstance(answer, list):  # streamed answers come batched; a complete one alone
+        answer = answer[0] if answer else None
+    error = getattr(answer, "error", None)
+    if error is not None and not getattr(answer, "choices", None):
+        code = getattr(error, "code", None)
+        message = str(getattr(error, "message", error))[:_ERROR_SNIPPET_CHARS]
+        retry = not isinstance(code, int) or code == 429 or code >= 500
+        return Completion(text=None, latency_s=latency_s, attempts=attempts, error=f"HTTP {code}: {message}"), retry
+    try:
+        choice = answer.choices[0]
+        text = choice.message.content
+        if not isinstance(text, str):
+            raise TypeError(f"message content is {type(text).__name__}")
+    except (AttributeError, IndexError, TypeError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:_ERROR_SNIPPET_CHARS]
+        return Completion(text=None, latency_s=latency_s, attempts=attempts,
+                          error=f"malformed response: {detail}"), False
+    usage = getattr(answer, "usage", None)
+    return Completion(text=text, input_tokens=getattr(usage, "prompt_tokens", None),
+                      output_tokens=getattr(usage, "completion_tokens", None), latency_s=latency_s,
+                      attempts=attempts, extra={"finish_reason": getattr(choice, "finish_reason", None)}), False
+
+
+def _forget_serve_controller() -> bool:
+    """Drop this process's cached Serve client (Ray has no public call for it); False when this
+    Ray has no such private function, and nothing was dropped."""
+    from ray.serve import context
+
+    disconnect = getattr(context, "_disconnect", None)
+    if disconnect is None:
+        return False
+    disconnect()
+    return True
+
+
+def _replica_raised(exc: BaseException) -> bool:
+    """Whether a replica ran the call and raised (Ray's RayTaskError), as opposed to a call that
+    never reached a live replica (actor died, deployment unavailable, cancelled)."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    return isinstance(exc, RayTaskError) and not isinstance(exc, RayActorError)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__

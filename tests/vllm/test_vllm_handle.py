@@ -1,0 +1,189 @@
+"""VLLMHandleBackend against a stand-in for the handle of a ray.serve.llm engine deployment: what it
+sends, how answers, error answers, exceptions and timeouts become Completions, and the breaker.
+No Ray cluster or engine is started (tests/vllm/test_vllm_serve.py calls a real one)."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pytest
+from ray.exceptions import RayTaskError
+
+from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.models.serve_handle import ServeEndpointDown
+from halluscope.models.vllm_handle import VLLMHandleBackend
+
+
+def _answer(text: str, prompt_tokens: int = 3, completion_tokens: int = 2) -> Any:
+    return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text), finish_reason="stop")],
+                           usage=SimpleNamespace(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+
+def _error(code: int, message: str) -> Any:
+    return SimpleNamespace(error=SimpleNamespace(code=code, message=message, type="x"))
+
+
+@dataclass
+class _Response:
+    """What ``handle.options(stream=True).chat.remote(...)`` returns: an async iterator, cancellable."""
+
+    run: Callable[[], Any]
+    cancelled: list[bool] = field(default_factory=list)
+
+    def __aiter__(self) -> Any:
+        return self._items()
+
+    async def _items(self) -> Any:
+        result = await self.run()
+        for item in result:
+            yield item
+
+    def cancel(self) -> None:
+        self.cancelled.append(True)
+
+
+class _Handle:
+    """``answer(request, call_number)``: a list of items, or raises; ``delay_s`` before answering."""
+
+    def __init__(self, answer: Callable[[Any, int], list], delay_s: float = 0.0) -> None:
+        self.answer, self.delay_s = answer, delay_s
+        self.requests: list[Any] = []
+        self.responses: list[_Response] = []
+        self.in_flight = self.peak = 0
+        self.chat = SimpleNamespace(remote=self._remote)
+
+    def _remote(self, request: Any, raw_request_info: Any) -> _Response:
+        assert raw_request_info is None
+        self.requests.append(request)
+        number = len(self.requests)
+
+        async def run() -> list:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            try:
+                await asyncio.sleep(self.delay_s)
+                return self.answer(request, number)
+            finally:
+                self.in_flight -= 1
+
+        response = _Response(run)
+        self.responses.append(response)
+        return response
+
+
+def _backend(handle: _Handle, **kw: Any) -> VLLMHandleBackend:
+    b = VLLMHandleBackend("m", "m-app", "OpenAiIngress", backoff_base_s=0.0, **kw)
+    b._handle, b._request_cls = handle, SimpleNamespace  # what _get_handle finds on a worker
+    return b
+
+
+def _requests(*prompts: str) -> list[GenerationRequest]:
+    return [GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(prompts)]
+
+
+def test_one_chat_request_per_prompt_in_order_within_the_concurrency():
+    handle = _Handle(lambda req, n: [_answer(req.messages[0]["content"].upper(), completion_tokens=n)], delay_s=0.01)
+    backend = _backend(handle, max_concurrency=3, sampling=SamplingParams(temperature=0.5, max_tokens=7))
+    out = backend.generate_batch(_requests(*[f"p{i}" for i in range(10)]))
+    assert [c.text for c in out] == [f"P{i}" for i in range(10)]
+    assert all(c.error is None and c.attempts == 1 and c.input_tokens == 3 for c in out)
+    assert handle.peak == 3
+    first = handle.requests[0]
+    assert first.model == "m" and first.messages == [{"role": "user", "content": "p0"}] and first.stream is False
+    assert (first.temperature, first.top_p, first.max_tokens) == (0.5, 1.0, 7)
+    assert not hasattr(first, "stop")  # an empty stop list is left out
+
+
+def test_busy_answers_are_retried_and_bad_requests_are_final():
+    def answer(req: Any, n: int) -> list:
+        prompt = req.messages[0]["content"]
+        if prompt == "long":
+            return [_error(400, "This model's maximum context length is 256 tokens")]
+        return [_error(503, "busy")] if n <= 2 else [_answer("ok")]
+
+    out = _backend(_Handle(answer)).generate_batch(_requests("long", "fine"))
+    assert out[0].text is None and out[0].attempts == 1
+    assert out[0].error == "HTTP 400: This model's maximum context length is 256 tokens"
+    assert out[1].text == "ok" and out[1].attempts in (2, 3)
+
+
+def test_failures_after_the_retries_are_data():
+    out = _backend(_Handle(lambda req, n: [_error(500, "engine error")]), max_retries=2).generate_batch(_requests("a"))
+    assert out[0].text is None and out[0].attempts == 3
+    assert out[0].error == "HTTP 500: engine error (after 3 attempts)"
+
+
+def test_a_replica_that_raises_is_retried_without_tripping_the_breaker():
+    def answer(req: Any, n: int) -> list:
+        raise RayTaskError("chat", "Traceback ...", ValueError("engine hiccup"))
+
+    backend = _backend(_Handle(answer), max_retries=1, breaker_threshold=2)
+    out = backend.generate_batch(_requests("a", "b", "c"))
+    assert [c.attempts for c in out] == [2, 2, 2]
+    assert all(c.text is None and "RayTaskError" in (c.error or "") for c in out)
+
+
+def test_calls_no_replica_answers_trip_the_breaker():
+    def answer(req: Any, n: int) -> list:
+        raise RuntimeError("Deployment 'LLMServer:m' in app 'm-app' is unavailable")
+
+    with pytest.raises(ServeEndpointDown, match=r"model 'm' \(Serve app 'm-app'.*3 calls in a row failed"):
+        _backend(_Handle(answer), breaker_threshold=3).generate_batch(_requests(*"abcdef"))
+
+
+def test_a_call_without_an_answer_in_time_is_cancelled_and_retried():
+    handle = _Handle(lambda req, n: [_answer("late")], delay_s=5.0)
+    out = _backend(handle, timeout_s=0.05, max_retries=1).generate_batch(_requests("a"))
+    assert out[0].text is None and out[0].error == "no answer within 0.05 s (after 2 attempts)"
+    assert [r.cancelled for r in handle.responses] == [[True], [True]]
+
+
+def test_pickled_without_its_handle():
+    backend = _backend(_Handle(lambda req, n: [_answer("x")]))
+    backend.deployment_name = "LLMServer:m"
+    copy = pickle.loads(pickle.dumps(backend))
+    assert copy._handle is None and copy._request_cls is None
+    assert (copy.model_id, copy.app_name, copy.max_concurrency) == ("m", "m-app", 16)
+
+
+@pytest.mark.parametrize(("deployments", "found"), [
+    (["OpenAiIngress", "LLMServer:m"], "LLMServer:m"),
+    (["LLMServer:m", "LLMRouter"], "LLMServer:m"),  # Ray's direct streaming: the server is the ingress
+    (["OpenAiIngress", "MyServer:m"], "MyServer:m"),
+])
+def test_the_engine_deployment_is_found_in_the_app(deployments: list[str], found: str):
+    apps = {"m-app": SimpleNamespace(deployments=dict.fromkeys(deployments))}
+    assert _backend(_Handle(lambda req, n: []))._engine_deployment(apps) == found
+
+
+def test_a_missing_app_is_an_endpoint_down():
+    with pytest.raises(ServeEndpointDown, match="no such Serve app"):
+        _backend(_Handle(lambda req, n: []))._engine_deployment({})
+
+
+def test_a_dead_controller_cached_by_the_worker_is_forgotten_and_found_again(monkeypatch: pytest.MonkeyPatch):
+    """A pooled worker keeps the Serve controller it first reached; Serve restarted in the same Ray
+    session (as between the tests of this suite) leaves it dead."""
+    from ray import serve
+    from ray.exceptions import ActorDiedError
+    from ray.serve import context
+
+    apps = {"m-app": SimpleNamespace(deployments=dict.fromkeys(["OpenAiIngress", "LLMServer:m"]))}
+    calls: list[str] = []
+
+    def status() -> Any:
+        calls.append("status")
+        if "forget" not in calls:
+            raise ActorDiedError()
+        return SimpleNamespace(applications=apps)
+
+    monkeypatch.setattr(serve, "status", status)
+    monkeypatch.setattr(context, "_disconnect", lambda: calls.append("forget"))
+    monkeypatch.setattr(serve, "get_deployment_handle", lambda name, app_name: (name, app_name))
+    backend = VLLMHandleBackend("m", "m-app", "OpenAiIngress")
+    assert backend._lookup() == ("LLMServer:m", "m-app")
+    assert calls == ["status", "forget", "status"] and backend.deployment_name == "LLMServer:m"

@@ -37,7 +37,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(hint, file=sys.stderr)
         raise
     print(result.leaderboard)
-    for note in _missing_notes(cfg, result.missing):
+    for note in _input_notes(cfg, result):
         print(note)
     print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
           f"{result.seconds:.1f} s; results in {result.uri}")
@@ -49,19 +49,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _missing_notes(cfg, missing: dict[str, int]) -> list[str]:
-    """Items with no recorded response, per model and task: a replay file that covers part of a
-    task is no error of the run, but the user should know which items were left out and why."""
+def _input_notes(cfg, result) -> list[str]:
+    """Items with no recorded response and rows set aside in the run's quarantine, per model and
+    task: a replay file that covers part of a task is no error of the run, but the user should know
+    which items were left out, which rows could not be used, and where the quarantine is."""
     from halluscope.config import ReplayModel
+    from halluscope.report.leaderboard import input_notes
+    from halluscope.storage.run import RunStore
 
     files = {m.id: m.params.path for m in cfg.models if isinstance(m, ReplayModel) and m.params.source == "file"}
-    notes = [f"{terminal(key)}: {n} item(s) not in your file {files[key.split('/')[0]]}"
-             if key.split("/")[0] in files else f"{terminal(key)}: {n} item(s) with no released response"
-             for key, n in sorted(missing.items())]
-    if any(key.split("/")[0] in files for key in missing):
-        notes.append("rows join items by prompt text (whitespace aside), or by params.columns.item_id; if your "
-                     "file covers only the first N prompts of a task, set limits.max_items_per_task: N")
-    return notes
+    store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), result.run_id)
+    return input_notes(result.missing, files, store.read_table("quarantine"), store.loc.child("quarantine").url)
 
 
 def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:

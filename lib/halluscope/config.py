@@ -714,15 +714,22 @@ def check_data_dir(cfg: RunConfig, source: str) -> None:
 
 
 def _paths_from_config_folder(cfg: RunConfig, uri: str) -> RunConfig:
-    """Relative replay file paths are taken from a local config file's folder, not the working
-    directory, so a config works wherever it is run from; the manifest records the absolute path."""
+    """Relative replay file paths and test-set folders are taken from a local config file's folder,
+    not the working directory, so a config works wherever it is run from; the manifest records the
+    absolute path."""
     if "://" in uri and not uri.startswith("file://"):
         return cfg
     folder = Path(uri.removeprefix("file://")).expanduser().absolute().parent
+
+    def here(path: str) -> str:
+        return path if url_scheme(path) or Path(path).expanduser().is_absolute() else os.path.normpath(folder / path)
+
     for m in cfg.models:
-        if isinstance(m, ReplayModel) and m.params.path and not url_scheme(m.params.path) \
-                and not Path(m.params.path).expanduser().is_absolute():
-            m.params.path = os.path.normpath(folder / m.params.path)
+        if isinstance(m, ReplayModel) and m.params.path:
+            m.params.path = here(m.params.path)
+    for task, entry in cfg.testsets.items():
+        cfg.testsets[task] = ({model: [here(u) for u in uris] for model, uris in entry.items()}
+                              if isinstance(entry, dict) else [here(u) for u in entry])
     return cfg
 
 

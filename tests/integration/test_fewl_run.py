@@ -158,7 +158,7 @@ def test_fewl_scores_evaluation_costs_report_and_caches(ray_head, tmp_path):
             assert priced[(m, "verify")]["calls"] == 4 and priced[(m, "verify")]["usd"] > 0
         assert priced[("tested", "generate")]["usd"] > 0
         leaderboard = (tmp_path / "runs" / "fewl-1" / "leaderboard.md").read_text()
-        assert "## FEWL" in leaderboard and "| fewl | best &gt; bad | 4 | 0 | 0 | 100.0 |" in leaderboard
+        assert "## FEWL" in leaderboard and "| fewl | best > bad | 4 | 0 | 0 | 100.0 |" in leaderboard
         page = (tmp_path / "runs" / "fewl-1" / "report.html").read_text()
         assert "Leaderboard: fewl" in page and "Ranked first" in page
 

@@ -231,28 +231,32 @@ def json_records(run: Location) -> list:
     return [*records[:at], {**records[at], **total}, *records[at + 1:]]
 
 
+UNMATCHED = "matches no item of the task"  # the quarantine's reason for a readable row (models.replay)
+
+
 def input_notes(missing: dict[str, int], files: dict[str, str], quarantine: pa.Table, quarantine_url: str,
                 shown: int = 3) -> list[str]:
     """What `halluscope run` says after the leaderboard about its recorded answers, per "model/task":
     items with no response (``missing``) and rows of the model's file set aside in the run's
-    quarantine (unreadable, or matching no item), then where the quarantine is, with a few of its
-    reasons. ``files``: model id -> its replay file (models replaying released answers have none)."""
+    quarantine (rows that could not be read, rows that match no item), then where the quarantine
+    is, with a few of its reasons. An item whose row could not be read is not "not in your file".
+    ``files``: model id -> its replay file (models replaying released answers have none)."""
     rows = quarantine.select(["source", "row", "model", "task", "reason"]).to_pylist() if quarantine.num_rows else []
-    set_aside = Counter(f"{r['model']}/{r['task']}" for r in rows)
+    unread = Counter(f"{r['model']}/{r['task']}" for r in rows if r["reason"] != UNMATCHED)
+    unmatched = Counter(f"{r['model']}/{r['task']}" for r in rows if r["reason"] == UNMATCHED)
     notes = []
-    for key in sorted(set(missing) | set(set_aside)):
-        n, q = missing.get(key, 0), set_aside.get(key, 0)
+    for key in sorted(set(missing) | set(unread) | set(unmatched)):
+        n, u, m = missing.get(key, 0), unread.get(key, 0), unmatched.get(key, 0)
         path = files.get(key.split("/")[0])
-        path = None if path is None else terminal(path)
-        why = "quarantined (unreadable, or matching no item)"
         if path is None:
             said = [f"{n} item(s) with no released response" if n else "",
-                    f"{q} row(s) of the recorded file {why}" if q else ""]
-        elif q:
-            said = [f"{n} item(s) with no usable response in your file {path}" if n else f"your file {path}",
-                    f"{q} row(s) of it {why}"]
+                    f"{u + m} row(s) of the recorded file quarantined" if u + m else ""]
         else:
-            said = [f"{n} item(s) not in your file {path}"]
+            path = terminal(path)
+            said = [(f"{n} item(s) with no usable response in your file {path}" if u else
+                     f"{n} item(s) not in your file {path}") if n else f"your file {path}",
+                    f"{u} row(s) of it could not be read" if u else "",
+                    f"{m} row(s) of it match no item" if m else ""]
         notes.append(f"{terminal(key)}: " + "; ".join(part for part in said if part))
     if rows:
         notes.append(f"quarantine: {len(rows)} input row(s) set aside, each with its file, row and reason, in "

@@ -1,0 +1,61 @@
+"""Every offline example under examples/<benchmark>/run.yaml runs as the README says it does: loaded
+as `halluscope run` loads it, from the repository root, with its scripted stand-ins served on
+the CPU, to status complete with its benchmark's metrics and its own leaderboard preamble."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from halluscope.config import load_config
+from halluscope.pipeline.runner import run
+from halluscope.report.leaderboard import HALOGEN_PREAMBLE
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from tests.conftest import SHARED_DATA
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+# example -> (benchmark of its records, tasks it must have records for, a phrase of its preamble)
+EXAMPLES = {
+    "halogen": ("halogen", {"halogen/code", "halogen/code@corrected", "halogen/summarization",
+                            "halogen/historical_events"}, HALOGEN_PREAMBLE),
+    "hallulens": ("hallulens", {"hallulens/precise_wikiqa", "hallulens/nonexistent"},
+                  "false refusal = share of questions the model declined"),
+    "ragtruth": ("ragtruth", {"ragtruth/detect", "ragtruth/generate"},
+                 "Hallucination rate = share of answers with at least one span"),
+    "fewl": ("fewl", {"fewl/score"}, "FEWL scores an answer without a gold answer"),
+}
+
+
+def test_every_example_folder_is_tested():
+    folders = {p.parent.name for p in (REPO / "examples").glob("*/run.yaml")} - {"capitals"}  # a plug-in
+    assert folders == set(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_runs_offline_to_complete(name, ray_head, tmp_path, monkeypatch):
+    if name == "halogen" and not SHARED_DATA.exists():
+        pytest.skip("needs ../shared/data")
+    monkeypatch.chdir(REPO)  # the examples' data paths are taken from the repository root
+    cfg = load_config(f"examples/{name}/run.yaml")
+    assert all(m.backend in ("replay", "scripted") for m in cfg.models)
+    assert all(m.params.serve.num_gpus == 0 for m in cfg.models if m.backend == "scripted")  # CPU only
+    cfg.storage.root = f"file://{tmp_path}/runs"
+    result = run(cfg, run_id=name, progress=False)
+
+    assert result.failure is None and not result.missing
+    manifest = RunStore(Location.from_url(cfg.storage.root), name).read_json("manifest.json")
+    assert manifest["status"] == "complete"
+    # HALOGEN's released files repeat a few prompts: the repeats are quarantined, the others have none
+    assert (manifest["counts"]["quarantined_rows"] > 0) == (name == "halogen")
+    bench, tasks, preamble = EXAMPLES[name]
+    records = [r for r in result.metrics if r.get("benchmark") == bench]
+    assert tasks <= {r["task"] for r in records}
+    assert any(r["task"] == "costs/total" and r["complete"] for r in result.metrics)
+    assert preamble in result.leaderboard
+    assert (HALOGEN_PREAMBLE in result.leaderboard) == (name == "halogen")
+    assert "&gt;" not in result.leaderboard and "&lt;" not in result.leaderboard

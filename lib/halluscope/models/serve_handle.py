@@ -117,10 +117,16 @@ class ServeHandleBackend:
         if self._handle is None:
             from ray import serve
 
-            try:
-                self._handle = serve.get_deployment_handle(self.deployment_name, app_name=self.app_name)
-            except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
-                raise self._down(f"no such deployment ({type(exc).__name__}: {exc})") from exc
+            for attempt in range(2):
+                try:
+                    self._handle = serve.get_deployment_handle(self.deployment_name, app_name=self.app_name)
+                    break
+                except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
+                    # a reused worker may hold the client of a Serve stopped since (serve.shutdown and
+                    # a new Serve in the same Ray): drop it once and look again
+                    if attempt == 0 and forget_serve_client():
+                        continue
+                    raise self._down(f"no such deployment ({type(exc).__name__}: {exc})") from exc
         return self._handle
 
     async def _run_chunk(self, handle: Any, semaphore: asyncio.Semaphore, prompts: list[str],
@@ -194,3 +200,15 @@ async def _awaitable(response: Any) -> Any:
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
+def forget_serve_client() -> bool:
+    """Drop this process's cached Serve client (Ray has no public call for it); False when this
+    Ray has no such private function, and nothing was dropped."""
+    from ray.serve import context
+
+    disconnect = getattr(context, "_disconnect", None)
+    if disconnect is None:
+        return False
+    disconnect()
+    return True

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from halluscope.models.base import Completion, GenerationRequest, SamplingParams
-from halluscope.models.serve_handle import ServeEndpointDown
+from halluscope.models.serve_handle import ServeEndpointDown, forget_serve_client
 
 # Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."
 # replaced (ray.llm's build_llm_deployment); looked up in the app's deployments, not rebuilt.
@@ -190,7 +190,7 @@ class VLLMHandleBackend:
         try:
             apps = serve.status().applications
         except RayActorError:
-            if not _forget_serve_controller():
+            if not forget_serve_client():
                 raise
             apps = serve.status().applications
         self.deployment_name = self._engine_deployment(apps)
@@ -253,18 +253,6 @@ def _parse(answer: Any, latency_s: float, attempts: int) -> tuple[Completion, bo
     return Completion(text=text, input_tokens=getattr(usage, "prompt_tokens", None),
                       output_tokens=getattr(usage, "completion_tokens", None), latency_s=latency_s,
                       attempts=attempts, extra={"finish_reason": getattr(choice, "finish_reason", None)}), False
-
-
-def _forget_serve_controller() -> bool:
-    """Drop this process's cached Serve client (Ray has no public call for it); False when this
-    Ray has no such private function, and nothing was dropped."""
-    from ray.serve import context
-
-    disconnect = getattr(context, "_disconnect", None)
-    if disconnect is None:
-        return False
-    disconnect()
-    return True
 
 
 def _replica_raised(exc: BaseException) -> bool:

@@ -56,3 +56,9 @@ class ModelBackend(Protocol):
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Return one Completion per request, in order. Must not raise for per-call failures."""
         ...
+
+
+def share_of(capacity: int, clients: int) -> int:
+    """Requests one of ``clients`` clients keeps in flight, so that together they keep at most the
+    endpoint's ``capacity`` (``max_concurrency``, or replicas x max_ongoing_requests) in flight."""
+    return max(1, -(-capacity // max(1, clients)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from halluscope.config import ModelSpec
-from halluscope.models.base import ModelBackend, SamplingParams
+from halluscope.models.base import ModelBackend, SamplingParams, share_of
 from halluscope.models.cache import CachedBackend
 
 if TYPE_CHECKING:
@@ -16,12 +16,6 @@ if TYPE_CHECKING:
 def sampling_of(spec: ModelSpec) -> SamplingParams:
     s = spec.params.sampling if hasattr(spec.params, "sampling") else None
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens) if s else SamplingParams()
-
-
-def share_of(capacity: int, clients: int) -> int:
-    """Requests one of ``clients`` clients keeps in flight, so that together they keep at most the
-    endpoint's ``capacity`` (``max_concurrency``, or replicas x max_ongoing_requests) in flight."""
-    return max(1, -(-capacity // max(1, clients)))
 
 
 def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None, clients: int = 1) -> ModelBackend:

@@ -147,8 +147,9 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     cpus = cfg.cluster.cpus or (ray.cluster_resources().get("CPU", 0.0) if started_ray else None)
     if cpus is not None:
         check_cpus(cfg, cpus)
-    if any(scheduled(m) for m in cfg.models):  # before any deployment, the roles' included
-        check_fits([job_of(m) for m in cfg.models if scheduled(m)], _budget(cfg, cpus), _budget_source(cfg))
+    waved = [job_of(m) for m in cfg.models if scheduled(m)]
+    budget = _budget(cfg, cpus) if waved else {}
+    check_fits(waved, budget, _budget_source(cfg))  # before any deployment, the roles' included
     # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
     ray.data.DataContext.get_current().enable_progress_bars = False
     timings["ray_init_s"] = round(time.time() - mark, 2)
@@ -157,7 +158,6 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     deployments: list[dict] = []
     tracker = Progress(store, work.totals, _done_counts(done_rows), show=progress, every_s=cfg.progress_every_s)
     schedule: list[Deployment] = []
-    budget: dict[str, float] = {}
     watchdog_stalls: list[str] = []
     services, root = cfg.costs.shared_services, Location.from_url(cfg.storage.root, cfg.storage)
     window: tuple[float | None, float | None] = (None, None)  # the pipeline's time: shared services' charge
@@ -169,8 +169,8 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
             with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints,
                                                                                              deployments):
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
-                    processed, mine, schedule, budget = _in_waves(cfg, store, work, done, endpoints, tracker,
-                                                                  watchdog, cpus)
+                    processed, mine, schedule = _in_waves(cfg, store, work, done, endpoints, tracker,
+                                                          watchdog, budget)
                 watchdog_stalls = watchdog.stalls
         finally:
             window = (window[0], time.time())
@@ -342,8 +342,7 @@ def evaluate_actors(configured: int, blocks: int, live_rows: int | None, generat
 
 
 def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict, tracker: Progress,
-              watchdog: Watchdog, cpus: float | None
-              ) -> tuple[int, set[str], list[Deployment], dict[str, float]]:
+              watchdog: Watchdog, budget: dict[str, float]) -> tuple[int, set[str], list[Deployment]]:
     """Evaluate what needs no deployment of its own at once; the served models under test
     generate in waves on a thread of their own (``waves.Waves``), and each is evaluated from its
     staged generations once its deployment is given back, while the next ones generate."""
@@ -355,13 +354,12 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
     others = [b for m, bs in blocks.items() if m not in served_under_test for b in bs]
     wanted = [m for m in served_under_test if blocks.get(m)]
     if not wanted:
-        return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models), [], {})
+        return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models), [])
     estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=frozenset(done))
     jobs = [j for j in estimate.jobs if j.model in wanted]
     from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
     from halluscope.serving.app import remove, start_serve
 
-    budget = _budget(cfg, cpus)
     start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
     remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()
@@ -409,7 +407,7 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
         thread.join()
     if failed:
         raise failed[0]
-    return processed, keys, result[0] if result else waves.deployments, budget
+    return processed, keys, result[0] if result else waves.deployments
 
 
 def _held(cfg: RunConfig, schedule: list[Deployment],

@@ -154,16 +154,8 @@ COSTS = pa.schema([
 # One entry of the model-call cache (models/cache.py).
 # generations of a served model under test, written while it is deployed (<run>/staged/<model>/),
 # read by the evaluation after its deployment is given back
-STAGED = pa.schema([
-    ("gen_id", pa.string()),
-    ("text", pa.string()),
-    ("input_tokens", pa.int64()),
-    ("output_tokens", pa.int64()),
-    ("latency_s", pa.float64()),
-    ("attempts", pa.int32()),
-    ("cached", pa.bool_()),
-    ("error", pa.string()),
-])
+STAGED = pa.schema([WORK.field(name) for name in ("gen_id", "text", "input_tokens", "output_tokens", "latency_s",
+                                                   "attempts", "cached", "error")])
 
 CALL_CACHE = pa.schema([
     ("key", pa.string()),

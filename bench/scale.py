@@ -34,8 +34,8 @@ BUCKET = "bench"
 
 
 def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
-    from halluscope.serving.scripted_extract import reference_titles
-    from halluscope.tasks.halogen.common import RELEASED
+    from halluscope.halogen.stand_in import reference_titles
+    from halluscope.halogen.common import RELEASED
 
     def rows(rel: str) -> list[dict]:
         with gzip.open(data / "halogen" / "responses" / rel, "rt", newline="") as f:
@@ -54,13 +54,13 @@ def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
 
 
 def halogen_tasks() -> list[str]:
-    from halluscope.tasks.registry import task_names
+    from halluscope.task_registry import task_names
 
     return [t for t in task_names() if t.startswith("halogen/")]
 
 
 def config(storage: dict, limit: int, titles: Path, articles: Path) -> dict:
-    from halluscope.tasks.halogen.common import RELEASED
+    from halluscope.halogen.common import RELEASED
 
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
     return {"storage": storage, "tasks": halogen_tasks(),

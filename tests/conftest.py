@@ -55,12 +55,12 @@ def ray_head():
         yield head
 
 
-RECORDED_STEPS = {"steps": "halluscope.tasks.halogen.recorded:replies"}
+RECORDED_STEPS = {"steps": "halluscope.halogen.recorded:replies"}
 
 
 def recorded_roles(tasks: list[str]) -> list[dict]:
     """The recorded judge and extractor that HALOGEN tasks call (answering from the authors' pipeline)."""
-    from halluscope.tasks.registry import get_task
+    from halluscope.task_registry import get_task
 
     needed = {role for t in tasks for role in get_task(t).roles}
     return [{"id": f"halogen-recorded-{role}", "role": role, "backend": "recorded", "params": RECORDED_STEPS}

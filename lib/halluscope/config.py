@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from halluscope.errors import ConfigError, clip
 from halluscope.sources import PYPI_SIMPLE_INDEX, system_path_problem, url_scheme
-from halluscope.storage.names import checked, model_id_problem, root_problem, run_id_problem
+from halluscope.storage.names import checked, model_id_problem, run_id_problem
+from halluscope.storage.spec import StorageSpec
 from halluscope.task_registry import benchmark_of, benchmarks, get_task, unknown_task
 
 
@@ -29,22 +30,6 @@ MAX_CONFIG_DEPTH = 32  # mappings and lists inside each other
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class StorageSpec(_Strict):
-    """Where runs are written. ``root`` is an fsspec URL; S3-compatible stores take an endpoint."""
-
-    root: str = "file://./runs"
-    endpoint_url: str | None = None
-    region: str | None = None
-    # Names of environment variables holding credentials; the values never enter a config or manifest.
-    access_key_env: str | None = None
-    secret_key_env: str | None = None
-
-    @field_validator("root")
-    @classmethod
-    def _supported_root(cls, v: str) -> str:
-        return checked(v, root_problem, ValueError)
 
 
 class DataSpec(_Strict):
@@ -131,9 +116,8 @@ class ScriptedParams(_Strict):
     support_on_overlap: float | None = Field(
         default=None, ge=0, le=1,
         description="judge mode: answer Yes when this share of the claim's words occur in the evidence")
-    extract: bool = Field(default=False, description="extractor mode: split passages into sentences, find "
-                                                     "reference titles and answer HALOGEN's parse prompts "
-                                                     "(halluscope.serving.scripted_extract)")
+    extract: bool = Field(default=False, description="extractor mode: answer what a registered benchmark's "
+                                                     "stand_in answers (facts, reference titles, parses)")
     default: str = "I don't know."
     latency_s: float = Field(default=0.0, ge=0, description="seconds each prompt takes")
     tokens_per_s: float | None = Field(

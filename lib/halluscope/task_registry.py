@@ -1,6 +1,6 @@
 """The task registry: benchmarks and their tasks, filled by the benchmark packages.
 
-A benchmark package registers a ``Benchmark`` (tasks/benchmark.py) under the ``halluscope.tasks``
+A benchmark package registers a ``Benchmark`` (contract/benchmark.py) under the ``halluscope.benchmarks``
 entry-point group (pyproject.toml) and the registry loads them on first use. It sits beside
 config, below every benchmark, so config checks task names and benchmark options without
 importing a benchmark and the engine reaches a benchmark only through here."""
@@ -10,15 +10,15 @@ from __future__ import annotations
 import difflib
 from functools import lru_cache
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from halluscope.errors import ConfigError, clip
 
 if TYPE_CHECKING:
-    from halluscope.tasks.base import Task
-    from halluscope.tasks.benchmark import Benchmark
+    from halluscope.contract.task import Task
+    from halluscope.contract.benchmark import Benchmark
 
-GROUP = "halluscope.tasks"
+GROUP = "halluscope.benchmarks"
 
 
 @lru_cache(maxsize=1)
@@ -47,6 +47,11 @@ def task_names() -> list[str]:
 
 def benchmarks() -> dict[str, "Benchmark"]:
     return dict(_registry()[0])
+
+
+def stand_ins() -> list[Callable[[str], str | None]]:
+    """The benchmarks' scripted extractor answers, in registration order."""
+    return [b.stand_in for b in _registry()[0].values() if b.stand_in is not None]
 
 
 def benchmark_of(task: str) -> "Benchmark":

@@ -112,7 +112,7 @@ def test_transient_s3_failures_are_retried(ray_head, s3_endpoint, bucket, uninte
     InternalError after it did the work): the run's retries absorb them, and its tables are the
     clean run's rows for the same models and items."""
     from halluscope.sources import DataResolver
-    from halluscope.tasks.registry import get_task
+    from halluscope.task_registry import get_task
 
     task, limit = "halogen/code", 20
     with FlakyS3Proxy(s3_endpoint, every={"PUT": 4, "GET": 7, "HEAD": 7}) as proxy:

@@ -25,7 +25,7 @@ def _installed(site: Path) -> dict[str, str]:
     info = site / "halluscope_capitals-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: halluscope-capitals\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text("[halluscope.tasks]\ncapitals = capitals_bench:BENCHMARK\n")
+    (info / "entry_points.txt").write_text("[halluscope.benchmarks]\ncapitals = capitals_bench:BENCHMARK\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own sees the path
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env

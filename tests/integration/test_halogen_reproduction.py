@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 
 from halluscope.config import parse_config
-from halluscope.metrics import halogen as halogen_metrics
+from halluscope.halogen import metrics as halogen_metrics
 from halluscope.pipeline import stages
 from halluscope.pipeline.runner import knowledge_for
 from halluscope.pipeline import workset
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.tasks.halogen.published import published
+from halluscope.halogen.published import published
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
@@ -24,7 +24,7 @@ DOMAINS = ["code", "references", "summarization", "simplification", "biographies
 # Llama-2-70B: its biographies prompts quote the name and its false-presupposition file has its own
 # split; GPT-4: its references results file names the model otherwise
 MODELS = ["llama_2_70b_chat", "gpt_4_0125_turbo"]
-STEPS = {"steps": "halluscope.tasks.halogen.recorded:replies"}
+STEPS = {"steps": "halluscope.halogen.recorded:replies"}
 # The code verifier reads a 2026 PyPI snapshot that lacks names PyPI had in 2024 (PIL first of
 # all): these two models' code H are 0.0065 and 0.0012 above the released ones. Every other
 # (domain, model) pair here is exact to the released file's rounding.

@@ -171,7 +171,7 @@ def test_bad_recorded_rows_are_quarantined(ray_head, tmp_path):
     recorded = tmp_path / "mine.csv"
     prompts = RunStore  # noqa: F841 - keep imports used
     from halluscope.sources import DataResolver
-    from halluscope.tasks.registry import get_task
+    from halluscope.task_registry import get_task
 
     items = get_task("halogen/code").load_items(DataResolver(download=False)).items[:3]
     recorded.write_text("prompt,response\n" + "".join(f'"{i.prompt}","import os"\n' for i in items[:2])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 
 # Small bins: h in (-2, 10] is bin 0, (10, 20] bin 1, ..., (90, 100] bin 9.
 EDGES = [-2.0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]

@@ -14,13 +14,14 @@ import pyarrow as pa
 import pytest
 
 from halluscope.config import OpenAIModel
-from halluscope.models.base import Completion, GenerationRequest
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend, call_key
 from halluscope.pipeline.estimate import _cached_items
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
-from halluscope.tasks.base import Item
+from halluscope.contract.task import Item
 
 MODEL = "org/model-x"
 FOLDER = "org__model-x"

@@ -14,7 +14,8 @@ from halluscope import records
 from halluscope.config import parse_config
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import DataError, RunError
-from halluscope.models.base import Completion, GenerationRequest
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
 from halluscope.pipeline.estimate import PlanOptions, Throughput, TokenStats, check_budget, params_billions, plan
@@ -23,9 +24,9 @@ from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.tasks.cost_rules import Shape
-from halluscope.tasks.halogen import prompts
-from halluscope.tasks.registry import get_task, task_names
+from halluscope.contract.cost_rules import Shape
+from halluscope.halogen import prompts
+from halluscope.task_registry import get_task, task_names
 
 PRICES = PriceTable.model_validate({
     "as_of": "test", "source": "written in the test",

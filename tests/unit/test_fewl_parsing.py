@@ -4,7 +4,7 @@ import pytest
 
 from halluscope.fewl import prompts
 from halluscope.fewl.parsing import parse_answer, parse_answers, parse_pairs
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 
 PAPER_LAYOUT = """Sure! Here are wrong answers and their non-wrong versions:
 

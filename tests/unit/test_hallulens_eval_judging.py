@@ -4,7 +4,7 @@ import pytest
 
 from halluscope.hallulens import judging
 from halluscope.hallulens.judging import CORRECT, INCORRECT, UNVERIFIABLE
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 
 # (abstention-judge answer, is the response abstaining?)
 ABSTENTION_ANSWERS = [

@@ -12,9 +12,9 @@ from halluscope.hallulens import metrics
 from halluscope.hallulens.judging import SENTENCE_END, SENTENCE_START
 from halluscope.knowledge.passages import ArticleStore
 from halluscope.knowledge.retrieval import DenseRetriever, Encoder
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.hallulens.tasks import LongWiki
-from halluscope.tasks.base import Item
+from halluscope.contract.task import Item
 
 WORDS = 60  # passage budget of the test store: each paragraph below is one passage
 ARTICLES = {

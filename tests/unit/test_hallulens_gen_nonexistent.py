@@ -14,7 +14,7 @@ from halluscope.hallulens.nonexistent import (GeneratedEntitiesConfig, MixedEnti
                                               generate_mixed_entities, medicine_pools, parse_names)
 from halluscope.hallulens.search import SearchError, SearchResult
 from halluscope.hallulens.sources import load_itis, load_medicines
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
 from tests.support.hallulens_sources import EXISTING_MEDICINES, NEW_ANIMALS, NEW_BACTERIA, NEW_PLANTS, write_tables
 

@@ -15,7 +15,7 @@ from halluscope.hallulens.generation import (LongWikiConfig, PreciseWikiQAConfig
 from halluscope.hallulens.sections import count_sentences, words
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.hallulens.testset import ITEMS_FILE, MANIFEST_FILE, TestSet
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
 from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 

@@ -5,7 +5,7 @@ import pytest
 
 from halluscope.errors import DataError
 from halluscope.knowledge.pypi import PackageIndex, normalize
-from halluscope.tasks.halogen.code import extract_imports
+from halluscope.halogen.code import extract_imports
 
 
 @pytest.mark.parametrize("text,expected", [

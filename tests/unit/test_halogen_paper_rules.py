@@ -8,16 +8,16 @@ from __future__ import annotations
 import pytest
 
 from halluscope.knowledge.base import Knowledge
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.sources import DataResolver
-from halluscope.tasks.base import Item
-from halluscope.tasks.halogen import paper
-from halluscope.tasks.halogen.code import CodePackages
-from halluscope.tasks.halogen.historical_events import HistoricalEvents
-from halluscope.tasks.halogen.lists import FalsePresuppositions, RationalizationNumerical
-from halluscope.tasks.halogen.rationalization_binary import RationalizationBinary
-from halluscope.tasks.halogen.recorded import QUIRKS
-from halluscope.tasks.halogen.steps import read_rows, recorded_path
+from halluscope.contract.task import Item
+from halluscope.halogen import paper
+from halluscope.halogen.code import CodePackages
+from halluscope.halogen.historical_events import HistoricalEvents
+from halluscope.halogen.lists import FalsePresuppositions, RationalizationNumerical
+from halluscope.halogen.rationalization_binary import RationalizationBinary
+from halluscope.halogen.recorded import QUIRKS
+from halluscope.halogen.steps import read_rows, recorded_path
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")

@@ -33,7 +33,7 @@ def _one_line_error(capsys) -> str:
 # ---- 4: a row nested 200,000 deep is quarantined, not a RecursionError in the worker -------------
 
 def test_a_deeply_nested_json_row_is_quarantined_with_its_file_and_row(tmp_path):
-    from halluscope.tasks.base import Item
+    from halluscope.contract.task import Item
 
     path = tmp_path / "gens.jsonl"
     good = [json.dumps({"prompt": f"p{n}", "response": "import os"}) for n in range(2)]

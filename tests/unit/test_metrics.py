@@ -3,7 +3,7 @@ import math
 import pyarrow as pa
 
 from halluscope import records
-from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, compute
+from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, compute
 
 
 def _row(model, task, kind, responded, n_atoms, n_unsup, n_unver=0, error=None):

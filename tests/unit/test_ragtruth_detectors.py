@@ -4,7 +4,7 @@ the span-model contract, and how unreadable answers reach the metrics."""
 import pytest
 
 from halluscope.errors import ConfigError, RunError
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.ragtruth.corpus import Label, Record, Source
 from halluscope.ragtruth.detectors import (PromptDetector, SpanModelDetector, SpanModelInput, SpanModelReply,
                                            TokenLabel)

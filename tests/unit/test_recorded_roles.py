@@ -15,13 +15,13 @@ from halluscope.models.recorded import NO_RECORD, RecordedBackend, load_provider
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import GENERATIONS, ROLE_CALLS
 from halluscope.sources import DataResolver
-from halluscope.tasks.base import Item
-from halluscope.tasks.halogen.historical_events import HistoricalEvents
-from halluscope.tasks.halogen.steps import read_rows, recorded_path
+from halluscope.contract.task import Item
+from halluscope.halogen.historical_events import HistoricalEvents
+from halluscope.halogen.steps import read_rows, recorded_path
 from tests.conftest import SHARED_DATA
 
 RESOLVER = DataResolver(download=False)
-STEPS = "halluscope.tasks.halogen.recorded:replies"
+STEPS = "halluscope.halogen.recorded:replies"
 
 
 def _notes_provider(resolver, subject):

@@ -7,8 +7,8 @@ from halluscope.config import ReplayModel
 from halluscope.errors import ConfigError, DataError
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.sources import DataResolver
-from halluscope.tasks.base import Item
-from halluscope.tasks.registry import get_task
+from halluscope.contract.task import Item
+from halluscope.task_registry import get_task
 from tests.conftest import SHARED_DATA
 
 CODE = get_task("halogen/code")

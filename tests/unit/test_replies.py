@@ -2,7 +2,7 @@
 
 import pytest
 
-from halluscope.tasks.replies import excerpt, parse_list, parse_yes_no
+from halluscope.contract.replies import excerpt, parse_list, parse_yes_no
 
 # (answer of a judge to an entailment, meeting or biography-fact question, expected verdict)
 JUDGE_ANSWERS = [

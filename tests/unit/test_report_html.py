@@ -21,7 +21,7 @@ import pytest
 
 from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
-from halluscope.metrics.halogen import averages
+from halluscope.halogen.metrics import averages
 from halluscope.records import COSTS, TABLES
 from halluscope.report import causes, svg
 from halluscope.report.html import CSS, DOCS_HREF, difficulty_series, render_report, write_report

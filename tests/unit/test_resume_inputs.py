@@ -11,7 +11,7 @@ from halluscope.config import parse_config
 from halluscope.errors import RunError
 from halluscope.pipeline import runner
 from halluscope.sources import DataResolver
-from halluscope.tasks.registry import get_task
+from halluscope.task_registry import get_task
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")

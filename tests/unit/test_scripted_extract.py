@@ -3,10 +3,10 @@ the stand-in drives the parse stage with units a test can predict."""
 
 import pytest
 
-from halluscope.models.base import Completion
-from halluscope.serving.scripted_extract import extract
-from halluscope.tasks.base import Item
-from halluscope.tasks.registry import get_task
+from halluscope.contract.completion import Completion
+from halluscope.halogen.stand_in import extract
+from halluscope.contract.task import Item
+from halluscope.task_registry import get_task
 
 # the layout of the authors' own parse prompts, which the paper rules send: a worked example first
 AUTHORS_FACTORS = ["<Context>: 7411 is not a prime number. It can be factorized as 3 × 3 × 7 × 13.  <Instruction>:  "

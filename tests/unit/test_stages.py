@@ -8,11 +8,11 @@ import pytest
 from halluscope import records
 from halluscope.config import VerifierOptions
 from halluscope.knowledge.base import Knowledge
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.pipeline import stages
 from halluscope.pipeline.roles import RoleModels
 from halluscope.sources import DataResolver
-from halluscope.tasks.registry import get_task
+from halluscope.task_registry import get_task
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")

@@ -14,8 +14,8 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.records import stable_id
-from halluscope.tasks.base import Item, LoadedItems, Task, Verdict
-from halluscope.tasks.benchmark import Benchmark, MetricInputs
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
+from halluscope.contract.benchmark import Benchmark, MetricInputs
 
 TASK = "capitals/name_the_capital"
 

@@ -3,7 +3,7 @@
 from halluscope.fewl import report
 from halluscope.fewl.options import FewlOptions
 from halluscope.fewl.task import FewlTask
-from halluscope.tasks.benchmark import Benchmark
+from halluscope.contract.benchmark import Benchmark
 
 BENCHMARK = Benchmark("fewl", [FewlTask()], options=FewlOptions, metrics=report.metrics,
                       markdown=report.markdown, html=report.html, role_models=lambda o: o.role_models(),

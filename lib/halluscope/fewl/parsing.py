@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from halluscope.tasks.replies import parse_list
+from halluscope.contract.replies import parse_list
 
 _FENCE = re.compile(r"```[a-zA-Z]*\n?")
 _MARKUP = re.compile(r"\*\*|__|`")

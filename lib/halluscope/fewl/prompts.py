@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from halluscope.fewl.parsing import parse_answer, parse_answers, parse_pairs
-from halluscope.models.base import Completion
-from halluscope.tasks.replies import excerpt
+from halluscope.contract.completion import Completion
+from halluscope.contract.replies import excerpt
 
 REFERENCE = "fewl-reference-v1"
 REFERENCE_MULTI = "fewl-reference-multi-v1"

@@ -18,8 +18,8 @@ from halluscope.fewl.evaluate import default_pairs, tally
 from halluscope.fewl.task import question_of
 from halluscope.report.escape import markdown as md
 from halluscope.report.svg import esc
-from halluscope.tasks.base import Item
-from halluscope.tasks.benchmark import MetricInputs
+from halluscope.contract.task import Item
+from halluscope.contract.benchmark import MetricInputs
 
 EVALUATION = "(labelled candidates)"  # the model column of the evaluation record
 

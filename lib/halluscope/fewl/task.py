@@ -32,9 +32,10 @@ from halluscope.fewl.prompts import ParseReport
 from halluscope.fewl.score import Fewl, MissingReference
 from halluscope.fewl.similarity import CachedSimilarity, CrossEncoderSimilarity, EmbeddingCosine, Similarity
 from halluscope.knowledge.retrieval import Encoder
-from halluscope.models.base import Completion
-from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
-from halluscope.tasks.cost_rules import Shape, StageRule
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import Shape, StageRule
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -87,7 +88,7 @@ def _scorer(item: Item, kb: "Knowledge") -> Scorer:
     return kb.derived(f"fewl:{content_key(setup)}", lambda k: Scorer(FewlOptions.model_validate(setup), k))
 
 
-class FewlTask(Task):
+class FewlTask(Task["Knowledge"]):
     name = "fewl/score"
     kind = "response"
     abstention_rule = "fewl-readable-answer-v1"

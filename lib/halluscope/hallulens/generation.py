@@ -36,7 +36,8 @@ from halluscope.hallulens.sections import (LONGWIKI_MAX_WORDS, LONGWIKI_MIN_WORD
 from halluscope.hallulens.sources import CentralityScores, PageSet, SourceRef, WikiPage, title_key
 from halluscope.hallulens.testset import (BinReport, GenerationReport, TestItem, TestSet, TestSetSpec,
                                           build_testset)
-from halluscope.models.base import Completion, GenerationRequest, ModelBackend
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.records import stable_id
 from halluscope.storage.fs import Location
 

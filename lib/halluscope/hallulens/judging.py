@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from halluscope.hallulens.metrics import CORRECT, INCORRECT, UNVERIFIABLE
-from halluscope.models.base import Completion
-from halluscope.tasks.replies import parse_yes_no
+from halluscope.contract.completion import Completion
+from halluscope.contract.replies import parse_yes_no
 
 T = TypeVar("T")
 

@@ -37,9 +37,9 @@ from halluscope.errors import ConfigError, RunError
 from halluscope.hallulens import judging, sections
 from halluscope.knowledge.passages import normalize_title
 from halluscope.knowledge.retrieval import DenseRetriever
-from halluscope.models.base import Completion
-from halluscope.tasks.base import Verdict
-from halluscope.tasks.replies import excerpt
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Verdict
+from halluscope.contract.replies import excerpt
 
 
 class LongWikiOptions(BaseModel):

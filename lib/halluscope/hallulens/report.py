@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens import judging, metrics as hm
-from halluscope.tasks.benchmark import MetricInputs
+from halluscope.contract.benchmark import MetricInputs
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
 # the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label

@@ -18,16 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from halluscope.errors import DataError
-from halluscope.hallulens import judging, longwiki, report
-from halluscope.hallulens.options import HalluLensOptions
+from halluscope.hallulens import judging, longwiki
 from halluscope.hallulens.testset import TestSet
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
-from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
-from halluscope.tasks.cost_rules import StageRule, json_verdict, once, per_fact, verdict
-from halluscope.tasks.benchmark import Benchmark
-from halluscope.tasks.halogen.llm_verified import reply_text
-from halluscope.tasks.replies import excerpt
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import StageRule, json_verdict, once, per_fact, verdict
+from halluscope.contract.replies import excerpt, reply_text
 
 if TYPE_CHECKING:
     from halluscope.knowledge.base import Knowledge
@@ -56,7 +54,7 @@ def _decided(reply: Completion, parser, what: str):
     return value
 
 
-class HalluLensTask(Task):
+class HalluLensTask(Task["Knowledge"]):
     testset_task: str  # the task name the test-set builder writes under
     needs_testsets = True
 
@@ -209,8 +207,3 @@ class NonExistentEntities(HalluLensTask):
 TASKS = [PreciseWikiQA(), LongWiki(),
          NonExistentEntities("hallulens/nonexistent_mixed", "mixed_entities"),
          NonExistentEntities("hallulens/nonexistent_generated", "generated_entities")]
-
-
-BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
-                      markdown=lambda records: "\n".join(report.leaderboard_section(records)),
-                      description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal")

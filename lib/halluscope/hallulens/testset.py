@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from halluscope.errors import DataError, RunError
 from halluscope.hallulens.sources import SourceRef
 from halluscope.storage.fs import Location
-from halluscope.tasks.base import Item
+from halluscope.contract.task import Item
 
 FORMAT = "halluscope-hallulens-testset-v1"
 ITEMS_FILE = "items.parquet"

@@ -7,8 +7,10 @@ Ray Data batch never dies because one call failed, and the error is counted down
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
+
+from halluscope.contract.completion import Completion
 
 
 @dataclass(frozen=True)
@@ -35,17 +37,6 @@ class SamplingParams:
     def as_dict(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p,
                 "max_tokens": self.max_tokens, "stop": list(self.stop)}
-
-
-@dataclass
-class Completion:
-    text: str | None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    latency_s: float = 0.0
-    error: str | None = None
-    attempts: int = 1
-    extra: dict = field(default_factory=dict)
 
 
 class ModelBackend(Protocol):

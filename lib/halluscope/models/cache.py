@@ -39,7 +39,8 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from halluscope.models.base import Completion, GenerationRequest, ModelBackend
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location, UntrustedPath, list_private, read_private, write_private
 from halluscope.storage.run import table_to_bytes

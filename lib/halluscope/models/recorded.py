@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Protocol, Sequence
 
-from halluscope.models.base import Completion, GenerationRequest
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest
 from halluscope.sources import DataResolver
 
 NO_RECORD = "no recorded answer for this call"

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from halluscope.config import ModelSpec
 from halluscope.models.base import ModelBackend, SamplingParams, share_of
 from halluscope.models.cache import CachedBackend
 
 if TYPE_CHECKING:
-    from halluscope.serving.app import ServedEndpoint
     from halluscope.storage.fs import Location
+
+
+class Endpoint(Protocol):
+    """A deployment this run serves (serving.app.ServedEndpoint): named here, as serving/ sits above
+    models/ and builds the client of its own kinds of deployment."""
+
+    model_id: str
+    app_name: str
+    deployment_name: str
+
+    def backend(self, spec: ModelSpec, clients: int = 1) -> ModelBackend: ...
 
 
 def sampling_of(spec: ModelSpec) -> SamplingParams:
@@ -18,7 +28,7 @@ def sampling_of(spec: ModelSpec) -> SamplingParams:
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens) if s else SamplingParams()
 
 
-def live_backend(spec: ModelSpec, endpoint: "ServedEndpoint | None" = None, clients: int = 1) -> ModelBackend:
+def live_backend(spec: ModelSpec, endpoint: Endpoint | None = None, clients: int = 1) -> ModelBackend:
     """openai: the configured base_url; vllm: a DeploymentHandle on the engine deployment of the
     app this run deployed, one prompt per request; scripted/hf: a DeploymentHandle, several
     prompts per request. ``clients``: how many clients of this model the run runs at once (one

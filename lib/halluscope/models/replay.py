@@ -23,7 +23,7 @@ from halluscope.errors import ConfigError, DataError, clip
 from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text, system_path_problem, url_scheme
 
 if TYPE_CHECKING:  # models/ sits below tasks/: a task is read through its methods only
-    from halluscope.tasks.base import Item, Task
+    from halluscope.contract.task import Item, Task
 
 _DEFAULT_TEXT_COLUMNS = ("response", "text", "output", "generation")
 

@@ -8,7 +8,8 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from halluscope.models.base import Completion, GenerationRequest
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest
 from halluscope.records import STAGED, generation_id
 from halluscope.storage.fs import Location
 

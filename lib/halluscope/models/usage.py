@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 
 
 @dataclass

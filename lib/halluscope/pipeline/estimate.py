@@ -13,7 +13,7 @@ task. What was not measured is estimated:
 - generation tokens: the model's ``max_tokens`` x ``fill_factor`` (0.5: HALOGEN's released
   responses of 14 models average 23-159 words per task, i.e. 30-210 tokens, and the longest
   model mean, 242 words, is 0.6 of the default 512 tokens); replayed generations: their texts;
-- role calls per generation: the task's own ``cost_rules()`` (tasks/cost_rules.py: which phase
+- role calls per generation: the task's own ``cost_rules()`` (contract/cost_rules.py: which phase
   calls which role, once or per atom) with atoms = facts of ``words_per_fact`` words. They
   assume every generation responds and every fact finds evidence: an upper bound, which a
   budget wants; a pilot run's measured stats replace them.
@@ -55,8 +55,8 @@ from halluscope.serving.placement import placement
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
-from halluscope.tasks.base import Item, Task
-from halluscope.tasks.cost_rules import Shape, SizeAssumptions, StageRule
+from halluscope.contract.task import Item, Task
+from halluscope.contract.cost_rules import Shape, SizeAssumptions, StageRule
 
 POOLED = "*"  # TokenStats model key: every model measured on the task
 REFERENCE_PARAMS_B = 8.0  # Throughput figures are for a dense model of this many billion parameters

@@ -13,14 +13,15 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from halluscope.config import ModelSpec
-from halluscope.models.base import Completion, GenerationRequest, ModelBackend
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.models.cache import CachedBackend
 from halluscope.models.recorded import Answers, RecordedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
-from halluscope.tasks.base import RoleCall
+from halluscope.contract.roles import RoleCall
 
 def role_models(models: Sequence[ModelSpec]) -> dict[str, list[ModelSpec]]:
     """role -> the models that play it (one judge and one extractor at most; references, any number)."""

@@ -42,7 +42,7 @@ from halluscope.storage.fs import Location
 from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
 from halluscope.storage.run import BATCH_TABLES, RunStore
 from halluscope.task_registry import benchmark_of, get_task
-from halluscope.tasks.benchmark import MetricInputs
+from halluscope.contract.benchmark import MetricInputs
 
 
 @dataclass

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 from halluscope import records
 from halluscope.config import ModelSpec
 from halluscope.knowledge.base import Knowledge
-from halluscope.models.base import Completion, GenerationRequest, ModelBackend
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.models.staged import StagedBackend
@@ -30,7 +31,8 @@ from halluscope.records import atom_ids, stable_id
 from halluscope.runkit import fewer_collections
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.tasks.base import Calls, Item, RoleCall, Task, Verdict
+from halluscope.contract.task import Item, Task, Verdict
+from halluscope.contract.roles import Calls, RoleCall
 from halluscope.task_registry import get_task
 
 

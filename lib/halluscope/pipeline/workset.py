@@ -21,7 +21,7 @@ from halluscope.records import MISSING, generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
-from halluscope.tasks.base import Item, LoadedItems, Task
+from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.task_registry import benchmark_of, get_task
 
 UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
@@ -30,7 +30,7 @@ from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.stats import count_stats, model_table, task_table
 from halluscope.ragtruth.tasks import (DETECT, GENERATE, Detect, Generate, RagTruthOptions, candidate_sets,
                                        corpus_of, ragtruth_options)
-from halluscope.tasks.benchmark import Benchmark, MetricInputs
+from halluscope.contract.benchmark import Benchmark, MetricInputs
 
 OVERALL = "Overall"
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from halluscope.config import StorageSpec
 from halluscope.errors import ConfigError, DataError
-from halluscope.models.base import Completion
+from halluscope.contract.completion import Completion
 from halluscope.ragtruth.corpus import Corpus, CorpusOptions, Record, Source, load_corpus
 from halluscope.ragtruth.metrics import MetricOptions
 from halluscope.ragtruth.parse import read_hallucination_list
@@ -30,8 +30,9 @@ from halluscope.ragtruth.prompts import TEMPLATE_ID, instructions, judge_prompt
 from halluscope.ragtruth.spans import Prediction, locate, merge, overlap
 from halluscope.ragtruth.taxonomy import Quality, TaskType
 from halluscope.storage.fs import storage_options
-from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task, Verdict
-from halluscope.tasks.cost_rules import StageRule, once
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import StageRule, once
 
 if TYPE_CHECKING:
     from halluscope.knowledge.base import Knowledge
@@ -167,7 +168,7 @@ def _answer_record(text: str, item: Item) -> Record:
                   quality=Quality.GOOD, response=text, labels=(), gold=(), source=source, line=item.source_row)
 
 
-class Detect(Task):
+class Detect(Task["Knowledge"]):
     """Detector evaluation: the model under test answers the detector prompt of each response."""
 
     name = DETECT
@@ -208,7 +209,7 @@ class Detect(Task):
         return out
 
 
-class Generate(Task):
+class Generate(Task["Knowledge"]):
     """RAG generation: the model under test answers each source; the judge lists hallucinated spans."""
 
     name = GENERATE

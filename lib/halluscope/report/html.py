@@ -17,13 +17,13 @@ from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
 from halluscope.hallulens.report import LONGWIKI, NONEXISTENT, PWQA
 from halluscope.hallulens.report import PREAMBLE as HALLULENS_PREAMBLE
-from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
+from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.report import causes, svg
 from halluscope.report.svg import Point, Series, Style, esc
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmarks
-from halluscope.tasks.halogen.published import SOURCE, published
+from halluscope.halogen.published import SOURCE, published
 
 REPORT = "report.html"
 TABLE_DIRS = ("generations", "atoms", "verdicts", "scores", "role_calls", "quarantine", "items")

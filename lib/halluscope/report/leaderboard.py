@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 from halluscope.cost.ledger import cost_record
 from halluscope.hallulens.report import leaderboard_section as hallulens_section
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
-from halluscope.metrics.halogen import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
+from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.report.causes import CAUSES, DOC, SECTION
 from halluscope.report.escape import markdown, terminal
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmarks
-from halluscope.tasks.halogen.published import SOURCE, published
+from halluscope.halogen.published import SOURCE, published
 
 
 def _fmt(x: float | None) -> str:

@@ -6,8 +6,8 @@ Answers follow ``ScriptedParams`` in this order:
 2. else, if any ``abstain_patterns`` regex is found, ``abstain_text``;
 3. else, in judge mode (``support_on_overlap`` set) and when the prompt follows the judge convention
    below, "Yes" if at least that share of the claim's distinct words occur in the evidence, else "No";
-4. else, in extractor mode (``extract``), facts, titles or a parse for a prompt that follows the
-   extraction convention of ``halluscope.serving.scripted_extract``;
+4. else, in extractor mode (``extract``), the first answer a registered benchmark's ``stand_in``
+   gives the prompt (facts, titles or a parse a simple program finds);
 5. else ``default``.
 
 Judge prompt convention: a line beginning with ``Claim:`` or ``Hypothesis:`` holds the claim (the
@@ -44,7 +44,7 @@ from ray import serve
 
 from halluscope.config import ScriptedParams, ServeOptions
 from halluscope.serving.openai_api import build_openai_app
-from halluscope.serving.scripted_extract import extract
+from halluscope.task_registry import stand_ins
 
 # Far beyond any sane client timeout; the sleep is cancelled with the request.
 HANG_S = 3600.0
@@ -104,9 +104,10 @@ class ScriptedResponder:
             if parts is not None:
                 return "Yes" if overlap_share(*parts) >= self.params.support_on_overlap else "No"
         if self.params.extract:
-            extracted = extract(prompt)
-            if extracted is not None:
-                return extracted
+            for answer in stand_ins():
+                extracted = answer(prompt)
+                if extracted is not None:
+                    return extracted
         return self.params.default
 
     def fault(self, prompt: str, attempt: int) -> Fault | None:

@@ -16,7 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 from halluscope.errors import ConfigError, StorageError
 
 if TYPE_CHECKING:  # storage sits below config: it reads a spec's fields, never builds one
-    from halluscope.config import StorageSpec
+    from halluscope.storage.spec import StorageSpec
 
 logger = logging.getLogger(__name__)
 

@@ -6,18 +6,21 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, Mapping, Sequence, TypeVar
+
+from halluscope.contract.roles import Calls, RoleName
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from halluscope.knowledge.base import Knowledge
-    from halluscope.models.base import Completion
+    from halluscope.contract.completion import Completion
+    from halluscope.contract.cost_rules import StageRule
     from halluscope.sources import DataResolver
     from halluscope.storage.fs import Location
-    from halluscope.tasks.cost_rules import StageRule
 
-RoleName = Literal["judge", "extractor", "reference"]
+# What a task's verifier reads (a package index, retrieved passages, ...): the engine hands each task
+# the knowledge object of the run, loaded once per worker; the contract names no type of it.
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -43,25 +46,6 @@ class Verdict:
     evidence: str = ""
 
 
-@dataclass(frozen=True)
-class RoleCall:
-    """Prompts one row sends to a role model (the judge or the extractor) in one phase.
-
-    The stage gathers the calls of every row of a batch and sends them together, so a batch's
-    judge prompts are in flight at once; the replies come back to the same task method."""
-
-    role: RoleName
-    prompts: tuple[str, ...]
-    template: str  # versioned id of the prompt template, part of the call-cache key
-    keys: tuple[str, ...] = ()  # content key per prompt: what a recorded role model looks up
-    model: str | None = None  # one of several models of the role (e.g. a reference); None: its only one
-
-
-# What a phase's ``*_call`` returns: nothing, one call, or several (their replies come back in
-# order, one list); several calls let a row ask each of several reference models.
-Calls = RoleCall | tuple[RoleCall, ...] | None
-
-
 @dataclass
 class LoadedItems:
     items: list[Item]
@@ -69,7 +53,7 @@ class LoadedItems:
     sources: dict[str, str] = field(default_factory=dict)
 
 
-class Task(ABC):
+class Task(ABC, Generic[K]):
     """A benchmark task. Instances are stateless and picklable: knowledge comes in per call.
 
     A task that calls role models (``roles``) must also say what those calls cost: override
@@ -106,7 +90,7 @@ class Task(ABC):
     def decompose_call(self, text: str, item: Item) -> Calls:
         return None
 
-    def verify_call(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> Calls:
+    def verify_call(self, atoms: list[str], text: str, item: Item, kb: K) -> Calls:
         return None
 
     @abstractmethod
@@ -118,7 +102,7 @@ class Task(ABC):
         """D(y): the atomic units of a response (only called when R(y) = 1)."""
 
     @abstractmethod
-    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge",
+    def verify(self, atoms: list[str], text: str, item: Item, kb: K,
                replies: Sequence["Completion"] = ()) -> list[Verdict]:
         """V: one verdict per atom, in order."""
 

@@ -1,13 +1,14 @@
-"""The scripted stand-in's extractor mode: facts, reference titles and parses found by simple programs.
+"""What a scripted stand-in extractor answers to HALOGEN's prompts: facts, reference titles and
+parses found by simple programs (registered as the benchmark's ``stand_in``).
 
-A prompt following the extraction convention (see ``halluscope.tasks.halogen.prompts``) has a
+A prompt following the extraction convention (see ``halluscope.halogen.prompts``) has a
 line beginning ``Passage:`` (answered with the passage's sentences as ``- `` lines, up to a line
 beginning ``Facts:``) or ``References:`` (answered with ``Title: <t>;`` lines for each APA-style
 title after a ``(year).`` and each quoted title, else ``No titles.``).
 
 A HALOGEN parse prompt (``prompts.parse_*_prompt``: ``Text: <response>``, a blank line, then the
 template's question, recognised word for word) is answered in the layout the question asks for,
-comma-separated, which the paper's rules read (``halluscope.tasks.halogen.paper``):
+comma-separated, which the paper's rules read (``halluscope.halogen.paper``):
 
 - primality: the integers of each product the text writes (``17 × 19``, ``3 x 5``, ``3 * 5``);
 - graph: ``There is a flight from city X to city Y`` for each hop the text writes ``X to Y`` or
@@ -73,7 +74,7 @@ def _flights(text: str) -> list[str]:
 
 
 def _senator(text: str) -> list[str]:
-    from halluscope.tasks.halogen.paper import person_names
+    from halluscope.halogen.paper import person_names
 
     return person_names(text)[:1]
 
@@ -87,7 +88,7 @@ def _count_and_items(text: str) -> list[str]:
 @lru_cache(maxsize=1)
 def _parsers() -> dict[str, Callable[[str], list[str]]]:
     """Each parse template's question (the template rendered without a text) -> its parser."""
-    from halluscope.tasks.halogen import prompts
+    from halluscope.halogen import prompts
 
     def question(prompt: str) -> str:
         return prompt.rpartition("\n\n")[2]

@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from halluscope.errors import DataError
+from halluscope.knowledge.base import Knowledge
 from halluscope.records import stable_id
 from halluscope.sources import DataResolver, csv_rows, open_text, sha256_file
-from halluscope.tasks.base import Item, LoadedItems, RoleCall, Task
-from halluscope.tasks.halogen.paper import RuleSet, abstained
-from halluscope.tasks.halogen.steps import recorded_path, step_keys
+from halluscope.contract.task import Item, LoadedItems, Task
+from halluscope.contract.roles import RoleCall
+from halluscope.halogen.paper import RuleSet, abstained
+from halluscope.halogen.steps import recorded_path, step_keys
 
 RELEASED = json.loads(resources.files(__package__).joinpath("released_files.json").read_text())
 
@@ -47,7 +49,7 @@ def normalize_prompt(prompt: str) -> str:
     return " ".join(prompt.split())
 
 
-class HalogenTask(Task):
+class HalogenTask(Task[Knowledge]):
     """A HALOGEN task backed by its released prompt file and recorded responses.
 
     Each task comes in two rule sets (``paper.RULE_SETS``): ``paper``, named as the benchmark's

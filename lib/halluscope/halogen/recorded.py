@@ -1,7 +1,7 @@
 """HALOGEN's recorded pipeline: per released model, the response behind the released numbers
 and the output of every LLM step the authors ran on it (``halogen/recorded/``).
 
-A recorded role model (``backend: recorded``, ``steps: halluscope.tasks.halogen.recorded:replies``)
+A recorded role model (``backend: recorded``, ``steps: halluscope.halogen.recorded:replies``)
 answers a role call from these files: each call names its step and the content it asks about
 (``steps.step_keys``), and :func:`replies` maps the same keys to what the authors' model answered.
 The program tasks' verdicts are never read from here: their label columns are not shipped.
@@ -14,9 +14,10 @@ from collections import Counter
 from functools import partial
 
 from halluscope.sources import DataResolver
-from halluscope.tasks.halogen import TASKS, paper
-from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.steps import (FACT_VERDICT, FACTS, MEETING, PARSE, TITLE_FOUND, TITLES, read_rows,
+from halluscope.halogen import paper
+from halluscope.halogen.benchmark import TASKS
+from halluscope.halogen.common import HalogenTask
+from halluscope.halogen.steps import (FACT_VERDICT, FACTS, MEETING, PARSE, TITLE_FOUND, TITLES, read_rows,
                                             recorded_path, step_keys)
 
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from halluscope.models.base import Completion
-from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.cost_rules import StageRule, once, verdict
-import halluscope.tasks.halogen.prompts as prompts
-from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.llm_verified import reply_text
-from halluscope.tasks.halogen.paper import abstained
-from halluscope.tasks.halogen.steps import MEETING
-from halluscope.tasks.replies import excerpt, parse_yes_no
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Item, Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import StageRule, once, verdict
+import halluscope.halogen.prompts as prompts
+from halluscope.halogen.common import HalogenTask
+from halluscope.contract.replies import reply_text
+from halluscope.halogen.paper import abstained
+from halluscope.halogen.steps import MEETING
+from halluscope.contract.replies import excerpt, parse_yes_no
 
 _PEOPLE = ("name1", "birth1", "death1", "name2", "birth2", "death2")
 

@@ -17,13 +17,14 @@ from typing import Any, Mapping
 
 from halluscope.errors import DataError
 from halluscope.sources import sha256_file
-from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.cost_rules import StageRule
-import halluscope.tasks.halogen.paper as paper
-import halluscope.tasks.halogen.prompts as prompts
-from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.llm_verified import parse_rule, reply_text
-from halluscope.tasks.halogen.steps import PARSE, read_rows, recorded_path
+from halluscope.contract.task import Item, Verdict
+from halluscope.contract.cost_rules import StageRule
+import halluscope.halogen.paper as paper
+import halluscope.halogen.prompts as prompts
+from halluscope.halogen.common import HalogenTask
+from halluscope.halogen.llm_verified import parse_rule
+from halluscope.contract.replies import reply_text
+from halluscope.halogen.steps import PARSE, read_rows, recorded_path
 
 GOLD = paper.GOLD
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from halluscope.contract.completion import Completion
+
 _MARKUP = re.compile(r"[*_`#>]+")
 _ECHOED_CHOICES = re.compile(r"\(?\b(?:yes|true)\s*/\s*(?:no|false)\b\)?")  # "Answer (Yes/No): No"
 _NEGATED = re.compile(r"\b(?:not|isn't|is not|does not|doesn't|cannot be)\s+"
@@ -122,3 +124,10 @@ def excerpt(text: str | None, limit: int = 160) -> str:
     """A one-line excerpt of a model answer for evidence and error messages."""
     flat = " ".join((text or "").split())
     return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def reply_text(reply: Completion, role: str) -> str:
+    """A role model's answer, or an error naming the role when the call failed."""
+    if reply.error is not None or reply.text is None:
+        raise RuntimeError(f"{role} call failed: {reply.error or 'no text'}")
+    return reply.text

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from halluscope.tasks.base import RoleName
+    from halluscope.contract.roles import RoleName
 
 
 class SizeAssumptions(BaseModel):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from halluscope.knowledge.pypi import normalize
-from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.paper import paper_imports, stdlib_module
+from halluscope.contract.task import Item, Verdict
+from halluscope.halogen.common import HalogenTask
+from halluscope.halogen.paper import paper_imports, stdlib_module
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_NAME}(?:\s*\.\s*{_NAME})*"

@@ -9,19 +9,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from halluscope.models.base import Completion
-from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.cost_rules import Shape, Size, StageRule, once
-import halluscope.tasks.halogen.paper as paper
-import halluscope.tasks.halogen.prompts as prompts
-from halluscope.tasks.halogen.steps import FACTS
-from halluscope.tasks.replies import excerpt, parse_list, parse_yes_no
-
-
-def reply_text(reply: Completion, role: str) -> str:
-    if reply.error is not None or reply.text is None:
-        raise RuntimeError(f"{role} call failed: {reply.error or 'no text'}")
-    return reply.text
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Item, Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import Shape, Size, StageRule, once
+import halluscope.halogen.paper as paper
+import halluscope.halogen.prompts as prompts
+from halluscope.halogen.steps import FACTS
+from halluscope.contract.replies import excerpt, parse_list, parse_yes_no, reply_text
 
 
 def listed_items(reply: Completion, role: str, what: str) -> list[str]:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from halluscope.models.base import Completion
-from halluscope.tasks.base import Item, RoleCall, Verdict
-from halluscope.tasks.cost_rules import StageRule, once, verdict
-import halluscope.tasks.halogen.prompts as prompts
-import halluscope.tasks.halogen.paper as paper
-from halluscope.tasks.halogen.common import HalogenTask
-from halluscope.tasks.halogen.llm_verified import judge_verdict, listed_items, reply_text
-from halluscope.tasks.halogen.steps import TITLE_FOUND, TITLES
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Item, Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import StageRule, once, verdict
+import halluscope.halogen.prompts as prompts
+import halluscope.halogen.paper as paper
+from halluscope.halogen.common import HalogenTask
+from halluscope.halogen.llm_verified import judge_verdict, listed_items
+from halluscope.contract.replies import reply_text
+from halluscope.halogen.steps import TITLE_FOUND, TITLES
 
 
 # one title extraction per response; the cited titles are part of it (half assumed)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from halluscope.tasks.base import Item, Verdict
-from halluscope.tasks.cost_rules import StageRule
-import halluscope.tasks.halogen.paper as paper
-import halluscope.tasks.halogen.prompts as prompts
-from halluscope.tasks.halogen.common import HalogenTask, parse_list_field
-from halluscope.tasks.halogen.llm_verified import parse_rule, reply_text
-from halluscope.tasks.halogen.steps import PARSE
+from halluscope.contract.task import Item, Verdict
+from halluscope.contract.cost_rules import StageRule
+import halluscope.halogen.paper as paper
+import halluscope.halogen.prompts as prompts
+from halluscope.halogen.common import HalogenTask, parse_list_field
+from halluscope.halogen.llm_verified import parse_rule
+from halluscope.contract.replies import reply_text
+from halluscope.halogen.steps import PARSE
 
 
 def _condition_key(condition: str) -> str:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from halluscope.models.base import Completion
-from halluscope.tasks.base import RoleCall, Verdict
-from halluscope.tasks.cost_rules import StageRule, per_fact, verdict
-import halluscope.tasks.halogen.prompts as prompts
-from halluscope.tasks.halogen.common import HalogenTask, normalize_prompt
-from halluscope.tasks.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
-from halluscope.tasks.halogen.steps import FACT_VERDICT
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.cost_rules import StageRule, per_fact, verdict
+import halluscope.halogen.prompts as prompts
+from halluscope.halogen.common import HalogenTask, normalize_prompt
+from halluscope.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
+from halluscope.halogen.steps import FACT_VERDICT
 
 
 class GroundedFacts(FactsByExtractor, HalogenTask):

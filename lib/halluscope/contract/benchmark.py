@@ -1,6 +1,6 @@
 """What a benchmark package gives the engine: its tasks, its options and its metrics.
 
-A benchmark registers one ``Benchmark`` under the ``halluscope.tasks`` entry-point group. The
+A benchmark registers one ``Benchmark`` under the ``halluscope.benchmarks`` entry-point group. The
 engine plans, streams, commits, resumes and prices the benchmark's rows knowing only this
 object; the run config's ``benchmarks.<name>`` section is validated by ``options`` and handed
 to the benchmark's tasks and its ``metrics``.
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from halluscope.tasks.base import Task
+    from halluscope.contract.task import Task
 
 
 class NoOptions(BaseModel):
@@ -57,6 +57,9 @@ class Benchmark:
     # the ``scores`` columns its metrics read (the run reads no others when every benchmark of it
     # names them: prompts and atoms are most of the table); None: every column
     score_columns: Sequence[str] | None = None
+    # what a scripted stand-in extractor answers to this benchmark's role prompts (None: a prompt
+    # it does not recognise), so drills and tests run its LLM-verified paths without a model
+    stand_in: Callable[[str], str | None] | None = None
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

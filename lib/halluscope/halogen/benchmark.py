@@ -1,0 +1,29 @@
+"""HALOGEN registered with the engine: its nine tasks under each rule set, in the order of the
+paper's Table 1, and its metrics."""
+
+from __future__ import annotations
+
+from halluscope.halogen.biographies import Biographies
+from halluscope.halogen.code import CodePackages
+from halluscope.halogen.grounded import simplification, summarization
+from halluscope.halogen.historical_events import HistoricalEvents
+from halluscope.halogen.lists import FalsePresuppositions, RationalizationNumerical
+from halluscope.halogen.rationalization_binary import RationalizationBinary
+from halluscope.halogen.references import References
+
+from halluscope.halogen.metrics import SCORE_COLUMNS, compute
+from halluscope.contract.benchmark import Benchmark, MetricInputs
+from halluscope.halogen.paper import RULE_SETS
+from halluscope.halogen.stand_in import extract
+
+TASKS = [task(rules) for rules in RULE_SETS
+         for task in (CodePackages, References, summarization, simplification, Biographies, HistoricalEvents,
+                      FalsePresuppositions, RationalizationBinary, RationalizationNumerical)]
+
+
+def _metrics(inputs: MetricInputs) -> list[dict]:
+    return compute(inputs.scores)
+
+
+BENCHMARK = Benchmark("halogen", TASKS, metrics=_metrics, score_columns=SCORE_COLUMNS, stand_in=extract,
+                      description="HALOGEN: nine domains, paper rules and corrected rules")

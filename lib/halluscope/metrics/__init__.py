@@ -1,1 +1,0 @@
-"""Aggregates computed from written per-generation scores."""

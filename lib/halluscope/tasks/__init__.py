@@ -1,1 +1,0 @@
-"""Benchmarks as tasks: items, abstention rule, decomposition, verification."""

@@ -71,7 +71,7 @@ def config_dict(root: str, models: list[str], tasks: list[str], limit: int | Non
     """A small run config over the responses HALOGEN's released numbers were computed from, with
     the recorded role models the tasks call."""
     cfg = {"storage": {"root": root}, "tasks": tasks,
-           "models": [{"id": m, "backend": "replay", "params": {"source": "halogen-recorded"}} for m in models]
+           "models": [{"id": m, "backend": "replay", "params": {"source": "recorded"}} for m in models]
            + recorded_roles(tasks),
            "limits": {"max_items_per_task": limit}, "concurrency": {"batch_size": 64}}
     for k, v in extra.items():

@@ -114,12 +114,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_testset(args: argparse.Namespace) -> int:
-    from halluscope.hallulens.build import load_job, run_job, summary, uri
+    from halluscope.task_registry import benchmarks
 
-    job = load_job(args.job)
-    for ts in run_job(job):
-        print(uri(ts, job))
-        print("  " + summary(ts).replace("\n", "\n  "))
+    builders = {name: b.testsets for name, b in benchmarks().items() if b.testsets is not None}
+    name = args.benchmark or (next(iter(builders)) if len(builders) == 1 else None)
+    if name not in builders:
+        what = "name one" if name is None else f"'{name}' builds none"
+        raise ConfigError(f"testset --benchmark: {what}; benchmarks that build test sets: "
+                          f"{', '.join(sorted(builders)) or 'none'}")
+    for uri, summary in builders[name](args.job):
+        print(uri)
+        print("  " + summary.replace("\n", "\n  "))
     return 0
 
 
@@ -243,8 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure call sizes from an earlier run folder (repeatable)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.set_defaults(fn=_cmd_plan)
-    ts = sub.add_parser("testset", help="build HalluLens test sets (one per trial seed) and print their URIs")
+    ts = sub.add_parser("testset", help="build a benchmark's test sets from a job file and print their URIs")
     ts.add_argument("job", help="test-set job YAML (path or URL)")
+    ts.add_argument("--benchmark", help="the benchmark whose test sets the job builds (default: the only one that "
+                                        "builds test sets)")
     ts.set_defaults(fn=_cmd_testset)
     add_attribute_parser(sub)
     add_submit_parser(sub)

@@ -53,12 +53,14 @@ class SamplingSpec(_Strict):
 
 
 class ReplayParams(_Strict):
-    """Recorded generations. ``source: halogen`` finds HALOGEN's released file for the model id;
-    otherwise ``path`` is a CSV/JSONL/Parquet file with ``columns`` mapping its names to ours."""
+    """Recorded generations. ``source: released`` finds the file a benchmark released for the model
+    (through its task); otherwise ``path`` is a CSV/JSONL/Parquet file with ``columns`` mapping its
+    names to ours."""
 
-    source: Literal["halogen", "halogen-recorded", "file"] = Field(
-        default="halogen", description="halogen: the released responses/; halogen-recorded: the responses the "
-                                       "released numbers were computed from (recorded/), for every domain")
+    source: Literal["released", "recorded", "file"] = Field(
+        default="released", description="released: the responses a task's benchmark released; recorded: the "
+                                        "responses its published numbers were computed from, where it kept them")
+
     name: str | None = Field(default=None, description="model name in the source, default: the model id")
     path: str | None = None
     format: Literal["csv", "jsonl", "parquet"] | None = None
@@ -385,7 +387,7 @@ class RunConfig(_Strict):
     verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     benchmarks: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="benchmark name -> its options (each benchmark validates its own "
-                                          "section, e.g. benchmarks.hallulens.far_overrides)")
+                                          "section: benchmarks.<name>.<option>)")
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
     serve_http_port: int | None = Field(

@@ -37,7 +37,7 @@ R_TOLERANCE = 1e-5
 def _config():
     return parse_config({
         "tasks": [f"halogen/{d}" for d in DOMAINS],
-        "models": [{"id": m, "backend": "replay", "params": {"source": "halogen-recorded"}} for m in MODELS] + [
+        "models": [{"id": m, "backend": "replay", "params": {"source": "recorded"}} for m in MODELS] + [
             {"id": "recorded-extractor", "role": "extractor", "backend": "recorded", "params": STEPS},
             {"id": "recorded-judge", "role": "judge", "backend": "recorded", "params": STEPS}],
     }, "test")

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L4 models, knowledge", ("models", "knowledge")),
     ("L5 accounting, serving", ("cost", "serving", "runkit")),
     ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "attribution", "report")),
-    ("L7 engine, jobs", ("pipeline", "hallulens.build")),
+    ("L7 engine", ("pipeline",)),
     ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "attribution.cli")),
 ]
 

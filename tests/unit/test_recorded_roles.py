@@ -45,7 +45,7 @@ def test_a_provider_that_cannot_be_loaded_is_named():
 
 def _config():
     return parse_config({"tasks": ["halogen/historical_events"], "models": [
-        {"id": "gpt_4_0125_turbo", "backend": "replay", "params": {"source": "halogen-recorded"}},
+        {"id": "gpt_4_0125_turbo", "backend": "replay", "params": {"source": "recorded"}},
         {"id": "rec-judge", "role": "judge", "backend": "recorded", "params": {"steps": STEPS}}]}, "test")
 
 

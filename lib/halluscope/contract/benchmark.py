@@ -9,7 +9,7 @@ to the benchmark's tasks and its ``metrics``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,6 +60,9 @@ class Benchmark:
     # what a scripted stand-in extractor answers to this benchmark's role prompts (None: a prompt
     # it does not recognise), so drills and tests run its LLM-verified paths without a model
     stand_in: Callable[[str], str | None] | None = None
+    # ``halluscope testset JOB``: builds the test sets a job file describes, yielding each one's URI
+    # and a short summary (None: the benchmark's items come from released files alone)
+    testsets: Callable[[str], Iterable[tuple[str, str]]] | None = None
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

@@ -111,6 +111,12 @@ class Task(ABC, Generic[K]):
         that calls no role model makes none."""
         return ()
 
+    def replay_file(self, model_name: str, which: Literal["released", "recorded"]) -> str | None:
+        """The data name of a model's responses to this task that its benchmark released
+        (``released``), or the ones its published numbers were computed from (``recorded``); None
+        when that model has none here. Raises LookupError where the benchmark released none."""
+        raise LookupError(f"task {self.name} has no {which} responses")
+
     def replay_group(self, record: Mapping[str, Any]) -> str:
         """What repeats of a recorded row are counted over (its ``occurrence``): the
         whitespace-normalised prompt, unless a task's rows are identified otherwise."""

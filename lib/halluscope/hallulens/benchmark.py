@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from halluscope.contract.benchmark import Benchmark
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.tasks import TASKS
 
+def _testsets(job_uri: str) -> Iterator[tuple[str, str]]:
+    """Builds a job's test sets (one per trial seed), Wikipedia sampled afresh."""
+    from halluscope.hallulens.build import load_job, run_job, summary, uri
+
+    job = load_job(job_uri)
+    for ts in run_job(job):
+        yield uri(ts, job), summary(ts)
+
+
 BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
                       markdown=lambda records: "\n".join(report.leaderboard_section(records)),
-                      description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal")
+                      description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal", testsets=_testsets)

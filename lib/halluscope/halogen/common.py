@@ -9,7 +9,7 @@ from collections import Counter
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 from halluscope.errors import DataError
 from halluscope.knowledge.base import Knowledge
@@ -78,10 +78,11 @@ class HalogenTask(Task[Knowledge]):
                                                        units if units is not None else [""]))
         return RoleCall(role, tuple(prompts), template, keys)  # type: ignore[arg-type]
 
-    def recorded_file(self, model_name: str) -> str | None:
-        """The authors' recorded pipeline file of a released model for this task."""
-        self.released_file(model_name)  # an unknown model is an error, named
-        return recorded_path(self.response_dir, model_name)
+    def replay_file(self, model_name: str, which: Literal["released", "recorded"]) -> str | None:
+        if which == "recorded":  # the authors' recorded pipeline file of a released model
+            self.released_file(model_name)  # an unknown model is an error, named
+            return recorded_path(self.response_dir, model_name)
+        return self.released_file(model_name)
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         """Task fields kept from a prompt-file row (raises ValueError for a bad row)."""

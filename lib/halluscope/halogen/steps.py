@@ -44,6 +44,6 @@ def recorded_path(domain: str, model: str) -> str | None:
 
 def read_rows(path: Path) -> tuple[dict[str, str], ...]:
     """A recorded file's usable rows, as the replay join reads them: a model replayed from its
-    recorded file (``source: halogen-recorded``) has it parsed once for both (what is derived
+    recorded file (``source: recorded``) has it parsed once for both (what is derived
     from the rows is kept, not the rows)."""
     return tuple(row for _, row, _ in file_rows(path, "csv") if row is not None)

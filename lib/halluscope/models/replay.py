@@ -113,13 +113,11 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
     """(label for the manifest, local path, format) of a model's recorded generations for a task;
     None when the source has none for this task (every item is then missing, and counted)."""
     p = spec.params
-    if p.source in ("halogen", "halogen-recorded"):
-        # HALOGEN's tasks name the files the authors released
-        released = getattr(task, "recorded_file" if p.source == "halogen-recorded" else "released_file", None)
-        if released is None:
-            raise ConfigError(f"models: '{spec.id}' replays HALOGEN's released responses, "
-                              f"which have none for task {task.name}")
-        rel = released(p.name or spec.id)
+    if p.source in ("released", "recorded"):
+        try:  # the task names the files its benchmark's authors released
+            rel = task.replay_file(p.name or spec.id, p.source)
+        except LookupError as err:
+            raise ConfigError(f"models: '{spec.id}' replays {p.source} responses: {err}") from None
         return (rel, resolver.resolve(rel), "csv") if rel else None
     if not p.path:
         raise ConfigError(f"models: '{spec.id}': params.path is required when params.source is 'file'")

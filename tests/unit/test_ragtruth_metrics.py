@@ -7,7 +7,7 @@ import pytest
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.ragtruth.corpus import Label, Record, Source
-from halluscope.ragtruth.detectors import EmptyDetector, OracleDetector
+from tests.support.ragtruth_detectors import EmptyDetector, OracleDetector
 from halluscope.ragtruth.metrics import Counts, MetricOptions, count, merge_counts, scores, summarize
 from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.spans import Prediction, Span

@@ -5,8 +5,8 @@ Each module's docstring records the decisions the paper leaves open (spec: share
 
 from halluscope.ragtruth.corpus import (Corpus, CorpusOptions, Label, LabelFilter, LabelProblem, Manifest, Record,
                                         Source, load_corpus, load_corpus_dir)
-from halluscope.ragtruth.detectors import (Detector, DetectorOutput, DetectorProblem, EmptyDetector, OracleDetector,
-                                           PromptDetector, SpanModelDetector, SpanModelInput, SpanModelReply,
+from halluscope.ragtruth.detectors import (Detector, DetectorOutput, DetectorProblem, PromptDetector,
+                                           SpanModelDetector, SpanModelInput, SpanModelReply,
                                            TokenLabel)
 from halluscope.ragtruth.metrics import Counts, MetricOptions, Scores, count, merge_counts, scores, summarize
 from halluscope.ragtruth.selection import SelectionReport, select
@@ -15,9 +15,9 @@ from halluscope.ragtruth.stats import GroupStats, count_stats, merge_stats, mode
 from halluscope.ragtruth.taxonomy import LabelType, Quality, TaskType
 
 __all__ = [
-    "Corpus", "CorpusOptions", "Counts", "Detector", "DetectorOutput", "DetectorProblem", "EmptyDetector",
+    "Corpus", "CorpusOptions", "Counts", "Detector", "DetectorOutput", "DetectorProblem",
     "GroupStats", "Label", "LabelFilter", "LabelProblem", "LabelType", "Manifest", "MetricOptions",
-    "OracleDetector", "Prediction", "PromptDetector", "Quality", "Record", "Scores", "SelectionReport", "Source",
+    "Prediction", "PromptDetector", "Quality", "Record", "Scores", "SelectionReport", "Source",
     "Span", "SpanModelDetector", "SpanModelInput", "SpanModelReply", "TaskType", "TokenLabel", "count",
     "count_stats", "load_corpus", "load_corpus_dir", "merge_counts", "merge_stats", "model_table", "scores",
     "select", "summarize", "task_table",

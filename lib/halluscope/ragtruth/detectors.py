@@ -14,7 +14,6 @@ text) are reported too.
   ``ModelBackend`` it can also run itself (``predict``).
 - ``SpanModelDetector``: a fine-tuned span/token classifier behind any callable (e.g. a Ray Serve
   handle wrapper); see ``SpanBackend`` for the contract.
-- ``OracleDetector`` (gold spans) and ``EmptyDetector`` (nothing) for tests and bounds.
 """
 
 from __future__ import annotations
@@ -65,25 +64,6 @@ class Detector(Protocol):
     def predict(self, records: Sequence[Record]) -> DetectorOutput:
         """A prediction for every record it could judge; problems for the rest."""
         ...
-
-
-class OracleDetector:
-    """Predicts exactly the gold spans (after the corpus' label filter), typed: scores 1/1/1."""
-
-    name = "oracle"
-
-    def predict(self, records: Sequence[Record]) -> DetectorOutput:
-        return DetectorOutput({r.id: Prediction(tuple(Span(lb.start, lb.end, lb.label_type) for lb in r.gold))
-                               for r in records})
-
-
-class EmptyDetector:
-    """Never flags anything: recall 0 at both levels."""
-
-    name = "empty"
-
-    def predict(self, records: Sequence[Record]) -> DetectorOutput:
-        return DetectorOutput({r.id: Prediction() for r in records})
 
 
 def _check_lengths(what: str, records: Sequence[Record], replies: Sequence[object]) -> None:

@@ -65,7 +65,7 @@ def config(storage: dict, limit: int, titles: Path, articles: Path) -> dict:
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
     return {"storage": storage, "tasks": halogen_tasks(),
             "limits": {"max_items_per_task": limit}, "costs": {"price_table": None}, "cache": {"enabled": False},
-            "verifiers": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}},
+            "benchmarks": {"halogen": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}}},
             "models": [{"id": m, "backend": "replay"} for m in RELEASED["models"]] + [
                 {"id": "judge", "role": "judge", "backend": "scripted",
                  "params": {"support_on_overlap": 0.6, "default": "Yes", "serve": serve}},

@@ -57,7 +57,9 @@ def _input_notes(cfg, result) -> list[str]:
     from halluscope.report.leaderboard import input_notes
     from halluscope.storage.run import RunStore
 
-    files = {m.id: m.params.path for m in cfg.models if isinstance(m, ReplayModel) and m.params.source == "file"}
+    # a "file" model without a path never gets this far (its replay is refused before the run)
+    files = {m.id: m.params.path for m in cfg.models
+             if isinstance(m, ReplayModel) and m.params.source == "file" and m.params.path is not None}
     store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), result.run_id)
     return input_notes(result.missing, files, store.read_table("quarantine"), store.loc.child("quarantine").url)
 
@@ -93,8 +95,9 @@ def _prog() -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from halluscope.config import load_config
-    from halluscope.pipeline.estimate import TokenStats, check_budget, plan
+    from halluscope.pipeline.estimate import check_budget, plan
     from halluscope.pipeline.runner import cache_location, price_table
+    from halluscope.pipeline.token_stats import TokenStats
 
     cfg = load_config(args.config)
     stats = TokenStats.from_runs(args.stats, cfg.storage) if args.stats else None
@@ -206,7 +209,7 @@ def _partial_report(loc) -> str:
     progress = store.read_json("progress.json") or {"models": {}}
     for model, m in progress["models"].items():
         lines.append(f"{model}: {m['done']}/{m['total']} generations committed")
-    cfg = parse_config(manifest["config"], f"{loc.url}/manifest.json")
+    cfg = parse_config(manifest["config"], f"{loc.url}/manifest.json", stored=True)
     lines += ["", leaderboard(compute_metrics(cfg, store, read_scores(cfg, store)), manifest["run_id"])]
     return "\n".join(lines)
 
@@ -280,16 +283,17 @@ def _environment_error(err: BaseException) -> str | None:
     from botocore.exceptions import ConnectionError as EndpointError, NoCredentialsError
 
     seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, NoCredentialsError):
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, NoCredentialsError):
             return ("no S3 credentials: name the environment variables that hold them in storage.access_key_env "
                     "and storage.secret_key_env (or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
-        if isinstance(err, EndpointError):  # an endpoint that stopped answering during the run
-            return f"S3 storage did not answer: {' '.join(str(err).split())[:300]}"
-        if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
-            return str(err)
-        err = err.__cause__ or err.__context__
+        if isinstance(cause, EndpointError):  # an endpoint that stopped answering during the run
+            return f"S3 storage did not answer: {' '.join(str(cause).split())[:300]}"
+        if isinstance(cause, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
     return None
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Iterator, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from halluscope.contract.benchmark import KnowledgeFile
 from halluscope.errors import ConfigError, clip
-from halluscope.sources import PYPI_SIMPLE_INDEX, system_path_problem, url_scheme
+from halluscope.sources import system_path_problem, url_scheme
 from halluscope.storage.names import checked, model_id_problem, run_id_problem
 from halluscope.storage.spec import StorageSpec
 from halluscope.task_registry import benchmark_of, benchmarks, get_task, unknown_task
@@ -38,11 +40,9 @@ class DataSpec(_Strict):
     dir: str | None = None
     cache_dir: str = "~/.cache/halluscope/data"
     download: bool = True
-    pypi_index: str = Field(default="pypi/project-names.txt.gz",
-                            description="data name, local path or URL of a one-name-per-line project list")
     allow_http: bool = Field(
-        default=False, description="knowledge files (data.pypi_index, verifiers.pypi_extra_names, the title dump, "
-                                   "the article store) may be http(s):// URLs the driver and workers fetch; "
+        default=False, description="knowledge files a benchmark's options name (a package list, a title dump, an "
+                                   "article store) may be http(s):// URLs the driver and workers fetch; "
                                    "otherwise local paths and s3:// only (PyPI's live index aside)")
 
 
@@ -84,6 +84,10 @@ class OpenAIParams(_Strict):
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=4, ge=0)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    structured_output: Literal["off", "json_schema", "vllm"] = Field(
+        default="off", description="how the endpoint takes a judge's or extractor's answer format (a choice, a "
+                                   "JSON schema): off (not sent; the answer is parsed as free text), json_schema "
+                                   "(OpenAI's response_format), vllm (vLLM's structured_outputs)")
 
 
 Role = Literal["test", "judge", "extractor", "reference"]
@@ -229,49 +233,6 @@ class Concurrency(_Strict):
     generate_actors: int = Field(default=1, gt=0)
 
 
-class TitleIndexSpec(_Strict):
-    """The scholarly index that references are looked up in (HALOGEN references)."""
-
-    source: Literal["offline", "semantic_scholar"] = "offline"
-    dump: str | None = Field(default=None, description="offline: path or URL of a title dump "
-                                                       "(one title per line, .gz, or Parquet with a 'title' column)")
-    fuzzy_threshold: float | None = Field(default=None, gt=0, le=1,
-                                          description="None: exact match after normalisation")
-    base_url: str = "https://api.semanticscholar.org/graph/v1"
-    api_key_env: str = "S2_API_KEY"
-    rate_limit_per_s: float = Field(default=1.0, gt=0)
-
-    @model_validator(mode="after")
-    def _dump_for_offline(self) -> "TitleIndexSpec":
-        if self.source == "offline" and not self.dump:
-            raise ValueError("dump: an offline title index needs a title dump")
-        return self
-
-
-class WikiSpec(_Strict):
-    """Wikipedia articles the biography facts are checked against (HALOGEN biographies)."""
-
-    articles: str = Field(description="path or URL: FActScore SQLite db, JSONL or Parquet of {title, text}")
-    encoder: str | None = Field(default=None, description="sentence-transformers model dir; "
-                                                          "None: the packaged all-MiniLM-L6-v2")
-    passage_words: int = Field(default=256, gt=0)
-    top_k: int = Field(default=5, gt=0)
-
-
-class VerifierOptions(_Strict):
-    """Verifier switches and knowledge sources that change results; each is recorded in the manifest."""
-
-    import_name_aliases: bool = Field(
-        default=False,
-        description="accept well-known import names of PyPI projects (cv2 -> opencv-python); "
-                    "HALOGEN counts them as hallucinated, so the default keeps its rule")
-    pypi_extra_names: str | None = Field(
-        default=None, description="path or URL of a one-name-per-line file of PyPI project names accepted beside "
-                                  "the snapshot (e.g. names PyPI had when a benchmark's numbers were made)")
-    titles: TitleIndexSpec | None = None
-    wiki: WikiSpec | None = None
-
-
 class CacheSpec(_Strict):
     """The content-addressed cache of model calls; shareable across runs."""
 
@@ -384,7 +345,6 @@ class RunConfig(_Strict):
         description="the run fails (status failed, non-zero exit) when more of its generations than this "
                     "share failed (calls or decomposition that errored; items not in a replay file are "
                     "counted apart), and always when a model under test has no scored generation")
-    verifiers: VerifierOptions = Field(default_factory=VerifierOptions)
     benchmarks: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="benchmark name -> its options (each benchmark validates its own "
                                           "section: benchmarks.<name>.<option>)")
@@ -445,9 +405,12 @@ class RunConfig(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of what changes results (not run_id, storage, data location, width or Ray settings)."""
-        keep = self.model_dump(mode="json", include={"models", "tasks", "testsets", "limits", "verifiers"})
+        keep = self.model_dump(mode="json", include={"models", "tasks", "testsets", "limits"})
         if self.benchmarks:  # only then, so configs without options keep their fingerprint
             keep["benchmarks"] = self.benchmarks
+        for m in keep["models"]:  # likewise an endpoint left at structured_output: off
+            if m["params"].get("structured_output") == "off":
+                del m["params"]["structured_output"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -459,22 +422,81 @@ def validation_message(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def parse_config(data: Any, source: str = "<config>") -> RunConfig:
-    """Validate a mapping as a RunConfig; task names are checked against the task registry."""
+def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -> RunConfig:
+    """Validate a mapping as a RunConfig; task names are checked against the task registry.
+    ``stored``: a config read back from a run's manifest, whose keys that moved since the run
+    started are moved to their new place instead of refused."""
     source = clip(source)
     if not isinstance(data, dict):
         raise ConfigError(f"invalid run config {source}: expected a mapping at the top level")
     check_values(data, f"invalid run config {source}")
+    data = moved_forward(data) if stored else data
+    check_moved_keys(data, source)
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(validation_message(err, source)) from None
-    check_knowledge_sources(cfg, source)
     check_replay_paths(cfg, source)
     check_task_names(cfg.tasks, source)
     check_benchmark_options(cfg, source)
+    check_knowledge_sources(cfg, source)
     check_task_needs(cfg, source)
     return cfg
+
+
+def _moved() -> dict[tuple[str, ...], list[str]]:
+    """Old dotted key (as a path) -> where the registered benchmarks that took it over set it now."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for bench in benchmarks().values():
+        for old, new in bench.moved.items():
+            out.setdefault(tuple(old.split(".")), []).append(new)
+    return out
+
+
+def _paths(data: dict, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every key of a config document, as a path, parents before their children."""
+    for key, value in data.items():
+        path = (*prefix, str(key))
+        yield path
+        if isinstance(value, dict):
+            yield from _paths(value, path)
+
+
+def check_moved_keys(data: dict, source: str) -> None:
+    """A key a benchmark took over into its own section is refused in one line naming where it
+    is set now (the deepest such key given: ``verifiers.titles`` rather than ``verifiers``)."""
+    moved = _moved()
+    given = [p for p in _paths(data) if p in moved]
+    for path in given:
+        if not any(len(q) > len(path) and q[:len(path)] == path for q in given):
+            raise ConfigError(f"invalid run config {source}: {'.'.join(path)}: this option moved; set "
+                              f"{' or '.join(sorted(moved[path]))} instead")
+
+
+def moved_forward(data: dict) -> dict:
+    """A copy of a config document with each key a benchmark took over moved to its new place
+    (the deepest first; a place already set keeps its value). Keys that say nothing (null, {})
+    are dropped: the new places default to them."""
+    moved = _moved()
+    data = copy.deepcopy(data)
+    for path in sorted((p for p in _paths(data) if p in moved), key=len, reverse=True):
+        *parents, last = path
+        node = data
+        for key in parents:
+            node = node[key]
+        value = node.pop(last)
+        if value is None or value == {}:
+            continue
+        for new in moved[path]:
+            *new_parents, new_last = new.split(".")
+            target = data
+            for key in new_parents:
+                target = target.setdefault(key, {})
+            if isinstance(value, dict) and isinstance(target.get(new_last), dict):
+                target[new_last] = {**value, **target[new_last]}
+            else:
+                target.setdefault(new_last, value)
+    return data
 
 
 def check_benchmark_options(cfg: RunConfig, source: str) -> None:
@@ -493,8 +515,9 @@ def check_benchmark_options(cfg: RunConfig, source: str) -> None:
                 loc = ".".join(str(p) for p in ("benchmarks", name, *e["loc"]))
                 lines.append(f"  {loc}: {e['msg']}")
             raise ConfigError("\n".join(lines)) from None
-        if name in listed and known[name].role_models is not None:
-            for role, model in known[name].role_models(options):
+        role_models = known[name].role_models
+        if name in listed and role_models is not None:
+            for role, model in role_models(options):
                 if not any(m.id == model and m.role == role for m in cfg.models):
                     raise ConfigError(f"invalid run config {source}: benchmarks.{name} names {role} model "
                                       f"'{model}', but models has no model with id '{model}' and role: {role}")
@@ -522,9 +545,13 @@ def check_task_needs(cfg: RunConfig, source: str) -> None:
             if missing:
                 raise ConfigError(f"invalid run config {source}: testsets.{name} lists test sets per model but "
                                   f"none for {missing}")
-        for knowledge, field in (("titles", "verifiers.titles"), ("wiki", "verifiers.wiki")):
-            if knowledge in task.knowledge and getattr(cfg.verifiers, knowledge) is None:
-                raise ConfigError(f"invalid run config {source}: task '{name}' needs {field} to be set")
+        # a knowledge source named like a field of the benchmark's options is configured there
+        bench = benchmark_of(name).name
+        options = cfg.options_for(bench)
+        for knowledge in task.knowledge:
+            if knowledge in type(options).model_fields and getattr(options, knowledge) is None:
+                raise ConfigError(f"invalid run config {source}: task '{name}' needs "
+                                  f"benchmarks.{bench}.{knowledge} to be set")
 
 
 def source_problem(ref: str, allow_http: bool) -> str | None:
@@ -543,20 +570,30 @@ def source_problem(ref: str, allow_http: bool) -> str | None:
     return f"{scheme}:// is not read: use a local path or s3://... (or http(s)://... with data.allow_http: true)"
 
 
+def knowledge_files(options: BaseModel, prefix: str) -> Iterator[tuple[str, str, KnowledgeFile]]:
+    """(field, value, marker) of every set field of an options model, nested ones included, that
+    names a knowledge file (``contract.benchmark.KnowledgeFile``)."""
+    for name, info in type(options).model_fields.items():
+        value, field = getattr(options, name), f"{prefix}.{name}"
+        marker = next((m for m in info.metadata if isinstance(m, KnowledgeFile)), None)
+        if marker is not None and isinstance(value, str):
+            yield field, value, marker
+        inner = list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, part in inner:
+            if isinstance(part, BaseModel):
+                yield from knowledge_files(part, field if i is None else f"{field}.{i}")
+
+
 def check_knowledge_sources(cfg: RunConfig, source: str) -> None:
     """Knowledge files come from local paths or S3, never a system folder (/etc/shadow), and from
     http(s) only where the config says so: the driver and every worker fetch them. Nor are the
     data folders system folders (a data name "shadow" in data.dir /etc)."""
-    v = cfg.verifiers
-    refs = [("verifiers.pypi_extra_names", v.pypi_extra_names),
-            ("verifiers.titles.dump", v.titles.dump if v.titles else None),
-            ("verifiers.wiki.articles", v.wiki.articles if v.wiki else None),
-            ("verifiers.wiki.encoder", v.wiki.encoder if v.wiki else None),
-            ("data.pypi_index", None if cfg.data.pypi_index == PYPI_SIMPLE_INDEX else cfg.data.pypi_index)]
-    for field, ref in refs:
-        problem = None if ref is None else source_problem(ref, cfg.data.allow_http)
-        if problem:
-            raise ConfigError(f"invalid run config {source}: {field}: {clip(ref)}: {problem}")
+    named = dict.fromkeys([*cfg.benchmarks, *(benchmark_of(t).name for t in cfg.tasks)])
+    for bench in named:
+        for field, ref, marker in knowledge_files(cfg.options_for(bench), f"benchmarks.{bench}"):
+            problem = None if ref in marker.also else source_problem(ref, cfg.data.allow_http)
+            if problem:
+                raise ConfigError(f"invalid run config {source}: {field}: {clip(ref)}: {problem}")
     for field, folder in (("data.dir", cfg.data.dir), ("data.cache_dir", cfg.data.cache_dir)):
         problem = None if folder is None or not os.path.isabs(os.path.expanduser(folder)) else \
             system_path_problem(folder)
@@ -568,10 +605,11 @@ def check_replay_paths(cfg: RunConfig, source: str) -> None:
     """A replay file is a local file: a URL in params.path was looked up as a relative path
     ("<config folder>/file:/etc/passwd not found")."""
     for i, m in enumerate(cfg.models):
-        scheme = url_scheme(m.params.path) if isinstance(m, ReplayModel) and m.params.path else None
+        path = m.params.path if isinstance(m, ReplayModel) else None
+        scheme = url_scheme(path) if path else None
         if scheme:
             raise ConfigError(f"invalid run config {source}: models.{i}.params.path: replay paths must be local "
-                              f"files, not URLs ({scheme}:// in {clip(m.params.path)}); copy the file here and "
+                              f"files, not URLs ({scheme}:// in {clip(path)}); copy the file here and "
                               "give its path")
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from types import ModuleType
+from typing import Iterator, cast
 
 
 @contextmanager
@@ -15,7 +16,10 @@ def hidden(*names: str) -> Iterator[None]:
     seconds of each worker's start). They stay importable after the block; a library that checked
     for them inside it keeps its answer."""
     absent = [n for n in names if n not in sys.modules]
-    sys.modules.update(dict.fromkeys(absent))  # None: an import of it raises ImportError
+    # typeshed types sys.modules as holding modules only; the import system documents None
+    # entries (an import of such a name raises ImportError), which is what this relies on
+    modules = cast("dict[str, ModuleType | None]", sys.modules)
+    modules.update(dict.fromkeys(absent))
     try:
         yield
     finally:

@@ -13,13 +13,13 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, TypeVar
+from typing import Iterable, Iterator, Sequence, TypeGuard, TypeVar
 
 import ray
 from pydantic import BaseModel, ValidationError
 
 from halluscope import __version__
-from halluscope.config import SERVED_BACKENDS, ModelSpec, RaySpec, read_yaml, validation_message
+from halluscope.config import SERVED_BACKENDS, ModelSpec, RaySpec, ServedModel, read_yaml, validation_message
 from halluscope.errors import ConfigError
 from halluscope.quiet import quiet_ray
 from halluscope.serving.placement import placement
@@ -74,13 +74,18 @@ def unique_specs(specs: Sequence[ModelSpec]) -> list[ModelSpec]:
     return list(first.values())
 
 
+def is_served(spec: ModelSpec) -> TypeGuard[ServedModel]:
+    """Whether a run deploys the model on Ray Serve itself (scripted, hf, vllm)."""
+    return spec.backend in SERVED_BACKENDS
+
+
 @contextmanager
 def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator[tuple[dict, list[dict]]]:
     """Deploy the specs Ray Serve must host (scripted, hf, vllm) and remove them afterwards.
 
     Yields the endpoints by model id and a list that, once the block ends, holds each
     deployment's resource seconds (for the costs summary)."""
-    todo = [s for s in unique_specs(specs) if s.backend in SERVED_BACKENDS]
+    todo = [s for s in unique_specs(specs) if is_served(s)]
     deployments: list[dict] = []
     if not todo:
         yield {}, deployments

@@ -9,7 +9,8 @@ Downloads come from pinned sources only - HALOGEN's repository at the commit its
 were computed at - and each must match the sha256 pinned for its name in ``data_sha256.json`` (the
 file as published, before it is gzipped into the cache); a mirror (``$HALLUSCOPE_SOURCE_BASE_URL``)
 must serve the same files. The PyPI name snapshot has no public copy: PyPI's live index changes
-daily, so it is taken only when a config asks for it (``data.pypi_index: https://pypi.org/simple/``).
+daily, so it is taken only when a config asks for it
+(``benchmarks.halogen.pypi_index: https://pypi.org/simple/``).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def public_url(rel_path: str) -> str:
         return f"{HALOGEN_RAW}/{path}"
     if plain == "pypi/project-names.txt":
         raise DataError(f"the pinned PyPI name snapshot {rel_path} has no public copy (PyPI's live index changes "
-                        "daily): put the file in data.dir, or set data.pypi_index: "
+                        "daily): put the file in data.dir, or set benchmarks.halogen.pypi_index: "
                         f"{PYPI_SIMPLE_INDEX} to take today's live index (its sha256 goes into the manifest)")
     raise DataError(f"no public source is known for data file {rel_path}")
 

@@ -10,12 +10,14 @@ import pytest
 
 from halluscope.config import load_config
 from halluscope.pipeline.runner import run
-from halluscope.report.leaderboard import HALOGEN_PREAMBLE
+from halluscope.halogen.report import PREAMBLE
+from halluscope.report.render import md_text
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
+HALOGEN_PREAMBLE = md_text(PREAMBLE)  # as leaderboard.md writes it
 
 REPO = Path(__file__).resolve().parents[2]
 

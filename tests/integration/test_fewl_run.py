@@ -160,7 +160,7 @@ def test_fewl_scores_evaluation_costs_report_and_caches(ray_head, tmp_path):
         leaderboard = (tmp_path / "runs" / "fewl-1" / "leaderboard.md").read_text()
         assert "## FEWL" in leaderboard and "| fewl | best > bad | 4 | 0 | 0 | 100.0 |" in leaderboard
         page = (tmp_path / "runs" / "fewl-1" / "report.html").read_text()
-        assert "Leaderboard: fewl" in page and "Ranked first" in page
+        assert "<h2>FEWL</h2>" in page and "Ranked first" in page
 
         # a new run id: no model call repeated, the same scores
         calls = {m: s.calls for m, s in servers.items()}

@@ -52,7 +52,7 @@ def test_a_benchmark_outside_the_package_plugs_into_the_engine(tmp_path):
     # 8 questions; "I don't know" for Australia; Mombasa and Toronto are wrong
     assert (record["n"], record["response_ratio"], record["wrong_answer_rate"]) == (8, 7 / 8, 2 / 7)
     assert "## Capitals (worked example)" in (run / "leaderboard.md").read_text()
-    assert "Leaderboard: capitals" in (run / "report.html").read_text()
+    assert "<h2>Capitals (worked example)</h2>" in (run / "report.html").read_text()
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["counts"]["processed"] == 8
     assert "capitals_bench/questions.csv" in manifest["data_sources"]

@@ -110,8 +110,8 @@ def test_one_config_runs_four_benchmarks_and_submits_as_a_rayjob(ray_head, s3_en
     assert {"tested", "detector", "judge", "ref-1", "ref-2", "iwco"} <= priced
     board = store.loc.child("leaderboard.md").read_bytes().decode()
     html = store.loc.child("report.html").read_bytes().decode()
-    for name in ("ragtruth", "fewl"):
-        assert f"Leaderboard: {name}" in html
+    for title in ("RAGTruth", "FEWL"):
+        assert f"<h2>{title}</h2>" in html
     assert "HalluLens" in board and "halogen/code" in board.lower()
     assert store.read_json("manifest.json")["status"] == "complete"
 

@@ -97,7 +97,7 @@ def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
             f.write(json.dumps({"title": r["title"], "text": r["markdown"]}) + "\n")
     cfg = parse_config({"storage": storage, "tasks": list(testsets), "testsets": testsets,
                         "models": _models(), "costs": {"price_table": None},
-                        "verifiers": {"wiki": {"articles": str(tmp_path / "articles.jsonl")}}})
+                        "benchmarks": {"hallulens": {"wiki": {"articles": str(tmp_path / "articles.jsonl")}}}})
     result = run(cfg, run_id="lens", progress=False)
     store = RunStore(Location.from_url(storage["root"], spec), "lens")
     scores = store.read_table("scores").to_pylist()

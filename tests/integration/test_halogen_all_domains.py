@@ -67,7 +67,8 @@ def _config(root, titles, articles) -> dict:
         "limits": {"max_items_per_task": LIMIT},
         "concurrency": {"batch_size": 128},
         "costs": {"price_table": None},
-        "verifiers": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles), "top_k": 3}},
+        "benchmarks": {"halogen": {"titles": {"dump": str(titles)},
+                                   "wiki": {"articles": str(articles), "top_k": 3}}},
         "models": [{"id": m, "backend": "replay"} for m in MODELS] + [
             {"id": "judge", "role": "judge", "backend": "scripted",
              "params": {"support_on_overlap": 0.6, "default": "Yes",

@@ -2,6 +2,7 @@ import pytest
 
 from halluscope.config import default_config, load_config, parse_config
 from halluscope.errors import ConfigError
+from halluscope.task_registry import get_task
 
 
 def _write(tmp_path, text):
@@ -73,6 +74,50 @@ def test_fingerprint_ignores_storage_and_width():
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
 
 
+def test_fingerprint_changes_with_a_benchmark_option():
+    base = {"tasks": ["halogen/code@corrected"], "models": [{"id": "a", "backend": "replay"}]}
+    fingerprints = {parse_config({**base, **extra}).fingerprint() for extra in (
+        {}, {"benchmarks": {"halogen": {"import_name_aliases": True}}},
+        {"benchmarks": {"halogen": {"pypi_extra_names": "names.txt"}}},
+        {"benchmarks": {"halogen": {"pypi_index": "other.txt.gz"}}})}
+    assert len(fingerprints) == 4
+
+
+@pytest.mark.parametrize("old, message", [
+    ({"verifiers": {"titles": {"dump": "t.txt"}}},
+     "verifiers.titles: this option moved; set benchmarks.halogen.titles instead"),
+    ({"verifiers": {"import_name_aliases": True}}, "verifiers.import_name_aliases: this option moved; "
+                                                   "set benchmarks.halogen.import_name_aliases instead"),
+    ({"verifiers": {"wiki": {"articles": "a.jsonl"}}},
+     "verifiers.wiki: this option moved; set benchmarks.hallulens.wiki or benchmarks.halogen.wiki instead"),
+    ({"verifiers": {}}, "verifiers: this option moved; set benchmarks.halogen instead"),
+    ({"data": {"pypi_index": "names.txt.gz"}},
+     "data.pypi_index: this option moved; set benchmarks.halogen.pypi_index instead"),
+])
+def test_moved_keys_are_refused_naming_their_new_place(tmp_path, old, message):
+    base = {"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}]}
+    with pytest.raises(ConfigError) as err:
+        parse_config({**base, **old}, "run.yaml")
+    assert str(err.value) == f"invalid run config run.yaml: {message}"
+
+
+def test_a_stored_config_with_moved_keys_reads_back():
+    """A run's manifest keeps the config it started with: the old keys, defaults included."""
+    stored = {"tasks": ["halogen/code", "hallulens/longwiki"], "models": [TESTED, JUDGE, EXTRACTOR],
+              "testsets": {"hallulens/longwiki": ["ts"]},
+              "data": {"dir": None, "pypi_index": "names.txt.gz", "allow_http": False},
+              "verifiers": {"import_name_aliases": True, "pypi_extra_names": None, "titles": None,
+                            "wiki": {"articles": "a.jsonl", "top_k": 3}},
+              "benchmarks": {"hallulens": {"far_overrides": []}}}
+    cfg = parse_config(stored, stored=True)
+    halogen, hallulens = cfg.options_for("halogen"), cfg.options_for("hallulens")
+    assert halogen.import_name_aliases and halogen.pypi_index == "names.txt.gz"
+    assert halogen.wiki.top_k == hallulens.wiki.top_k == 3 and hallulens.far_overrides == []
+    assert "verifiers" in stored  # the document itself is left alone
+    with pytest.raises(ConfigError, match="this option moved"):
+        parse_config(stored)
+
+
 def test_config_from_s3(s3_endpoint, bucket, monkeypatch):
     import boto3
 
@@ -94,16 +139,19 @@ TESTED = {"id": "a", "backend": "replay"}
     ({"tasks": ["halogen/summarization"], "models": [TESTED, JUDGE]}, "needs a extractor model"),
     ({"tasks": ["halogen/references"], "models": [TESTED, EXTRACTOR]},
      "task 'halogen/references' needs a judge model"),  # the paper's title lookups, put to the judge
-    ({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR]}, "needs verifiers.titles to be set"),
+    ({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR]},
+     "task 'halogen/references@corrected' needs benchmarks.halogen.titles to be set"),
     ({"tasks": ["halogen/biographies@corrected"], "models": [TESTED, JUDGE, EXTRACTOR]},
-     "needs verifiers.wiki to be set"),
+     "needs benchmarks.halogen.wiki to be set"),
+    ({"tasks": ["hallulens/longwiki"], "models": [TESTED, JUDGE, EXTRACTOR],
+      "testsets": {"hallulens/longwiki": ["ts"]}}, "needs benchmarks.hallulens.wiki to be set"),
     ({"tasks": ["halogen/code"], "models": [TESTED, JUDGE, {**JUDGE, "id": "j2"}]}, "a run has at most one"),
     ({"tasks": ["halogen/code"], "models": [TESTED, {"id": "r", "role": "judge", "backend": "replay"}]},
      "a judge must be a live model"),
     ({"tasks": ["halogen/code"], "models": [JUDGE]}, "nothing to evaluate"),
     ({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR],
-      "verifiers": {"titles": {"source": "offline"}}},
-     "verifiers.titles: Value error, dump: an offline title index needs a title dump"),
+      "benchmarks": {"halogen": {"titles": {"source": "offline"}}}},
+     "benchmarks.halogen.titles: Value error, dump: an offline title index needs a title dump"),
 ])
 def test_llm_verified_tasks_need_their_roles_and_knowledge(cfg, message):
     with pytest.raises(ConfigError) as err:
@@ -112,20 +160,43 @@ def test_llm_verified_tasks_need_their_roles_and_knowledge(cfg, message):
 
 
 def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path):
-    from halluscope.pipeline.runner import knowledge_for
+    from halluscope.pipeline.runner import knowledge_for, knowledge_provenance
 
     monkeypatch.delenv("S2_KEY_FOR_TEST", raising=False)
     cfg = parse_config({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR],
                         "storage": {"root": f"file://{tmp_path}"},
-                        "verifiers": {"titles": {"source": "semantic_scholar", "api_key_env": "S2_KEY_FOR_TEST"}}})
+                        "benchmarks": {"halogen": {"titles": {"source": "semantic_scholar",
+                                                              "api_key_env": "S2_KEY_FOR_TEST"}}}})
     with pytest.raises(ConfigError, match="S2_KEY_FOR_TEST"):
-        knowledge_for(cfg).describe({"titles"})
+        knowledge_provenance(cfg, knowledge_for(cfg))
+
+
+def test_the_manifest_describes_halogen_knowledge_from_its_options(tmp_path):
+    from halluscope.pipeline.runner import knowledge_for, knowledge_provenance
+
+    (tmp_path / "names.txt").write_text("numpy\nopencv-python\n")
+    (tmp_path / "extra.txt").write_text("# then\nPIL\n")
+    cfg = parse_config({"tasks": ["halogen/code@corrected", "halogen/historical_events"],
+                        "models": [TESTED, JUDGE], "data": {"cache_dir": str(tmp_path / "cache")},
+                        "storage": {"root": f"file://{tmp_path}"},
+                        "benchmarks": {"halogen": {"pypi_index": str(tmp_path / "names.txt"),
+                                                   "pypi_extra_names": str(tmp_path / "extra.txt"),
+                                                   "import_name_aliases": True}}})
+    kb = knowledge_for(cfg)
+    described = knowledge_provenance(cfg, kb)
+    assert set(described) == {"pypi", "pypi_extra_names"}
+    assert described["pypi"]["source"] == str(tmp_path / "names.txt") and described["pypi"]["import_name_aliases"]
+    assert described["pypi_extra_names"]["names"] == 1
+    task = get_task("halogen/code@corrected")
+    verdicts = task.verify(["numpy", "PIL", "cv2", "os", "nope"], "", None, kb)
+    assert [v.supported for v in verdicts] == [True, True, True, True, False]
+    assert verdicts[2].evidence == "pypi (import name of opencv-python)"
 
 
 def test_hallulens_tasks_need_their_test_sets():
     with pytest.raises(ConfigError, match="task 'hallulens/longwiki' needs testsets.hallulens/longwiki"):
         parse_config({"tasks": ["hallulens/longwiki"], "models": [TESTED, JUDGE, EXTRACTOR],
-                      "verifiers": {"wiki": {"articles": "a.jsonl"}}})
+                      "benchmarks": {"hallulens": {"wiki": {"articles": "a.jsonl"}}}})
 
 
 def test_a_folder_or_a_binary_file_is_a_one_line_error(tmp_path):

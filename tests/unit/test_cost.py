@@ -122,7 +122,7 @@ def test_report_html_says_the_total_is_incomplete(tmp_path):
     store.write_costs(costs)
     page = render_report(store)
     assert "Cost of this run: incomplete: 1 line item unpriced (priced items $0.0001)" in page
-    assert "<li>judge (judge) abstain: no price for API model &#x27;llama-3.1-70b-instruct&#x27;" in page
+    assert "<li>judge (judge) abstain: no price for API model &#39;llama-3.1-70b-instruct&#39;" in page
 
 
 # --- node billing -------------------------------------------------------------------------------

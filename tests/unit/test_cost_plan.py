@@ -9,16 +9,21 @@ import math
 
 import pyarrow as pa
 import pytest
+import yaml
 
 from halluscope import records
 from halluscope.config import parse_config
-from halluscope.cost.prices import PriceTable
-from halluscope.errors import DataError, RunError
+from halluscope.cost.prices import PriceTable, load_prices
+from halluscope.errors import ConfigError, DataError, RunError
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
-from halluscope.pipeline.estimate import PlanOptions, Throughput, TokenStats, check_budget, params_billions, plan
+from halluscope.pipeline.estimate import check_budget, plan
+from halluscope.pipeline import throughput
+from halluscope.pipeline.throughput import (CHECKOUT, DEFAULT_THROUGHPUT_TABLE, PlanOptions, Throughput,
+                                           find_throughput_table, load_throughput, params_billions)
+from halluscope.pipeline.token_stats import TokenStats
 from halluscope.records import generation_id
 from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
@@ -320,3 +325,56 @@ def test_a_replay_only_plan_checks_its_files_and_holds_no_served_model(data, tmp
     recorded.unlink()
     with pytest.raises(DataError, match=f"recorded generations file not found: {recorded}"):
         plan(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS)
+
+
+# --- the throughput table (cluster/throughput.yaml) ------------------------------------------
+
+def test_the_throughput_table_gives_every_priced_accelerator_a_figure():
+    table = load_throughput(CHECKOUT / DEFAULT_THROUGHPUT_TABLE)
+    prices = load_prices(str(CHECKOUT / "cluster" / "prices.yaml"))
+    assert set(prices.gpu_hour_usd) <= set(table.throughput)
+    assert PlanOptions().throughput == table.throughput
+
+
+def test_the_throughput_table_is_found_from_any_directory_and_the_working_directorys_wins(data, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no cluster/ here: the checkout this package runs from has it
+    assert find_throughput_table() == CHECKOUT / DEFAULT_THROUGHPUT_TABLE
+    # costs.price_table: null leaves dollars unknown, never the served models' hours
+    p = plan(_cfg(data, costs={"price_table": None}), None, options=PlanOptions(params_b={"judge": 16}))
+    assert p.wall_hours is not None and _rows(p)[("llama", "halogen/code", "generate")].resource_hours
+    own = yaml.safe_load((CHECKOUT / DEFAULT_THROUGHPUT_TABLE).read_text())
+    own["throughput"]["H100"]["decode_tokens_per_s"] = 1
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / DEFAULT_THROUGHPUT_TABLE).write_text(yaml.safe_dump(own))  # as a job's checkout holds it
+    assert PlanOptions().throughput["H100"].decode_tokens_per_s == 1
+
+
+def test_without_a_throughput_table_only_a_served_model_stops_the_plan(data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(throughput, "CHECKOUT", tmp_path)
+    assert PlanOptions().throughput == {}
+    with pytest.raises(ConfigError, match="cluster/throughput.yaml .* run from the repository"):
+        plan(_cfg(data), None, options=OPTIONS)
+    text = plan(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES).table()  # no served model
+    assert "no throughput table (cluster/throughput.yaml not found)" in text
+
+
+def test_a_bad_throughput_table_names_the_file_and_field(tmp_path):
+    table = yaml.safe_load((CHECKOUT / DEFAULT_THROUGHPUT_TABLE).read_text())
+    table["throughput"]["H100"]["prefill_tokens_per_s"] = 0
+    bad = tmp_path / "throughput.yaml"
+    bad.write_text(yaml.safe_dump(table))
+    with pytest.raises(ConfigError, match=f"invalid throughput table {bad}: throughput.H100.prefill_tokens_per_s"):
+        load_throughput(bad)
+    with pytest.raises(ConfigError, match="throughput table not found"):
+        load_throughput(tmp_path / "none.yaml")
+
+
+def test_a_model_is_planned_only_on_the_tasks_it_answers(data):
+    """models[].tasks: the run never generates the other pairs, so the plan neither loads nor bills them."""
+    only_code = {**API, "tasks": ["halogen/code"]}
+    rows = _rows(plan(_cfg(data, models=(only_code, LLAMA, JUDGE)), PRICES, options=OPTIONS))
+    assert ("api", "halogen/code", "generate") in rows
+    assert not any(m == "api" and t == "halogen/historical_events" for m, t, _ in rows)
+    assert ("llama", "halogen/historical_events", "generate") in rows

@@ -165,7 +165,8 @@ def test_every_yaml_parses(path: Path) -> None:
 
 def test_expected_files_exist() -> None:
     for rel in (
-        "cluster/Dockerfile", "cluster/runtime_env.yaml", "cluster/prices.yaml", "cluster/node_types.yaml",
+        "cluster/Dockerfile", "cluster/runtime_env.yaml", "cluster/prices.yaml", "cluster/throughput.yaml",
+        "cluster/node_types.yaml",
         "serve/judge-llama-3.1-70b.yaml", "serve/extractor-llama-3.1-405b-fp8.yaml",
         "k8s/base/kustomization.yaml", "k8s/base/secrets.example.env",
         "k8s/overlays/dev/kustomization.yaml", "k8s/overlays/prod/kustomization.yaml", "ray_cluster.yaml",

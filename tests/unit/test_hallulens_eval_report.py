@@ -11,6 +11,7 @@ from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens import report
 from halluscope.pipeline.runner import compute_metrics
 from halluscope.records import SCORES
+from halluscope.report.leaderboard import leaderboard
 
 GEMMA, LLAMA = "gemma-2-9b-it", "llama-3.1-8b-instruct"
 MIXED, GENERATED = "hallulens/nonexistent_mixed", "hallulens/nonexistent_generated"
@@ -76,7 +77,7 @@ def test_gemma_medicine_rate_is_set_to_zero_by_default_and_the_measured_one_kept
     # another model's medicine answers are scored as the judge read them
     assert "overrides" not in llama and "measured_false_acceptance_rate" not in llama["summary"]
     assert llama["trials"][0]["subtasks"]["mixed"]["by_domain"]["medicine"]["false_acceptance_rate"] == 1.0
-    board = "\n".join(report.leaderboard_section(list(records.values())))
+    board = leaderboard(list(records.values()), "r")
     assert (f"- {GEMMA}: {MIXED} medicine false acceptance rate set to 0.0 (model id contains 'gemma'); "
             "measured per trial: 50.0, 0.0; NonExistent FAR as measured: 37.5 ± 11.8") in board
 

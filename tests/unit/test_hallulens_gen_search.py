@@ -110,6 +110,23 @@ def test_retry_after_is_honoured(stub_factory):
     assert stub.requests[1]["t"] - stub.requests[0]["t"] >= 0.3
 
 
+def test_retry_after_as_an_http_date_is_honoured_up_to_the_cap(stub_factory, monkeypatch):
+    """Waits recorded through halluscope.retry's patchable wait instead of slept."""
+    import email.utils
+
+    from halluscope import retry
+
+    waits: list[float] = []
+    monkeypatch.setattr(retry, "pause", waits.append)
+    in_a_minute = email.utils.formatdate(time.time() + 60, usegmt=True)
+    stub = stub_factory([(503, "busy", {"Retry-After": in_a_minute}), (429, "slow down", {"Retry-After": in_a_minute}),
+                         (200, BRAVE_ANSWER, {})])
+    with client(stub, max_backoff_s=45.0) as brave:
+        brave.search("q")
+    assert len(stub.requests) == 3 and len(waits) == 2
+    assert 40.0 < waits[0] <= 45.0 and waits[1] == 45.0  # about a minute away, capped at 45 s
+
+
 def test_rate_limit_spaces_requests(stub_factory):
     stub = stub_factory([])
     with client(stub, rate_limit_per_s=10.0) as brave:

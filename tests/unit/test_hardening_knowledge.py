@@ -1,5 +1,5 @@
-"""Knowledge files (verifiers.pypi_extra_names, the title dump, the article store, data.pypi_index)
-come from local paths or S3, never from a system folder, and over http(s) only where the config
+"""Knowledge files (benchmarks.halogen.pypi_extra_names and pypi_index, the title dump, the article
+stores) come from local paths or S3, never from a system folder, and over http(s) only where the config
 sets data.allow_http; data.dir must be a folder."""
 
 from __future__ import annotations
@@ -52,22 +52,24 @@ URL = f"http://127.0.0.1:{free_port()}/names.txt"
     ("ftp://127.0.0.1/names.txt", "ftp:// is not read"),
 ])
 def test_pypi_extra_names_from_a_system_file_or_a_url_is_refused_by_plan(tmp_path, capsys, ref, problem):
-    err = _plan_error(capsys, _config(tmp_path, verifiers__pypi_extra_names=ref))
-    assert f"verifiers.pypi_extra_names: {ref}: {problem}" in err
+    err = _plan_error(capsys, _config(tmp_path, benchmarks__halogen__pypi_extra_names=ref))
+    assert f"benchmarks.halogen.pypi_extra_names: {ref}: {problem}" in err
 
 
 def test_a_symbolic_link_into_a_system_folder_is_refused(tmp_path, capsys):
     (tmp_path / "names.txt").symlink_to("/etc/passwd")
-    err = _plan_error(capsys, _config(tmp_path, verifiers__pypi_extra_names=str(tmp_path / "names.txt")))
+    err = _plan_error(capsys, _config(tmp_path, benchmarks__halogen__pypi_extra_names=str(tmp_path / "names.txt")))
     assert "is in the system folder /etc" in err
     with pytest.raises(DataError, match="system folder /etc"):  # and where a worker resolves it
         DataResolver(cache_dir=str(tmp_path / "c")).resolve_any(str(tmp_path / "names.txt"))
 
 
 @pytest.mark.parametrize("field, spec", [
-    ("verifiers.titles.dump", {"verifiers": {"titles": {"source": "offline", "dump": URL}}}),
-    ("verifiers.wiki.articles", {"verifiers": {"wiki": {"articles": URL}}}),
-    ("data.pypi_index", {"data": {"pypi_index": URL}}),
+    ("benchmarks.halogen.titles.dump", {"benchmarks": {"halogen": {"titles": {"source": "offline", "dump": URL}}}}),
+    ("benchmarks.halogen.wiki.articles", {"benchmarks": {"halogen": {"wiki": {"articles": URL}}}}),
+    ("benchmarks.halogen.wiki.encoder", {"benchmarks": {"halogen": {"wiki": {"articles": "a.db", "encoder": URL}}}}),
+    ("benchmarks.halogen.pypi_index", {"benchmarks": {"halogen": {"pypi_index": URL}}}),
+    ("benchmarks.hallulens.wiki.articles", {"benchmarks": {"hallulens": {"wiki": {"articles": URL}}}}),
 ])
 def test_http_knowledge_needs_data_allow_http(field, spec):
     base = {"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}]}
@@ -79,8 +81,10 @@ def test_http_knowledge_needs_data_allow_http(field, spec):
 
 def test_the_live_pypi_index_and_s3_stay_allowed():
     base = {"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}]}
-    parse_config({**base, "data": {"pypi_index": PYPI_SIMPLE_INDEX}})
-    parse_config({**base, "verifiers": {"pypi_extra_names": "s3://bucket/names.txt"}})
+    parse_config({**base, "benchmarks": {"halogen": {"pypi_index": PYPI_SIMPLE_INDEX}}})
+    parse_config({**base, "benchmarks": {"halogen": {"pypi_extra_names": "s3://bucket/names.txt"}}})
+    with pytest.raises(ConfigError, match="pypi_extra_names: https://pypi.org/simple/: http"):  # that list alone
+        parse_config({**base, "benchmarks": {"halogen": {"pypi_extra_names": PYPI_SIMPLE_INDEX}}})
 
 
 def test_resolver_refuses_system_files_and_file_urls_into_them(tmp_path):

@@ -8,10 +8,10 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from halluscope.config import VerifierOptions
 from halluscope.knowledge.base import Knowledge
 from halluscope.knowledge.index_cache import load_table, save_table
 from halluscope.knowledge.pypi import PackageIndex
+from halluscope.knowledge.specs import TitleIndexSpec
 from halluscope.knowledge.titles import OfflineTitleIndex
 from halluscope.sources import DataResolver, sha256_file
 
@@ -49,10 +49,9 @@ def test_a_planted_pickle_never_runs(tmp_path, snapshot):
     cache_dir = tmp_path / "data" / "indexes"
     _plant_pickles(cache_dir, sha256_file(snapshot), marker)
     resolver = DataResolver(cache_dir=str(tmp_path / "data"), download=False)
-    knowledge = Knowledge(resolver, str(snapshot), VerifierOptions(titles={"source": "offline",
-                                                                         "dump": str(snapshot)}))
-    assert knowledge.pypi.lookup("numpy") == (True, "pypi")
-    assert knowledge.titles.lookup("requests").supported is True
+    knowledge = Knowledge(resolver)
+    assert knowledge.packages(str(snapshot)).lookup("numpy") == (True, "pypi")
+    assert knowledge.titles(TitleIndexSpec(dump=str(snapshot))).lookup("requests").supported is True
     OfflineTitleIndex.cached(snapshot, cache_dir, fuzzy_threshold=0.9)
     assert not marker.exists()
     # the garbage was replaced by real indexes, which the next process loads

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from halluscope.models.base import Completion, GenerationRequest, SamplingParams
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.openai_http import OpenAIBackend
 from tests.support.openai_server import FailPlan, OpenAIStubServer
 
@@ -238,3 +239,24 @@ def test_an_endpoint_that_never_answers_trips_the_breaker() -> None:
                                                r"\(last: no answer within params.timeout_s=0.2 s\)"):
             backend.generate_batch(requests_for(*(f"q{i}" for i in range(20))))
         assert time.perf_counter() - started < 2.0
+
+
+def test_an_http_date_retry_after_is_waited_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retry-After as an HTTP-date a minute ahead: the wait is that minute, capped at backoff_max_s
+    (recorded through halluscope.retry's patchable wait, not slept)."""
+    import email.utils
+
+    from halluscope import retry
+
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(retry, "apause", record)
+    plan = FailPlan(first_n=1, status=429, retry_after=email.utils.formatdate(time.time() + 60, usegmt=True))
+    with OpenAIStubServer(fail_plan=plan) as server:
+        [result] = make_backend(server, backoff_max_s=7.0).generate_batch(requests_for("later"))
+
+    assert result.text == "answer to: later" and result.attempts == 2
+    assert waits == [7.0]

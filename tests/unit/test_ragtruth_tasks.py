@@ -53,6 +53,10 @@ def test_the_judge_spans_of_a_generated_answer_are_unsupported_atoms(tmp_path):
     answer = "Eggs boil for an hour in the sea."
     (call,) = [Generate().decompose_call(answer, item)]
     assert call.role == "judge" and "Answer to check:\n" + answer in call.prompts[0]
+    # an endpoint that supports it is held to the JSON object the prompt asks for
+    assert call.answer_format is not None and call.answer_format.json_schema == {
+        "type": "object", "properties": {"hallucination list": {"type": "array", "items": {"type": "string"}}},
+        "required": ["hallucination list"], "additionalProperties": False}
     # overlapping spans count once, as the detector's n_spans does
     atoms = Generate().decompose(answer, item, [Completion(reply("an hour", "hour in the sea", "never"))])
     assert atoms == ["an hour in the sea", "never"]

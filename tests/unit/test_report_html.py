@@ -21,10 +21,13 @@ import pytest
 
 from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
+from halluscope.hallulens.report import difficulty_series
+from halluscope.halogen import causes
 from halluscope.halogen.metrics import averages
+from halluscope.halogen.report import DOCS_HREF
 from halluscope.records import COSTS, TABLES
-from halluscope.report import causes, svg
-from halluscope.report.html import CSS, DOCS_HREF, difficulty_series, render_report, write_report
+from halluscope.report import svg
+from halluscope.report.html import CSS, render_report, write_report
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -176,21 +179,27 @@ def test_page_is_self_contained_escaped_and_links_relative(run):
     for fact in ("r1", "complete", "2026-01-02T03:04:05+00:00", "halluscope 0.1.0 (abc1234)", "0123456789abcdef",
                  "420 planned", "2 without a recorded response"):
         assert fact in page
-    for title in ("Leaderboard: HALOGEN", "Leaderboard: HalluLens", "Refusal versus hallucination",
-                  "Per-difficulty curves (HalluLens)", "Hallucination by domain (HALOGEN)", "Cost breakdown"):
+    for title in ("HALOGEN", "HalluLens", "Refusal versus hallucination", "Per-difficulty curves (HalluLens)",
+                  "Hallucination by domain (HALOGEN)", "Cost breakdown"):
         assert f"<h2>{title}</h2>" in page
+
+
+def _section(page: str, title: str) -> str:
+    """A section of the page, from its heading to the next one."""
+    start = page.index(f"<h2>{title}</h2>")
+    return page[start:page.index("<h2>", start + 1)]
 
 
 def test_leaderboards_show_ours_beside_published(run):
     page = render_report(run)
     # llama_3_8b_chat, response tasks: our average U = (0.93 + 0.49) / 2 = 0.710; released
     # (published_results.json) U code 0.922581, biographies 0.478605 -> mean 0.700593
-    assert '0.710<span class="pub">0.701</span>' in page
+    assert '0.710<span class="beside">0.701</span>' in page
     # its code cell: H/R ours 0.05 / (98/100), released 0.05298 / 0.974194
-    assert '0.050/0.980<span class="pub">0.053/0.974</span>' in page
+    assert '0.050/0.980<span class="beside">0.053/0.974</span>' in page
     # <x&y>: biographies H undefined; the refusal task has no rate at all; not a released model
-    assert '–/0.000<span class="pub">–/–</span>' in page
-    assert '–/–<span class="pub">–/–</span>' in page
+    assert '–/0.000<span class="beside">–/–</span>' in page
+    assert '–/–<span class="beside">–/–</span>' in page
     # HalluLens, percent mean ± sample std over the 2 trials:
     # PWQA hallucination rate 2/8 = 0.25 and 6/8 = 0.75 -> 50.0 ± 35.4 (std = 0.25 * sqrt 2)
     # LongWiki precision 0.7 and 0.6 -> 65.0 ± 7.1; NonExistent FAR 0.25 and 0.75 -> 50.0 ± 35.4
@@ -223,13 +232,15 @@ def test_each_differing_domain_names_its_cause_and_links_the_docs(tmp_path):
     page = render_report(make_run(Location.from_url(str(tmp_path)), metrics=halogen_records() + [exact]))
     repro = page[page.index("<h3>Reproduction of the released numbers"):page.index("<h3>Per task</h3>")]
     code = _row(repro, "code")
-    assert code[:2] == ["2", "2"]  # models, differ
-    assert code[-1] == (f'<span class="cause">{svg.esc(causes.CAUSES["halogen/code"])} '
-                        f'(<a href="{DOCS_HREF}">docs/architecture.md, "HALOGEN decisions"</a>)</span>')
+    assert code[:3] == ["2", "2", "0"]  # models, differ, reproduced (within 0.005 and 0.002)
+    assert code[-1] == (f'<span class="wrap"><a href="{DOCS_HREF}">{html.escape(causes.CAUSES["halogen/code"])}'
+                        '</a></span>')
     assert "2026 snapshot" in code[-1]
-    assert _row(repro, "references") == ["1", "0", "0.0000", "0.0000", "matches the released numbers"]
+    # models, differ, reproduced, max |dH|, mean |dH|, max |dR|, why
+    assert _row(repro, "references") == ["1", "0", "1", "0.0000", "0.0000", "0.0000",
+                                         '<span class="wrap">matches the released numbers</span>']
     # a difference no cause explains says so, still with the link
-    assert "no known cause (<a" in _row(repro, "biographies")[-1]
+    assert f'<a href="{DOCS_HREF}">no known cause</a>' in _row(repro, "biographies")[-1]
     # the link's anchor is the section's heading in the repository's docs, as GitHub names it
     doc = Path(__file__).resolve().parents[2] / causes.DOC
     slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
@@ -242,30 +253,32 @@ def test_each_differing_domain_names_its_cause_and_links_the_docs(tmp_path):
 def test_corrected_numbers_stand_beside_the_paper_ones_never_mixed(run):
     page = render_report(run)
     # per task: gpt-4's code under the paper rules, the released numbers, d, then the corrected rules'
-    details = page[page.index("<h3>Per task</h3>"):page.index("<h2>Leaderboard: HalluLens</h2>")]
+    details = page[page.index("<h3>Per task</h3>"):page.index("<h2>", page.index("<h3>Per task</h3>"))]
     assert "code@corrected" not in details
-    code = details[details.index("<summary>code (the authors&#x27; rules, corrected beside them)</summary>"):]
+    code = details[details.index("<summary>halogen/code (response-based): the authors&#39; rules, corrected rules "
+                                 "beside them</summary>"):]
     gpt4 = _row(code[:code.index("</details>")], "gpt_4_0125_turbo")
-    assert gpt4[2:6] == ["0.040", "0.040", "0.990", "0.950"] and gpt4[-3:] == ["0.012", "0.990", "0.970"]
+    # n, H, H micro, R, U, released H, R, U, dH, dR, corrected H, R, U, errors, not in file
+    assert gpt4[1:5] == ["0.040", "0.040", "0.990", "0.950"] and gpt4[-5:-2] == ["0.012", "0.990", "0.970"]
     # released H 0.03984, R 0.996313, U 0.956621: dH = 0.04 - 0.03984, dR = 0.99 - 0.996313
-    assert gpt4[6:11] == ["0.040", "0.996", "0.957", "+0.0002", "-0.0063"]
+    assert gpt4[5:10] == ["0.040", "0.996", "0.957", "+0.0002", "-0.0063"]
     # the corrected rules' averages have a table of their own, without released numbers
     corrected = page[page.index("paper Table 2 layout, corrected rules)"):page.index("<h3>Per task</h3>")]
     assert _row(corrected, "gpt_4_0125_turbo")[:3] == ["0.970", "0.012", "0.990"]
-    assert 'class="pub"' not in corrected
+    assert 'class="beside"' not in corrected
     # the paper tables, the scatter and the main bar chart show the paper rules only
-    paper = page[page.index("<h2>Leaderboard: HALOGEN</h2>"):page.index("<h3>Reproduction")]
+    paper = page[page.index("<h2>HALOGEN</h2>"):page.index("<h3>Reproduction")]
     assert "corrected" not in paper.split("</p>", 1)[1]
-    scatter = page[page.index("<h2>Refusal versus hallucination</h2>"):page.index("<h2>Per-difficulty")]
+    scatter = _section(page, "Refusal versus hallucination")
     assert "gpt_4_0125_turbo: x 0.105, y 0.170" in scatter  # paper: 1 - (0.99 + 0.8) / 2, (0.04 + 0.30) / 2
-    bars = page[page.index("<h2>Hallucination by domain (HALOGEN)</h2>"):page.index("<h2>Cost breakdown")]
+    bars = _section(page, "Hallucination by domain (HALOGEN)")
     main, rest = bars.split("<details>", 1)
     assert "code@corrected" not in main and "code@corrected" in rest
 
 
 def test_scatter_has_a_point_per_model_and_names_the_missing(run):
     page = render_report(run)
-    scatter = page[page.index("<h2>Refusal versus hallucination</h2>"):page.index("<h2>Per-difficulty")]
+    scatter = _section(page, "Refusal versus hallucination")
     points = re.findall(r'fill="(#\w+)" stroke="#ffffff" stroke-width="1.5"', scatter)
     # HALOGEN avg-response: 3 models; avg-refusal: 2 (<x&y> has no rate); PWQA: 2; LongWiki: 1
     assert len(points) == 3 + 2 + 2 + 1
@@ -277,8 +290,7 @@ def test_scatter_has_a_point_per_model_and_names_the_missing(run):
 
 def test_difficulty_curves_average_trials_per_bin():
     records = [r for r in hallulens_records() if r["task"] == "hallulens/precise_wikiqa"]
-    styles = {m: svg.style(i) for i, m in enumerate(MODELS)}
-    bins, series = difficulty_series(records, "hallucination_rate", styles)
+    bins, series = difficulty_series(records, "hallucination_rate")
     assert bins == ["0", "1", "2"]
     # llama: bin 0 (2/4 + 4/4) / 2 = 0.75, bin 1 (0/4 + 2/4) / 2 = 0.25, bin 2 never drawn
     # <x&y>: bin 0 (0 [all refused, defined as 0] + 0/2) / 2 = 0, bin 1 only trial 0 = 0, bin 2 2/2 = 1
@@ -306,16 +318,18 @@ def _only(records: list[dict], **match) -> list[dict]:
     return [r for r in records if all(r.get(k) == v for k, v in match.items())]
 
 
-@pytest.mark.parametrize("metrics, costs, present, omitted", [
-    ("halogen", True, ["Leaderboard: HALOGEN", "Hallucination by domain (HALOGEN)"],
-     ["HalluLens leaderboard: omitted", "Per-difficulty curves (HalluLens): omitted"]),
-    ("hallulens", False, ["Leaderboard: HalluLens", "Per-difficulty curves (HalluLens)"],
-     ["HALOGEN leaderboard: omitted", "Hallucination by domain (HALOGEN): omitted",
-      "Cost breakdown: omitted, costs.parquet is absent"]),
-    (None, True, ["Cost breakdown"], ["metrics.json is absent", "Refusal versus hallucination: omitted"]),
-    ({"some": "document"}, True, [], ["metrics.json holds a dict", "HALOGEN leaderboard: omitted"]),
+# a benchmark's sections are there when it has records; one whose tasks the run lists (the manifest's:
+# halogen/code) but which has none gets a one-line note, as do the run's own sections
+@pytest.mark.parametrize("metrics, costs, present, absent, omitted", [
+    ("halogen", True, ["HALOGEN", "Hallucination by domain (HALOGEN)", "Refusal versus hallucination"],
+     ["HalluLens", "Per-difficulty curves (HalluLens)"], []),
+    ("hallulens", False, ["HalluLens", "Per-difficulty curves (HalluLens)"],
+     ["HALOGEN", "Hallucination by domain (HALOGEN)"],
+     ["halogen: omitted, no records of it in metrics.json", "Cost breakdown: omitted, costs.parquet is absent"]),
+    (None, True, ["Cost breakdown"], ["Refusal versus hallucination", "HALOGEN"], ["metrics.json is absent"]),
+    ({"some": "document"}, True, [], ["HALOGEN"], ["metrics.json holds a dict"]),
 ])
-def test_sections_without_data_become_one_line_notes(tmp_path, metrics, costs, present, omitted):
+def test_sections_without_data_become_one_line_notes(tmp_path, metrics, costs, present, absent, omitted):
     if metrics == "halogen":
         metrics = halogen_records()
     elif metrics == "hallulens":
@@ -323,6 +337,8 @@ def test_sections_without_data_become_one_line_notes(tmp_path, metrics, costs, p
     page = render_report(make_run(Location.from_url(str(tmp_path)), metrics=metrics, costs=costs))
     for title in present:
         assert f"<h2>{title}</h2>" in page
+    for title in absent:
+        assert f"<h2>{title}</h2>" not in page
     for note in omitted:
         assert note in page
 

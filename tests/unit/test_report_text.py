@@ -15,11 +15,14 @@ import yaml
 from halluscope import records
 from halluscope.cli import main
 from halluscope.cost.ledger import cost_record
-from halluscope.report.leaderboard import HALOGEN_PREAMBLE, input_notes, leaderboard
+from halluscope.halogen.report import PREAMBLE
+from halluscope.report.leaderboard import input_notes, leaderboard
+from halluscope.report.render import md_text
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
 
 HRU = "H = hallucination score"
+HALOGEN_PREAMBLE = md_text(PREAMBLE)  # as leaderboard.md writes it
 ENTITY = re.compile(r"&(?:gt|lt|amp|quot|#\d+);")
 
 

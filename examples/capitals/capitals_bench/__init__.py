@@ -1,8 +1,9 @@
 """A fifth benchmark in one file: "name the capital", verified by a program.
 
 Everything halluscope needs is here: the task (items, R, D, V), the options it reads from
-``benchmarks.capitals`` in a run config, and the metrics it computes from the committed rows.
-Resume, fencing, call cache, progress, costs, manifest and report come from the engine.
+``benchmarks.capitals`` in a run config, the metrics it computes from the committed rows and its
+section of the report. Resume, fencing, call cache, progress, costs, manifest and the report's
+rendering come from the engine.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from halluscope.records import stable_id
 from halluscope.contract.task import Item, LoadedItems, Task, Verdict
 from halluscope.contract.benchmark import Benchmark, MetricInputs
+from halluscope.contract.report import Column, Section, Table
 
 TASK = "capitals/name_the_capital"
 
@@ -81,14 +83,14 @@ def metrics(inputs: MetricInputs) -> list[dict]:
             for (model, task), (n, answered, wrong) in sorted(tally.items())]
 
 
-def markdown(records: list[dict]) -> str:
-    lines = ["## Capitals (worked example)", "", "| model | answered | wrong answers |", "|---|---|---|"]
-    for r in records:
-        wrong = "-" if r["wrong_answer_rate"] is None else f"{r['wrong_answer_rate']:.2f}"
-        lines.append(f"| {r['model']} | {r['response_ratio']:.2f} | {wrong} |")
-    return "\n".join(lines)
+def report(records: list[dict]) -> list[Section]:
+    """Its section of leaderboard.md and report.html: plain values, formatted and escaped by the engine."""
+    rows = [[r["model"], r["response_ratio"], r["wrong_answer_rate"]] for r in records]
+    return [Section("Capitals (worked example)", ["Answered: share of questions answered rather than declined; "
+                                                  "wrong answers: share of the answers that name another city."],
+                    parts=[Table("", ["model", Column("answered", ".2f"), Column("wrong answers", ".2f")], rows)])]
 
 
 BENCHMARK = Benchmark("capitals", (NameTheCapital(),), options=CapitalsOptions, metrics=metrics,
-                      markdown=markdown,
+                      report=report,
                       description="worked example: name the capital, checked by a program")

@@ -80,10 +80,11 @@ def _units(store: RunStore, rows: list[dict]) -> tuple[list[Unit], list[Unit]]:
     people = []
     for r in events:
         f = fields.get(r["item_id"])
-        missing = [k for k in _PEOPLE if not str((f or {}).get(k) or "").strip()]
+        if f is None:
+            raise RunError(f"{store.loc.url}: {HISTORICAL_TASK} item {r['item_id']} is not in the items file")
+        missing = [k for k in _PEOPLE if not str(f.get(k) or "").strip()]
         if missing:
-            raise RunError(f"{store.loc.url}: {HISTORICAL_TASK} item {r['item_id']} "
-                           f"{'is not in the items file' if f is None else f'lacks fields {missing}'}")
+            raise RunError(f"{store.loc.url}: {HISTORICAL_TASK} item {r['item_id']} lacks fields {missing}")
         people.append(Unit(r["model"], HISTORICAL_TASK, r["gen_id"], pair_atom(f), f))
     return code, people
 

@@ -8,14 +8,15 @@ to the benchmark's tasks and its ``metrics``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from halluscope.contract.report import Section
     from halluscope.contract.task import Task
 
 
@@ -36,6 +37,16 @@ class MetricInputs:
     options: BaseModel  # the run's ``benchmarks.<name>`` section, validated
 
 
+@dataclass(frozen=True)
+class KnowledgeFile:
+    """Marks a field of a benchmark's options as a knowledge file the driver and every worker read
+    (``Annotated[str | None, KnowledgeFile()]``): the config refuses a system folder there, and an
+    http(s) URL unless ``data.allow_http`` is set, naming the field. ``also``: values allowed all the
+    same (PyPI's live index)."""
+
+    also: tuple[str, ...] = ()
+
+
 def no_metrics(inputs: MetricInputs) -> list[dict]:
     return []
 
@@ -47,10 +58,9 @@ class Benchmark:
     options: type[BaseModel] = NoOptions
     # metric records (one dict per model and task, or aggregate) from the committed rows
     metrics: Callable[[MetricInputs], list[dict]] = no_metrics
-    # Markdown for leaderboard.md and an HTML fragment for report.html from its metric records;
-    # None: the generic table of the records' numbers
-    markdown: Callable[[list[dict]], str] | None = None
-    html: Callable[[list[dict]], str] | None = None
+    # its sections of leaderboard.md and report.html (contract/report.py) from its metric records;
+    # None: a table of the records' numbers
+    report: Callable[[list[dict]], Sequence["Section"]] | None = None
     description: str = ""
     # (role, model id) of each role model its options name; the run must configure every one
     role_models: Callable[[BaseModel], Sequence[tuple[str, str]]] | None = None
@@ -63,6 +73,13 @@ class Benchmark:
     # ``halluscope testset JOB``: builds the test sets a job file describes, yielding each one's URI
     # and a short summary (None: the benchmark's items come from released files alone)
     testsets: Callable[[str], Iterable[tuple[str, str]]] | None = None
+    # provenance of the knowledge its tasks of a run use, for the manifest: (its options, the run's
+    # knowledge object, the ``knowledge`` names of those tasks) -> entries such as {"wiki": {...}};
+    # loading the sources there fails a bad one in the driver. None: its tasks read none
+    describe_knowledge: Callable[[BaseModel, Any, AbstractSet[str]], Mapping[str, Any]] | None = None
+    # config keys outside its section that it took over: old dotted key -> where it is set now; a
+    # config giving an old key is refused naming the new place (a stored run's is moved there)
+    moved: Mapping[str, str] = field(default_factory=dict)
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

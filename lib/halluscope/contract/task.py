@@ -68,7 +68,9 @@ class Task(ABC, Generic[K]):
     abstention_rule: str  # versioned id of R
     decomposer: str  # versioned id of D
     verifier: str  # versioned id of V
-    knowledge: tuple[str, ...] = ()  # knowledge sources V needs, loaded once per worker
+    # knowledge sources V needs, loaded once per worker; one named like a field of its benchmark's
+    # options (``wiki``) must be set there, which the config checks
+    knowledge: tuple[str, ...] = ()
     roles: tuple[RoleName, ...] = ()  # role models the task calls; a run must configure each
     # refusal tasks whose decomposition finds no atom count the response as an abstention
     empty_is_abstention: bool = False

@@ -1,10 +1,17 @@
 """FEWL registered with the engine: its task, its ``benchmarks.fewl`` options and its metrics."""
 
+from pydantic import BaseModel
+
 from halluscope.fewl import report
 from halluscope.fewl.options import FewlOptions
 from halluscope.fewl.task import FewlTask
 from halluscope.contract.benchmark import Benchmark
 
+def _role_models(options: BaseModel) -> list[tuple[str, str]]:
+    assert isinstance(options, FewlOptions)  # the engine validated the section with FewlOptions
+    return options.role_models()
+
+
 BENCHMARK = Benchmark("fewl", [FewlTask()], options=FewlOptions, metrics=report.metrics,
-                      markdown=report.markdown, html=report.html, role_models=lambda o: o.role_models(),
+                      report=report.sections, role_models=_role_models,
                       description="FEWL: hallucination scores without gold answers, from weighted reference LLMs")

@@ -311,7 +311,8 @@ def _mc_question(row: int, rec: Mapping[str, Any]) -> Question:
             raise _Broken(f"answers[{i}]: {err}") from None
         if not isinstance(ans.get("correct"), bool):
             raise _Broken(f"answers[{i}].correct is not true/false")
-        key = ans.get("choice") if isinstance(ans.get("choice"), str) and ans["choice"].strip() else chr(65 + i)
+        choice = ans.get("choice")
+        key = choice if isinstance(choice, str) and choice.strip() else chr(65 + i)
         candidates.append(Candidate(key.strip(), text, CORRECT if ans["correct"] else INCORRECT))
     if len({c.key for c in candidates}) != len(candidates):
         raise _Broken("two answers share a choice letter")

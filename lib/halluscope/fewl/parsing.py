@@ -117,13 +117,13 @@ def _labelled_pairs(text: str) -> ParsedPairs | None:
         return None
     pairs: list[tuple[str, str]] = []
     incomplete = 0
-    numbers = [n for _, n, _ in segs]
-    wrong_nums = [n for w, n, _ in segs if w]
-    if all(n is not None for n in numbers) and len(set(wrong_nums)) == len(wrong_nums):
+    numbered = [(w, n, t) for w, n, t in segs if n is not None]
+    wrong_nums = [n for w, n, _ in numbered if w]
+    if len(numbered) == len(segs) and len(set(wrong_nums)) == len(wrong_nums):
         # every item numbered: match by number (covers "all wrong answers, then all corrections")
-        wrong = {n: t for w, n, t in segs if w}
+        wrong = {n: t for w, n, t in numbered if w}
         corrected: dict[int, str] = {}
-        for w, n, t in segs:
+        for w, n, t in numbered:
             if not w:
                 if n in corrected or n not in wrong:
                     incomplete += 1

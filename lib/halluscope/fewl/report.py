@@ -16,10 +16,9 @@ from typing import Iterable
 
 from halluscope.fewl.evaluate import default_pairs, tally
 from halluscope.fewl.task import question_of
-from halluscope.report.escape import markdown as md
-from halluscope.report.svg import esc
 from halluscope.contract.task import Item
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.report import Section, Table
 
 EVALUATION = "(labelled candidates)"  # the model column of the evaluation record
 
@@ -91,32 +90,32 @@ def _num(x: float | None, pct: bool = False) -> str:
     return "-" if x is None else (f"{100 * x:.1f}" if pct else f"{x:.4f}")
 
 
-def _tables(records: list[dict]) -> Iterable[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) of FEWL's tables, cells as plain text."""
+def _tables(records: list[dict]) -> Iterable[Table]:
+    """FEWL's tables, cells as plain text."""
     models = [r for r in records if r["model"] != EVALUATION]
     if models:
         methods = sorted({m for r in models for m in r["methods"]}, key=lambda m: (m != "fewl", m))
-        yield ("FEWL scores of the models' answers (higher: less hallucinated)",
-               ["model", "task", "scored", "unscored", "FEWL", "truthfulness", "penalty", "share > 0 (%)",
-                *methods],
-               [[r["model"], r["task"], str(r["scored"]), str(r["unscored"]), _num(r["mean_score"]),
-                 _num(r["mean_truthfulness"]), _num(r["mean_penalty"]), _num(r["share_above_zero"], True),
-                 *(_num(r["methods"].get(m)) for m in methods)] for r in models])
+        yield Table("FEWL scores of the models' answers (higher: less hallucinated)",
+                    ["model", "task", "scored", "unscored", "FEWL", "truthfulness", "penalty", "share > 0 (%)",
+                     *methods],
+                    [[r["model"], r["task"], str(r["scored"]), str(r["unscored"]), _num(r["mean_score"]),
+                      _num(r["mean_truthfulness"]), _num(r["mean_penalty"]), _num(r["share_above_zero"], True),
+                      *(_num(r["methods"].get(m)) for m in methods)] for r in models])
     for r in records:
         if r["model"] != EVALUATION:
             continue
         ev = r["evaluation"]
         where = f"{r['task']} on {r['dataset']}, {r['scored_questions']} of {r['questions']} questions scored"
-        yield (f"Evaluation against the labelled answers ({where}): share of questions where the first "
-               "label scores above the second",
-               ["method", "pair", "wins", "ties", "losses", "share (%)", "skipped"],
-               [[t["method"], f"{t['positive']} > {t['negative']}", str(t["wins"]), str(t["ties"]),
-                 str(t["losses"]), _num(t["share"], True),
-                 ", ".join(f"{k} {v}" for k, v in t["skipped"].items()) or "-"] for t in ev["pairwise"]])
-        yield ("Ranked first", ["method", "label", "first", "compared"],
-               [[t["method"], t["label"], str(t["first"]), str(t["compared"])] for t in ev["ranked_first"]])
-        yield ("Mean score per label", ["method", "label", "n", "mean"],
-               [[m["method"], m["label"], str(m["n"]), _num(m["mean"])] for m in r["mean_by_label"]])
+        yield Table(f"Evaluation against the labelled answers ({where}): share of questions where the first "
+                    "label scores above the second",
+                    ["method", "pair", "wins", "ties", "losses", "share (%)", "skipped"],
+                    [[t["method"], f"{t['positive']} > {t['negative']}", str(t["wins"]), str(t["ties"]),
+                      str(t["losses"]), _num(t["share"], True),
+                      ", ".join(f"{k} {v}" for k, v in t["skipped"].items()) or "-"] for t in ev["pairwise"]])
+        yield Table("Ranked first", ["method", "label", "first", "compared"],
+                    [[t["method"], t["label"], str(t["first"]), str(t["compared"])] for t in ev["ranked_first"]])
+        yield Table("Mean score per label", ["method", "label", "n", "mean"],
+                    [[m["method"], m["label"], str(m["n"]), _num(m["mean"])] for m in r["mean_by_label"]])
 
 
 PREAMBLE = (
@@ -129,24 +128,6 @@ PREAMBLE = (
     "above the second (e.g. bad).")
 
 
-def _md_cell(text: str) -> str:
-    """Escaped for a table cell, but ">" kept: there it opens neither a tag nor a quote, and the text is
-    read on a terminal too ("best > bad", not "best &gt; bad")."""
-    return md(text).replace("&gt;", ">")
-
-
-def markdown(records: list[dict]) -> str:
-    lines = ["## FEWL", "", PREAMBLE]
-    for title, header, rows in _tables(records):
-        lines += ["", f"### {_md_cell(title)}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def html(records: list[dict]) -> str:
-    parts: list[str] = [f'<p class="note">{esc(PREAMBLE)}</p>']
-    for title, header, rows in _tables(records):
-        head = "".join(f"<th>{esc(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-        parts.append(f"<h3>{esc(title)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    return "".join(parts)
+def sections(records: list[dict]) -> list[Section]:
+    """The report hook: FEWL's section of leaderboard.md and report.html."""
+    return [Section("FEWL", [PREAMBLE], parts=list(_tables(records)))]

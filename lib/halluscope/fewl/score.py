@@ -104,7 +104,7 @@ def expertise_weights(raw: np.ndarray, tau: float = 1.0) -> np.ndarray:
     return e / e.sum()
 
 
-def laziness_penalty(similarities: Sequence[float]) -> float | None:
+def laziness_penalty(similarities: Sequence[float] | np.ndarray) -> float | None:
     """1/K sum_k Sim(y, h_i(x_knn_k)): how much y looks like reference i's answers to *other*
     questions (§2.2); None when reference i answered none of the neighbours."""
     return math.fsum(similarities) / len(similarities) if len(similarities) else None

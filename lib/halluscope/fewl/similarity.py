@@ -20,7 +20,10 @@ from halluscope.knowledge.retrieval import Encoder
 
 
 class Similarity(Protocol):
-    name: str  # backend id and version, recorded with every score
+    @property
+    def name(self) -> str:
+        """Backend id and version, recorded with every score."""
+        ...
 
     def matrix(self, left: Sequence[str], right: Sequence[str]) -> np.ndarray:
         """float64 array (len(left), len(right)) of similarities in [0, 1]."""
@@ -30,7 +33,8 @@ class Similarity(Protocol):
 class Embedder(Protocol):
     """What the neighbour search needs: unit-length text embeddings under a stable name."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 

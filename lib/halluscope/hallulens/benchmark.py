@@ -7,7 +7,7 @@ from typing import Iterator
 from halluscope.contract.benchmark import Benchmark
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
-from halluscope.hallulens.tasks import TASKS
+from halluscope.hallulens.tasks import TASKS, describe_knowledge
 
 def _testsets(job_uri: str) -> Iterator[tuple[str, str]]:
     """Builds a job's test sets (one per trial seed), Wikipedia sampled afresh."""
@@ -19,5 +19,7 @@ def _testsets(job_uri: str) -> Iterator[tuple[str, str]]:
 
 
 BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
-                      markdown=lambda records: "\n".join(report.leaderboard_section(records)),
-                      description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal", testsets=_testsets)
+                      report=report.sections,
+                      description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal", testsets=_testsets,
+                      describe_knowledge=describe_knowledge,
+                      moved={"verifiers.wiki": "benchmarks.hallulens.wiki"})

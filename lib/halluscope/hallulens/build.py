@@ -32,8 +32,9 @@ class Sources(BaseModel):
     itis_longnames: str | None = None
     medicines: str | None = None
     articles: str | None = Field(default=None, description="LongWiki: the article store its claims are verified "
-                                                          "against (a run's verifiers.wiki.articles); GoodWiki pages "
-                                                          "it lacks are left out and counted, as the authors do")
+                                                          "against (a run's benchmarks.hallulens.wiki.articles); "
+                                                          "GoodWiki pages it lacks are left out and counted, as the "
+                                                          "authors do")
 
 
 class SearchSpec(BaseModel):
@@ -61,9 +62,10 @@ class TestSetJob(BaseModel):
 
 
 def generation_config(job: TestSetJob, seed: int):
-    model = {"precise_wikiqa": generation.PreciseWikiQAConfig, "longwiki": generation.LongWikiConfig,
-             "mixed_entities": nonexistent.MixedEntitiesConfig,
-             "generated_entities": nonexistent.GeneratedEntitiesConfig}[job.task]
+    configs: dict[str, type[BaseModel]] = {
+        "precise_wikiqa": generation.PreciseWikiQAConfig, "longwiki": generation.LongWikiConfig,
+        "mixed_entities": nonexistent.MixedEntitiesConfig, "generated_entities": nonexistent.GeneratedEntitiesConfig}
+    model = configs[job.task]
     params = {**job.params, "seed": seed}
     if job.task == "generated_entities":
         params.setdefault("models", [g.id for g in job.generators])

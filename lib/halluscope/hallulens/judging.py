@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 from halluscope.hallulens.metrics import CORRECT, INCORRECT, UNVERIFIABLE
 from halluscope.contract.completion import Completion
 from halluscope.contract.replies import parse_yes_no
+from halluscope.contract.roles import AnswerFormat
 
 T = TypeVar("T")
 
@@ -43,6 +44,19 @@ SENTENCE_START, SENTENCE_END = "<SOS>", "<EOS>"
 
 def _json_answer(key: str) -> str:
     return f'Reply with the JSON object only: {{"{key}": true}} or {{"{key}": false}}.'
+
+
+def _flag_format(key: str) -> AnswerFormat:
+    return AnswerFormat.json_object(key, {key: {"type": "boolean"}})
+
+
+# The answers' fixed forms, which an endpoint that supports it enforces; the parsers below read them
+# as they read a free answer. The claim lists stay free text ("- " lines or "No verifiable claim.").
+ABSTAIN_FORMAT = _flag_format("is_abstaining")
+KNOWLEDGEABLE_FORMAT = _flag_format("is_knowledgeable")
+BELIEF_FORMAT = _flag_format("does_believe")
+VERIFY_FORMAT = _flag_format("is_supported")
+CORRECTNESS_FORMAT = AnswerFormat(choices=LABELS, name="correctness")
 
 
 # --- prompts -------------------------------------------------------------------------------------

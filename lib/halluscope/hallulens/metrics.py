@@ -257,8 +257,13 @@ def _override(sub: dict[str, Any], o: DomainOverride) -> dict[str, Any] | None:
 
 
 def _mean_of_subtasks(subtasks: Mapping[str, Mapping[str, Any]], key: str) -> float | None:
-    rates = [subtasks.get(s, {}).get(key) for s in SUBTASKS]
-    return None if any(v is None for v in rates) else math.fsum(rates) / len(rates)
+    rates: list[float] = []
+    for s in SUBTASKS:
+        v = subtasks.get(s, {}).get(key)
+        if v is None:
+            return None
+        rates.append(v)
+    return math.fsum(rates) / len(rates)
 
 
 def nonexistent(records: Iterable[EntityJudged], overrides: Sequence[DomainOverride] = ()) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -36,6 +36,7 @@ from halluscope.records import stable_id
 from halluscope.storage.fs import Location
 
 MixedDomain = Literal["animal", "plant", "bacteria", "medicine"]
+MIXED_DOMAINS: tuple[MixedDomain, ...] = ("animal", "plant", "bacteria", "medicine")
 KINGDOMS: dict[str, str] = {"animal": "Animalia", "plant": "Plantae", "bacteria": "Bacteria"}
 
 GeneratedDomain = Literal["business", "event", "product"]
@@ -45,6 +46,8 @@ EVENT_TYPES = ("war", "natural disaster", "scientific discovery", "sport event",
 PRODUCT_TYPES = ("headphone", "watch", "camera", "shoe", "game", "glasses", "speaker", "keyboard", "chair",
                  "table", "printer", "pen", "guitar", "piano", "bike", "drone", "coffee maker", "projector", "bag",
                  "air conditioner", "bread", "microwave", "vacuum cleaner", "sewing machine", "router")
+PER_ROTATION: Mapping[GeneratedDomain, int] = {"business": 300, "event": 300, "product": 50}
+NAMES_PER_PROMPT: Mapping[GeneratedDomain, int] = {"business": 3, "event": 3, "product": 2}
 ENTITY_MODELS = ("meta-llama/Llama-3.1-405B-Instruct-FP8", "mistralai/Mistral-Nemo-Instruct-2407", "gpt-4o")
 _OVERGENERATE = 0.95  # names per prompt rise until combinations x names x 0.95 >= the target
 
@@ -67,7 +70,7 @@ class MixedEntitiesConfig(BaseModel):
 
     seed: int = 0
     per_domain: int = Field(default=2000, gt=0)
-    domains: list[MixedDomain] = Field(default_factory=lambda: ["animal", "plant", "bacteria", "medicine"])
+    domains: list[MixedDomain] = Field(default_factory=lambda: list(MIXED_DOMAINS))
     max_attempts_per_domain: int | None = Field(default=None, gt=0,
                                                 description="names tried per domain at most; None: 20 x per_domain")
 
@@ -103,7 +106,7 @@ def species_pool(taxonomy: Taxonomy, kingdom: str) -> tuple[list[_Species], Coun
             continue
         others = tuple(g for g in taxonomy.children.get(grand, []) if g != genus and g in taxonomy.children
                        and len(taxonomy.names.get(g, "").split()) == 1) if grand is not None else ()
-        if not others:
+        if genus is None or not others:  # no genus: no grandparent, so no others
             notes["species_without_sibling_genus"] += 1
             continue
         pool.append(_Species(tsn, genus, name.split()[1], others))
@@ -239,10 +242,8 @@ class GeneratedEntitiesConfig(BaseModel):
 
     seed: int = 0
     models: list[str] = Field(default_factory=lambda: list(ENTITY_MODELS), min_length=3, max_length=3)
-    per_rotation: dict[GeneratedDomain, int] = Field(
-        default_factory=lambda: {"business": 300, "event": 300, "product": 50}, min_length=1)
-    names_per_prompt: dict[GeneratedDomain, int] = Field(
-        default_factory=lambda: {"business": 3, "event": 3, "product": 2})
+    per_rotation: dict[GeneratedDomain, int] = Field(default_factory=lambda: dict(PER_ROTATION), min_length=1)
+    names_per_prompt: dict[GeneratedDomain, int] = Field(default_factory=lambda: dict(NAMES_PER_PROMPT))
     business_types: list[str] = Field(default_factory=lambda: list(BUSINESS_TYPES), min_length=1)
     event_types: list[str] = Field(default_factory=lambda: list(EVENT_TYPES), min_length=1)
     product_types: list[str] = Field(default_factory=lambda: list(PRODUCT_TYPES), min_length=1)
@@ -256,7 +257,9 @@ class GeneratedEntitiesConfig(BaseModel):
     def _check(self) -> "GeneratedEntitiesConfig":
         if len(set(self.models)) != 3:
             raise ValueError(f"models must be three distinct model ids, got {self.models}")
-        for domain, places in (("business", self.cities), ("event", self.countries)):
+        needs_places: tuple[tuple[GeneratedDomain, dict[str, list[str]]], ...] = (
+            ("business", self.cities), ("event", self.countries))
+        for domain, places in needs_places:
             if self.per_rotation.get(domain, 0) and not any(places.values()):
                 raise ValueError(f"{domain} names need places: set {'cities' if domain == 'business' else 'countries'}")
         missing = sorted(d for d in self.per_rotation if d not in self.names_per_prompt)
@@ -379,6 +382,7 @@ def _round(bins: list[_EntityBin], round_no: int, config: GeneratedEntitiesConfi
     jobs: list[tuple[_EntityBin, int]] = []
     for b in bins:
         need = b.report.target - b.total()
+        picked: Sequence[int]
         if round_no == 1:
             picked = range(len(b.combos))
         else:

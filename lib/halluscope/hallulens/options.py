@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from halluscope.knowledge.specs import WikiSpec
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -22,8 +24,12 @@ class FarOverride(_Strict):
 
 
 class HalluLensOptions(_Strict):
-    """How HalluLens metrics are reported (rows are not affected, so a finished run's metrics can
-    be recomputed with other options)."""
+    """The article store LongWiki verifies claims against, and how HalluLens metrics are reported
+    (``far_overrides`` does not affect rows, so a finished run's metrics can be recomputed with
+    others)."""
+
+    wiki: WikiSpec | None = Field(default=None, description="LongWiki: the article store its claims are "
+                                                            "verified against (the test sets' articles)")
 
     far_overrides: list[FarOverride] = Field(
         default_factory=lambda: [FarOverride(model_contains="gemma", domain="medicine", value=0.0)],

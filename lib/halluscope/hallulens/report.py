@@ -1,5 +1,6 @@
 """HalluLens metrics of a run: its rows read back as judged records, per model, trial and task,
-then the paper's rates per trial and their mean and standard deviation over trials.
+then the paper's rates per trial and their mean and standard deviation over trials; and its
+sections of the run's report (``sections``).
 
 NonExistentRefusal's two subtasks are two tasks of the run; their headline is the mean of the
 subtask rates, reported under ``hallulens/nonexistent``. A model the options' ``far_overrides``
@@ -10,20 +11,23 @@ record lists each override applied with the measured rates, and the summary hold
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from functools import partial
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal
 
 import pyarrow as pa
 
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens import judging, metrics as hm
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.report import Cell, Chart, Notes, Point, Section, Series, Table
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
 # the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label
 LABEL_VERDICTS = {"columns": ["gen_id", "task", "evidence"], "filters": [("task", "=", PWQA)]}
-SUBTASKS = {"hallulens/nonexistent_mixed": "mixed", "hallulens/nonexistent_generated": "generated"}
+SUBTASKS: dict[str, Literal["mixed", "generated"]] = {"hallulens/nonexistent_mixed": "mixed",
+                                                      "hallulens/nonexistent_generated": "generated"}
 NONEXISTENT = "hallulens/nonexistent"
 
 
@@ -47,7 +51,7 @@ def far_overrides(model: str, options: HalluLensOptions) -> list[hm.DomainOverri
 
 
 def _record(model: str, task: str, trials: list[dict], keys: tuple[str, ...]) -> dict:
-    record = {"model": model, "task": task, "benchmark": "hallulens", "n_trials": len(trials),
+    record: dict[str, Any] = {"model": model, "task": task, "benchmark": "hallulens", "n_trials": len(trials),
               "summary": hm.over_trials(trials, keys), "trials": trials}
     applied = [{"trial": t["trial"], "task": f"hallulens/nonexistent_{o['subtask']}", **o}
                for t in trials for o in t.get("overrides", [])]
@@ -96,11 +100,20 @@ def metrics(inputs: MetricInputs) -> list[dict]:
                    {t: inputs.items(t) for t in inputs.tasks}, options)
 
 
-def _cell(summary: dict, key: str) -> str:
-    m = summary.get(key, {})
-    if m.get("mean") is None:
-        return "-"
-    return f"{100 * m['mean']:.1f}" + (f" ± {100 * m['std']:.1f}" if m.get("std") is not None else "")
+def _value(x: object) -> float | None:
+    """A number to show or draw; None for a missing, NaN or non-numeric value."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x)
+    return None
+
+
+def _pct(summary: dict, key: str) -> str | None:
+    """Percent, mean ± sample std over trials (no ± with one trial); None: no mean."""
+    m = summary.get(key) or {}
+    mean, std = _value(m.get("mean")), _value(m.get("std"))
+    if mean is None:
+        return None
+    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
 
 
 PREAMBLE = (
@@ -114,25 +127,32 @@ PREAMBLE = (
     "treats as real, per subtask and their mean (lower is better).")
 
 
-def leaderboard_section(records: list[dict]) -> list[str]:
+def _longwiki_k(records: list[dict]) -> str:
+    ks = {t.get("k") for r in records if r["task"] == LONGWIKI for t in r.get("trials", [])} - {None}
+    return "/".join(str(k) for k in sorted(ks)) or "K"
+
+
+def leaderboard(records: list[dict]) -> Section:
     """HalluLens in the layout of the paper's Table 2 (percent, mean ± sample std over trials)."""
-    if not records:
-        return []
+    k = _longwiki_k(records)
     by_model: dict[str, dict[str, dict]] = defaultdict(dict)
+    trials: dict[str, set[int]] = defaultdict(set)
     for r in records:
-        by_model[r["model"]][r["task"]] = r["summary"]
-    lines = ["## HalluLens (percent; mean ± std over trials)", "", PREAMBLE, "",
-             "| model | PWQA false refusal | PWQA hallucination | PWQA correct | LongWiki false refusal | "
-             "LongWiki precision | LongWiki recall@32 | LongWiki F1@32 | NonExistent FAR mixed | "
-             "NonExistent FAR generated | NonExistent FAR |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+        by_model[r["model"]][r["task"]] = r.get("summary") or {}
+        trials[r["model"]].add(int(r.get("n_trials") or 0))
+    columns = ["model", "trials", "PWQA false refusal", "PWQA hallucination", "PWQA correct",
+               "LongWiki false refusal", "LongWiki precision", f"LongWiki recall@{k}", f"LongWiki F1@{k}",
+               "NonExistent FAR mixed", "NonExistent FAR generated", "NonExistent FAR"]
+    rows: list[list[Cell]] = []
     for model, tasks in sorted(by_model.items()):
         pw, lw, ne = tasks.get(PWQA, {}), tasks.get(LONGWIKI, {}), tasks.get(NONEXISTENT, {})
-        cells = [_cell(pw, k) for k in hm.PRECISE_WIKIQA_KEYS] + [_cell(lw, k) for k in hm.LONGWIKI_KEYS] + \
-                [_cell(ne, k) for k in hm.NONEXISTENT_KEYS[1:]] + [_cell(ne, hm.NONEXISTENT_KEYS[0])]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        row: list[Cell] = [model, "/".join(map(str, sorted(trials[model])))]
+        row += [_pct(pw, key) for key in hm.PRECISE_WIKIQA_KEYS] + [_pct(lw, key) for key in hm.LONGWIKI_KEYS]
+        rows.append(row + [_pct(ne, key) for key in hm.NONEXISTENT_KEYS[1:]] + [_pct(ne, hm.NONEXISTENT_KEYS[0])])
     notes = _override_notes(records)
-    return lines + [""] + (["Set by hand, as in the paper:", "", *notes, ""] if notes else [])
+    return Section("HalluLens", [PREAMBLE], parts=[
+        Table("PreciseWikiQA, LongWiki, NonExistentRefusal (percent; mean ± std over trials)", columns, rows),
+        *([Notes("Set by hand, as in the paper:", notes)] if notes else [])])
 
 
 def _override_notes(records: list[dict]) -> list[str]:
@@ -142,8 +162,79 @@ def _override_notes(records: list[dict]) -> list[str]:
         measured: dict[tuple, list[str]] = defaultdict(list)
         for o in r.get("overrides", []):
             measured[(o["task"], o["domain"], o["value"], o["rule"])].append(f"{100 * o['measured']:.1f}")
-        out += [f"- {r['model']}: {task} {domain} false acceptance rate set to {100 * value:.1f} ({rule}); "
+        out += [f"{r['model']}: {task} {domain} false acceptance rate set to {100 * value:.1f} ({rule}); "
                 f"measured per trial: {', '.join(rates)}; NonExistent FAR as measured: "
-                f"{_cell(r['summary'], 'measured_false_acceptance_rate')}"
+                f"{_pct(r['summary'], 'measured_false_acceptance_rate') or '-'}"
                 for (task, domain, value, rule), rates in measured.items()]
     return out
+
+
+def _mean(summary: dict, key: str) -> float | None:
+    return _value((summary.get(key) or {}).get("mean"))
+
+
+def _one_minus(v: object) -> float | None:
+    v = _value(v)
+    return None if v is None else 1.0 - v
+
+
+def refusal_scatter(records: list[dict]) -> Section | None:
+    """False refusal rate against hallucination, a panel each for PreciseWikiQA and LongWiki."""
+    panels: list[tuple[str, str, str, Callable[[dict], float | None]]] = [
+        (PWQA, "HalluLens PreciseWikiQA", "hallucination rate when answered", lambda s: _mean(s, "hallucination_rate")),
+        (LONGWIKI, "HalluLens LongWiki", "1 − precision (unsupported claims)",
+         lambda s: _one_minus(_mean(s, "precision")))]
+    charts = []
+    for task, title, y_label, y_of in panels:
+        points = sorted((Point(r["model"], _mean(r.get("summary") or {}, "false_refusal_rate"),
+                               y_of(r.get("summary") or {})) for r in records if r["task"] == task),
+                        key=lambda p: p.name)
+        if points:
+            charts.append(Chart("scatter", title, points=points, x_label="refusal rate (1 − response ratio)",
+                                y_label=y_label))
+    return Section("Refusal versus hallucination", [
+        "HalluLens: refusing a PreciseWikiQA or LongWiki question is a false refusal. NonExistentRefusal is not "
+        "drawn: there the refusal rate is 1 − the false acceptance rate."], parts=charts) if charts else None
+
+
+def _bin_key(b: str) -> tuple[int, str]:
+    return len(b), b  # "2" before "10", as hallulens.metrics orders bins
+
+
+def difficulty_series(records: list[dict], metric: str) -> tuple[list[str], list[Series]]:
+    """Per model the mean over trials of the metric in each bin; None where no trial defines it."""
+    # bins are ints in memory and strings once read back from metrics.json
+    by_bin = {id(t): {str(b): v or {} for b, v in (t.get("by_bin") or {}).items()}
+              for r in records for t in r.get("trials", [])}
+    bins = sorted({b for per_bin in by_bin.values() for b in per_bin}, key=_bin_key)
+    series = []
+    for r in sorted(records, key=lambda r: r["model"]):
+        values: list[float | None] = []
+        for b in bins:
+            vals = [v for t in r.get("trials", []) if (v := _value(by_bin[id(t)].get(b, {}).get(metric))) is not None]
+            values.append(math.fsum(vals) / len(vals) if vals else None)
+        series.append(Series(r["model"], values))
+    return bins, series
+
+
+CURVES = ((PWQA, "hallucination_rate", "PreciseWikiQA: hallucination rate when answered"),
+          (PWQA, "false_refusal_rate", "PreciseWikiQA: false refusal rate"),
+          (LONGWIKI, "precision", "LongWiki: precision"),
+          (LONGWIKI, "false_refusal_rate", "LongWiki: false refusal rate"))
+
+
+def difficulty_curves(records: list[dict]) -> Section | None:
+    charts = []
+    for task, metric, title in CURVES:
+        bins, series = difficulty_series([r for r in records if r["task"] == task], metric)
+        if bins:
+            charts.append(Chart("lines", title, bins, series, x_label="difficulty bin (by harmonic centrality; "
+                                "0 = hardest)", y_label=metric.replace("_", " ")))
+    return Section("Per-difficulty curves (HalluLens)", [
+        "Mean over trials of each bin's rate; a gap is a bin where no trial scored an item."],
+        parts=charts) if charts else None
+
+
+def sections(records: list[dict]) -> list[Section]:
+    """The report hook: the leaderboard, then the charts."""
+    return [s for s in (leaderboard(records), refusal_scatter(records), difficulty_curves(records)) if s is not None]

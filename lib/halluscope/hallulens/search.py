@@ -13,7 +13,6 @@ import html
 import json
 import os
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.errors import ConfigError, HalluscopeError
 from halluscope.ratelimit import MinInterval
+from halluscope.retry import GaveUp, RetryPolicy, Transient, retry_after_s
 
 BRAVE_WEB_SEARCH = "https://api.search.brave.com/res/v1/web/search"
 _TAG = re.compile(r"<[^>]+>")
@@ -69,17 +69,9 @@ class BraveSearchConfig(BaseModel):
     base_url: str = BRAVE_WEB_SEARCH
     rate_limit_per_s: float = Field(default=1.0, gt=0, description="requests per second (Brave's free plan: 1)")
     max_retries: int = Field(default=4, ge=0)
-    backoff_s: float = Field(default=1.0, ge=0, description="first retry delay, doubled per retry")
+    backoff_s: float = Field(default=1.0, ge=0, description="cap of the first (random) retry delay, doubled per retry")
     max_backoff_s: float = Field(default=30.0, ge=0)
     timeout_s: float = Field(default=20.0, gt=0)
-
-
-def _seconds(value: str | None) -> float | None:
-    """A ``Retry-After`` given in seconds (the HTTP-date form is ignored: backoff applies)."""
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _text(value: Any) -> str:
@@ -90,9 +82,9 @@ class BraveSearch:
     """The Brave web search API (``X-Subscription-Token`` header); safe to share between threads.
 
     Every request, retries included, waits for a rate-limit slot. 429, 5xx, timeouts and dropped
-    connections are retried with exponential backoff (a ``Retry-After`` header is honoured, up to
-    ``max_backoff_s``); a rejected key (401/403) is a ``ConfigError``; other answers a
-    ``SearchError``."""
+    connections are retried under ``halluscope.retry``'s policy (a ``Retry-After`` header is
+    honoured, up to ``max_backoff_s``); a rejected key (401/403) is a ``ConfigError``; other
+    answers a ``SearchError``."""
 
     def __init__(self, config: BraveSearchConfig | None = None) -> None:
         self.config = config or BraveSearchConfig()
@@ -122,33 +114,32 @@ class BraveSearch:
 
     def search(self, query: str, count: int = 3) -> list[SearchResult]:
         c = self.config
-        reason, asked_wait = "", None
-        for attempt in range(c.max_retries + 1):
-            if attempt:
-                backoff = c.backoff_s * 2 ** (attempt - 1) if asked_wait is None else asked_wait
-                time.sleep(min(backoff, c.max_backoff_s))
-            asked_wait = None
-            self._limiter.wait()
-            try:
-                response = self._client.get(c.base_url, params={"q": query, "count": count})
-            except httpx.TimeoutException:
-                reason = "timeout"
-                continue
-            except httpx.TransportError as err:
-                reason = f"connection error ({type(err).__name__})"
-                continue
-            status = response.status_code
-            if status in (401, 403):
-                raise ConfigError(f"Brave Search rejected the API key in {c.api_key_env} (HTTP {status})")
-            if status == 429 or status >= 500:
-                reason = f"HTTP {status}"
-                asked_wait = _seconds(response.headers.get("Retry-After"))
-                continue
-            if status != 200:
-                raise SearchError(f"Brave Search answered HTTP {status} for {query!r}: "
-                                  f"{response.text[:_SNIPPET_CHARS]}")
-            return self._results(response, query)[:count]
-        raise SearchError(f"Brave Search gave no answer for {query!r} after {c.max_retries + 1} tries: {reason}")
+        try:
+            response = RetryPolicy(c.max_retries, c.backoff_s, c.max_backoff_s).run(
+                lambda attempt: self._get(query, count))
+        except GaveUp as out:
+            raise SearchError(f"Brave Search gave no answer for {query!r} after {out.attempts} tries: "
+                              f"{out.reason}") from None
+        return self._results(response, query)[:count]
+
+    def _get(self, query: str, count: int) -> httpx.Response:
+        """One request in its rate-limit slot: a 200 answer, ``Transient``, or a final error."""
+        c = self.config
+        self._limiter.wait()
+        try:
+            response = self._client.get(c.base_url, params={"q": query, "count": count})
+        except httpx.TimeoutException:
+            raise Transient("timeout") from None
+        except httpx.TransportError as err:
+            raise Transient(f"connection error ({type(err).__name__})") from None
+        status = response.status_code
+        if status in (401, 403):
+            raise ConfigError(f"Brave Search rejected the API key in {c.api_key_env} (HTTP {status})")
+        if status == 429 or status >= 500:
+            raise Transient(f"HTTP {status}", retry_after_s(response.headers.get("Retry-After")))
+        if status != 200:
+            raise SearchError(f"Brave Search answered HTTP {status} for {query!r}: {response.text[:_SNIPPET_CHARS]}")
+        return response
 
     @staticmethod
     def _results(response: httpx.Response, query: str) -> list[SearchResult]:

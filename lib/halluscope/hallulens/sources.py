@@ -214,19 +214,21 @@ def _page(record: dict | str, number: int, report: LoadReport, url: str) -> Wiki
     title = record.get("title")
     text = record.get("markdown", record.get("document"))
     categories = record.get("categories") or []
-    problem = ("missing or non-integer pageid" if pageid is None
-               else "missing title" if not isinstance(title, str) or not title.strip()
-               else "missing text (markdown)" if not isinstance(text, str) or not text.strip()
-               else "categories is not a list of strings"
-               if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories)
-               else None)
-    if problem:
-        report.skip(number, f"{url}: {problem}")
-        return None
-    description = record.get("description")
-    return WikiPage(pageid=pageid, title=title.strip(), document=text, revid=_int_or_none(record.get("revid")),
-                    description=description if isinstance(description, str) else None,
-                    categories=tuple(categories))
+    if pageid is None:
+        problem = "missing or non-integer pageid"
+    elif not isinstance(title, str) or not title.strip():
+        problem = "missing title"
+    elif not isinstance(text, str) or not text.strip():
+        problem = "missing text (markdown)"
+    elif not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
+        problem = "categories is not a list of strings"
+    else:
+        description = record.get("description")
+        return WikiPage(pageid=pageid, title=title.strip(), document=text, revid=_int_or_none(record.get("revid")),
+                        description=description if isinstance(description, str) else None,
+                        categories=tuple(categories))
+    report.skip(number, f"{url}: {problem}")
+    return None
 
 
 # --- WikiRank harmonic centrality ---------------------------------------------------------------

@@ -15,11 +15,13 @@ role call. The paper's metrics are computed from the rows by ``hallulens.report`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Any, Literal, Sequence
 
 from halluscope.errors import DataError
 from halluscope.hallulens import judging, longwiki
+from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.testset import TestSet
+from halluscope.knowledge.specs import WikiSpec
 from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
 from halluscope.contract.task import Item, LoadedItems, Task, Verdict
@@ -28,6 +30,8 @@ from halluscope.contract.cost_rules import StageRule, json_verdict, once, per_fa
 from halluscope.contract.replies import excerpt, reply_text
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from halluscope.knowledge.base import Knowledge
 
 SPECIES_DOMAINS = {"animal", "plant", "bacteria"}
@@ -39,12 +43,25 @@ def testset_of(folder: Location) -> TestSet:
     return TestSet.read(Location(folder.fs, root_path), task, testset_id)
 
 
+def _wiki(options: BaseModel) -> WikiSpec:
+    """LongWiki's article store (``benchmarks.hallulens.wiki``, required with the config)."""
+    assert isinstance(options, HalluLensOptions)
+    if options.wiki is None:
+        raise ValueError("benchmarks.hallulens.wiki is not configured")
+    return options.wiki
+
+
 def _evidence_finder(kb: Knowledge) -> longwiki.EvidenceFinder:
-    """LongWiki's evidence over the run's passage index (``verifiers.wiki``, checked with the config)."""
-    spec = kb.options.wiki
-    assert spec is not None
+    """LongWiki's evidence over the run's passage index."""
+    spec = _wiki(kb.options_for("hallulens"))
     options = longwiki.LongWikiOptions(passage_words=spec.passage_words, top_k=spec.top_k)
-    return longwiki.EvidenceFinder(kb.wiki.retriever, options)
+    return longwiki.EvidenceFinder(kb.wiki(spec).retriever, options)
+
+
+def describe_knowledge(options: BaseModel, kb: Knowledge, needed: AbstractSet[str]) -> dict[str, Any]:
+    """The manifest's entry of LongWiki's article store (``wiki``); loaded here, so a bad one
+    fails in the driver."""
+    return {"wiki": kb.wiki(_wiki(options)).describe()} if "wiki" in needed else {}
 
 
 def _decided(reply: Completion, parser, what: str):
@@ -93,7 +110,8 @@ class PreciseWikiQA(HalluLensTask):
                           verdict))
 
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
-        return RoleCall("judge", (judging.abstention_prompt(item.prompt, text),), judging.ABSTAIN)
+        return RoleCall("judge", (judging.abstention_prompt(item.prompt, text),), judging.ABSTAIN,
+                        answer_format=judging.ABSTAIN_FORMAT)
 
     def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
         return not _decided(replies[0], judging.parse_abstaining, "abstention judge")
@@ -103,7 +121,7 @@ class PreciseWikiQA(HalluLensTask):
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         return RoleCall("judge", (judging.correctness_prompt(item.prompt, item.fields["answer"], text),),
-                        judging.CORRECTNESS)
+                        judging.CORRECTNESS, answer_format=judging.CORRECTNESS_FORMAT)
 
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         label = judging.read(replies[0], judging.parse_correctness)
@@ -135,7 +153,8 @@ class LongWiki(HalluLensTask):
                           json_verdict))
 
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
-        return RoleCall("judge", (longwiki.refusal_prompt(item.prompt, text),), judging.KNOWLEDGEABLE)
+        return RoleCall("judge", (longwiki.refusal_prompt(item.prompt, text),), judging.KNOWLEDGEABLE,
+                        answer_format=judging.KNOWLEDGEABLE_FORMAT)
 
     def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
         refused = longwiki.read_refusal(replies[0])
@@ -158,7 +177,8 @@ class LongWiki(HalluLensTask):
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         prompts = longwiki.verification_prompts(atoms, self._evidence(atoms, item, kb))
-        return RoleCall("judge", tuple(prompts), judging.VERIFY) if prompts else None
+        return RoleCall("judge", tuple(prompts), judging.VERIFY,
+                        answer_format=judging.VERIFY_FORMAT) if prompts else None
 
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         # retrieval is deterministic, so the evidence the prompts were built from is found again
@@ -183,7 +203,7 @@ class NonExistentEntities(HalluLensTask):
                           json_verdict),)
 
     @staticmethod
-    def _kind(item: Item) -> str:
+    def _kind(item: Item) -> Literal["species", "medicine", "entity"]:
         domain = str(item.fields.get("bin", ""))
         return "species" if domain in SPECIES_DOMAINS else "medicine" if domain == "medicine" else "entity"
 
@@ -191,7 +211,8 @@ class NonExistentEntities(HalluLensTask):
         kind = self._kind(item)
         f = item.fields
         return RoleCall("judge", (judging.belief_prompt(kind, item.prompt, text, f["name"], f.get("type", ""),
-                                                        f.get("place", "")),), judging.BELIEF_TEMPLATES[kind])
+                                                        f.get("place", "")),), judging.BELIEF_TEMPLATES[kind],
+                        answer_format=judging.BELIEF_FORMAT)
 
     def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
         """True is a false acceptance: the model answered as if the entity existed."""

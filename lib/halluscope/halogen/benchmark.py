@@ -1,5 +1,5 @@
 """HALOGEN registered with the engine: its nine tasks under each rule set, in the order of the
-paper's Table 1, and its metrics."""
+paper's Table 1, its ``benchmarks.halogen`` options and its metrics."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from halluscope.halogen.rationalization_binary import RationalizationBinary
 from halluscope.halogen.references import References
 
 from halluscope.halogen.metrics import SCORE_COLUMNS, compute
+from halluscope.halogen.options import MOVED, NAME, HalogenOptions, describe_knowledge
 from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.halogen.paper import RULE_SETS
+from halluscope.halogen.report import sections
 from halluscope.halogen.stand_in import extract
 
 TASKS = [task(rules) for rules in RULE_SETS
@@ -25,5 +27,6 @@ def _metrics(inputs: MetricInputs) -> list[dict]:
     return compute(inputs.scores)
 
 
-BENCHMARK = Benchmark("halogen", TASKS, metrics=_metrics, score_columns=SCORE_COLUMNS, stand_in=extract,
+BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, score_columns=SCORE_COLUMNS,
+                      stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
                       description="HALOGEN: nine domains, paper rules and corrected rules")

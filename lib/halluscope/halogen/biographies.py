@@ -18,6 +18,7 @@ from halluscope.contract.cost_rules import StageRule, per_fact, verdict
 import halluscope.halogen.prompts as prompts
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
+from halluscope.halogen.options import options_of
 from halluscope.halogen.steps import FACT_VERDICT
 
 
@@ -35,7 +36,7 @@ class Biographies(FactsByExtractor, HalogenTask):
     base_name = "halogen/biographies"
     kind = "response"
     verifier = f"wiki-retrieval+judge:{prompts.BIO_FACT}"
-    knowledge = ("wiki",)
+    knowledge: tuple[str, ...] = ("wiki",)
     roles = ("extractor", "judge")
     prompt_file = "prompts_biographies.csv.gz"
     response_dir = "biographies"
@@ -69,12 +70,13 @@ class Biographies(FactsByExtractor, HalogenTask):
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         name = item.fields["name"]
-        evidence = kb.wiki.evidence(name, atoms) if kb.options.wiki is not None else [[] for _ in atoms]
+        spec = options_of(kb).wiki
+        evidence = kb.wiki(spec).evidence(name, atoms) if spec is not None else [[] for _ in atoms]
         if evidence is None:
             return None
         return self.recorded_call("judge", FACT_VERDICT, [prompts.bio_fact_prompt(name, passages, atom)
                                                      for atom, passages in zip(atoms, evidence)],
-                             prompts.BIO_FACT, text, item, atoms)
+                             prompts.BIO_FACT, text, item, atoms, answer_format=self.verdict_format)
 
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         if not replies:

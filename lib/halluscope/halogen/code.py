@@ -7,6 +7,7 @@ import re
 from halluscope.knowledge.pypi import normalize
 from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask
+from halluscope.halogen.options import options_of, packages
 from halluscope.halogen.paper import paper_imports, stdlib_module
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -51,7 +52,7 @@ class CodePackages(HalogenTask):
     """Paper: the authors' two import regexes; a name exists when PyPI has it (the run's
     snapshot) or the standard library documents it on a page of its own. Corrected: every
     import statement form (``import a, b``, dotted, ``;``-joined, inline code) and the whole
-    standard library; ``verifiers.import_name_aliases`` also accepts cv2 -> opencv-python etc."""
+    standard library; ``benchmarks.halogen.import_name_aliases`` also accepts cv2 -> opencv-python etc."""
 
     base_name = "halogen/code"
     kind = "response"
@@ -68,11 +69,13 @@ class CodePackages(HalogenTask):
         return paper_imports(text) if self.rules == "paper" else extract_imports(text)
 
     def verify(self, atoms, text, item, kb, replies=()) -> list[Verdict]:
+        index = packages(kb)
         if self.rules == "corrected":
-            return [Verdict(*kb.pypi.lookup(a, kb.options.import_name_aliases)) for a in atoms]
+            aliases = options_of(kb).import_name_aliases
+            return [Verdict(*index.lookup(a, aliases)) for a in atoms]
         out = []
         for a in atoms:
-            if normalize(a) in kb.pypi.names:
+            if normalize(a) in index.names:
                 out.append(Verdict(True, "pypi"))
             elif stdlib_module(a, "paper"):
                 out.append(Verdict(True, "stdlib, documented on its own page"))

@@ -16,8 +16,9 @@ from halluscope.knowledge.base import Knowledge
 from halluscope.records import stable_id
 from halluscope.sources import DataResolver, csv_rows, open_text, sha256_file
 from halluscope.contract.task import Item, LoadedItems, Task
-from halluscope.contract.roles import RoleCall
+from halluscope.contract.roles import AnswerFormat, RoleCall
 from halluscope.halogen.paper import RuleSet, abstained
+from halluscope.halogen.prompts import VERDICT
 from halluscope.halogen.steps import recorded_path, step_keys
 
 RELEASED = json.loads(resources.files(__package__).joinpath("released_files.json").read_text())
@@ -68,15 +69,22 @@ class HalogenTask(Task[Knowledge]):
     def responded(self, text: str, item: Item, replies=()) -> bool:
         return not abstained(text, self.rules)
 
+    @property
+    def verdict_format(self) -> AnswerFormat | None:
+        """Yes or No for a live judge's verdict under the corrected rules, which read its leading
+        yes/no; the paper rules keep the authors' free-text answer (no format)."""
+        return VERDICT if self.rules == "corrected" else None
+
     def recorded_call(self, role: str, step: str, prompts: list[str], template: str, text: str, item: Item,
-                      units: list[str] | None = None) -> RoleCall:
+                      units: list[str] | None = None, answer_format: AnswerFormat | None = None) -> RoleCall:
         """A role call whose prompts carry content keys, so a recorded role model answers it from
         the authors' pipeline (a live one reads the prompt). A key names the step, the item (by
         each of its replay keys, as a recorded row is joined to it), the response and the unit."""
         joins = self.replay_keys({**item.fields, "prompt": item.prompt})
         keys = tuple(" ".join(k) for k in step_keys(self.response_dir, step, joins, text,
                                                        units if units is not None else [""]))
-        return RoleCall(role, tuple(prompts), template, keys)  # type: ignore[arg-type]
+        return RoleCall(role, tuple(prompts), template, keys,  # type: ignore[arg-type]
+                        answer_format=answer_format)
 
     def replay_file(self, model_name: str, which: Literal["released", "recorded"]) -> str | None:
         if which == "recorded":  # the authors' recorded pipeline file of a released model

@@ -60,7 +60,7 @@ class GroundedFacts(FactsByExtractor, HalogenTask):
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         source = item.fields["source"]
         return self.recorded_call("judge", FACT_VERDICT, [prompts.entailment_prompt(source, a) for a in atoms],
-                             prompts.ENTAILMENT, text, item, atoms)
+                             prompts.ENTAILMENT, text, item, atoms, answer_format=self.verdict_format)
 
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         return [judge_verdict(r) for r in replies]

@@ -52,7 +52,8 @@ class HistoricalEvents(HalogenTask):
         if abstained(text, self.rules):
             return None
         prompt = prompts.meeting_prompt(text, item.fields["name1"], item.fields["name2"])
-        return self.recorded_call("judge", MEETING, [prompt], prompts.MEETING, text, item)
+        return self.recorded_call("judge", MEETING, [prompt], prompts.MEETING, text, item,
+                                  answer_format=self.verdict_format)
 
     def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
         """Paper: the judge's answer counts as a denial when it contains "no" anywhere ("not",

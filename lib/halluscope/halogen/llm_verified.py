@@ -7,7 +7,7 @@ judge answer leaves its atom unverified (counted in ``n_unverified``, excluded f
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.task import Item, Verdict
@@ -53,14 +53,21 @@ def _parse_tokens(s: Shape) -> float:
     return s.o.parse_tokens
 
 
+class _RecordedCaller(Protocol):
+    """What ``FactsByExtractor`` needs of the task it is mixed into (``HalogenTask`` provides it)."""
+
+    def recorded_call(self, role: str, step: str, prompts: list[str], template: str, text: str, item: Item,
+                      units: list[str] | None = None) -> RoleCall: ...
+
+
 class FactsByExtractor:
     """D: the extractor breaks the response into independent facts (one call per response).
     An answer on record is in the authors' layout (one "| fact |" per line), split as their
-    scorer splits it; a live answer is a list."""
+    scorer splits it; a live answer is a list. Mixed into a ``HalogenTask``."""
 
     decomposer = f"extractor:{prompts.FACTS}"
 
-    def decompose_call(self, text: str, item: Item) -> RoleCall | None:
+    def decompose_call(self: _RecordedCaller, text: str, item: Item) -> RoleCall | None:
         return self.recorded_call("extractor", FACTS, [prompts.facts_prompt(text)], prompts.FACTS, text, item)
 
     def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:

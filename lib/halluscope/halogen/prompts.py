@@ -9,6 +9,8 @@ a template's words means a new id. Every template ends with the same layout conv
 
 from __future__ import annotations
 
+from halluscope.contract.roles import AnswerFormat
+
 FACTS = "facts-v1"
 TITLES = "titles-v1"
 ENTAILMENT = "entailment-v1"
@@ -18,6 +20,10 @@ PARSE_BINARY = "parse-binary-v1"
 PARSE_NUMERICAL = "parse-numerical-v1"
 PARSE_LIST = "parse-list-v1"
 TITLE_FOUND = "title-found-v1"
+
+# the judge's answer where the corrected rules read a leading yes or no (entailment, bio fact,
+# meeting): a live endpoint that supports it is held to one of the two words
+VERDICT = AnswerFormat(choices=("Yes", "No"), name="verdict")
 
 
 def one_line(text: str) -> str:

@@ -44,6 +44,9 @@ def paper_parse_templates(resolver) -> tuple[dict[str, list[str]], dict[str, str
     """Per category, the text the authors' parse prompt puts before and after the response,
     and the file it was read from with its sha256."""
     rel = recorded_path("rationalization_binary", _TEMPLATE_SOURCE)
+    if rel is None:  # RECORDED_FILES names every model's file; reaching this is a bug in that table
+        raise DataError(f"no recorded rationalization_binary file is known for {_TEMPLATE_SOURCE}, "
+                        "whose parse prompts are read")
     path = resolver.resolve(rel)
     out: dict[str, list[str]] = {}
     for row in read_rows(path):

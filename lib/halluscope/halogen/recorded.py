@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import partial
+from typing import Any
 
 from halluscope.sources import DataResolver
 from halluscope.halogen import paper
@@ -66,7 +67,7 @@ def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: 
     seen: Counter[str] = Counter()
     for row in rows:
         response = row.get("response") or ""
-        record = dict(row)
+        record: dict[str, Any] = dict(row)  # the row, and its occurrence (an int) below
         group = task.replay_group(record)
         record["occurrence"] = seen[group]
         seen[group] += 1

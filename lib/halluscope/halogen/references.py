@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from halluscope.contract.roles import RoleName
+
 from halluscope.contract.completion import Completion
 from halluscope.contract.task import Item, Verdict
 from halluscope.contract.roles import RoleCall
@@ -17,6 +19,7 @@ import halluscope.halogen.prompts as prompts
 import halluscope.halogen.paper as paper
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import judge_verdict, listed_items
+from halluscope.halogen.options import options_of
 from halluscope.contract.replies import reply_text
 from halluscope.halogen.steps import TITLE_FOUND, TITLES
 
@@ -33,7 +36,7 @@ class References(HalogenTask):
     base_name = "halogen/references"
     kind = "refusal"
     decomposer = f"extractor:{prompts.TITLES}"
-    roles = ("extractor",)
+    roles: tuple[RoleName, ...] = ("extractor",)
     empty_is_abstention = True
     prompt_file = "prompts_references.csv.gz"
     response_dir = "references"
@@ -68,4 +71,7 @@ class References(HalogenTask):
     def verify(self, atoms, text, item, kb, replies: Sequence[Completion] = ()) -> list[Verdict]:
         if self.rules == "paper":
             return [judge_verdict(r) for r in replies]
-        return [Verdict(m.supported, m.evidence) for m in map(kb.titles.lookup, atoms)]
+        spec = options_of(kb).titles
+        if spec is None:  # the config requires it for this task: a task driven outside a run
+            raise ValueError("benchmarks.halogen.titles is not configured")
+        return [Verdict(m.supported, m.evidence) for m in map(kb.titles(spec).lookup, atoms)]

@@ -1,7 +1,8 @@
 """Which top-level import names exist: the Python standard library plus a PyPI name snapshot.
 
 Names are compared after PEP 503 normalisation (runs of ``-``, ``_``, ``.`` become ``-``,
-lower case), the same normalisation PyPI applies when it looks a project up by name.
+lower case), the same normalisation PyPI applies when it looks a project up by name; ``normalize``
+is ``packaging``'s ``canonicalize_name``, which implements it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+from packaging.utils import canonicalize_name
 
 from halluscope.errors import DataError
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
@@ -19,12 +21,10 @@ from halluscope.sources import open_text, sha256_file
 
 SNAPSHOT = "pypi/project-names.txt.gz"
 _CACHE_VERSION = 2  # bump when the normalisation or the cached layout changes
-_SEPARATORS = re.compile(r"[-_.]+")
 _VALID = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
-def normalize(name: str) -> str:
-    return _SEPARATORS.sub("-", name).lower()
+normalize = canonicalize_name  # callers import it from here, beside the names it keys
 
 
 class PackageIndex:

@@ -3,7 +3,7 @@
 Each title goes to ``{base_url}/paper/search/match`` (Semantic Scholar's best title match; a 404
 means no match). The returned title counts as the same paper when it equals the query after
 ``normalize_title`` (HALOGEN's released scorer compares lower-cased, punctuation-stripped titles),
-or, with ``fuzzy_threshold``, when their SequenceMatcher ratio reaches it.
+or, with ``fuzzy_threshold``, when their ``title_similarity`` reaches it (rule ``FUZZY_RULE``).
 
 Answers (a title, or "no match") are kept in an SQLite file under ``cache_dir`` keyed by the
 normalised query, shared by processes and runs; failures are never cached. A lookup that fails
@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import sqlite3
 import threading
 import time
-from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from halluscope.errors import ConfigError, DataError, EndpointDown
-from halluscope.knowledge.titles import NORMALISATION, TitleMatch, check_threshold, match_rule, normalize_title
+from halluscope.knowledge.titles import (NORMALISATION, TitleMatch, check_threshold, match_rule, normalize_title,
+                                         title_similarity)
 from halluscope.ratelimit import MinInterval
+from halluscope.retry import GaveUp, RetryPolicy, Transient, retry_after_s
 
 DEFAULT_BASE_URL = "https://api.semanticscholar.org/graph/v1"
 ENDPOINT = "paper/search/match"
@@ -129,7 +129,7 @@ class SemanticScholarIndex:
         norm = normalize_title(found)
         if norm == query:
             return TitleMatch(True, f"exact: {found}")
-        ratio = SequenceMatcher(None, norm, query, autojunk=False).ratio()
+        ratio = title_similarity(norm, query)
         if self.fuzzy_threshold is not None and ratio >= self.fuzzy_threshold:
             return TitleMatch(True, f"fuzzy {ratio:.3f}: {found}")
         return TitleMatch(False, f"closest semantic scholar title differs ({ratio:.3f}): {found}")
@@ -144,39 +144,32 @@ class SemanticScholarIndex:
         return TitleMatch(None, f"semantic scholar unreachable: {reason}")
 
     def _fetch(self, title: str) -> str | None:
-        """The best-matching title, or None when Semantic Scholar has no match (404)."""
-        url = f"{self.base_url}/{ENDPOINT}"
-        attempts = self.max_retries + 1
-        reason = ""
-        for attempt in range(attempts):
-            retry_after: float | None = None
-            self._limiter.wait()
-            try:
-                response = self._client.get(url, params={"query": title, "fields": "title"})
-            except httpx.TransportError as err:
-                reason = f"{type(err).__name__}: {err}"
-            else:
-                status = response.status_code
-                if status == 200:
-                    return _matched_title(response)
-                if status == 404:
-                    return None
-                if status in (401, 403):
-                    raise ConfigError(f"semantic scholar at {self.base_url} refused the request (HTTP {status}); "
-                                      f"check the API key in {self.api_key_env or '(none configured)'}")
-                if status != 429 and status < 500:
-                    raise _Unanswered(f"HTTP {status}: {response.text[:_SNIPPET_CHARS]}")
-                reason = f"HTTP {status}"
-                retry_after = _retry_after_s(response)
-            if attempt + 1 < attempts:
-                time.sleep(self._backoff_s(attempt, retry_after))
-        raise _Unanswered(f"{reason} after {attempts} attempts")
+        """The best-matching title, or None when Semantic Scholar has no match (404); retried under
+        ``halluscope.retry``'s policy."""
+        policy = RetryPolicy(self.max_retries, self.backoff_s, self.max_backoff_s)
+        try:
+            return policy.run(lambda attempt: self._fetch_once(title))
+        except GaveUp as out:
+            raise _Unanswered(str(out)) from None
 
-    def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        """The server's Retry-After if given, else full jitter over an exponentially growing cap."""
-        if retry_after is not None:
-            return min(retry_after, self.max_backoff_s)
-        return random.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2 ** attempt))
+    def _fetch_once(self, title: str) -> str | None:
+        """One request in its rate-limit slot: the answer, ``_Unanswered``, or ``Transient``."""
+        self._limiter.wait()
+        try:
+            response = self._client.get(f"{self.base_url}/{ENDPOINT}", params={"query": title, "fields": "title"})
+        except httpx.TransportError as err:
+            raise Transient(f"{type(err).__name__}: {err}") from None
+        status = response.status_code
+        if status == 200:
+            return _matched_title(response)
+        if status == 404:
+            return None
+        if status in (401, 403):
+            raise ConfigError(f"semantic scholar at {self.base_url} refused the request (HTTP {status}); "
+                              f"check the API key in {self.api_key_env or '(none configured)'}")
+        if status != 429 and status < 500:
+            raise _Unanswered(f"HTTP {status}: {response.text[:_SNIPPET_CHARS]}")
+        raise Transient(f"HTTP {status}", retry_after_s(response.headers.get("Retry-After")))
 
     def _connection(self) -> sqlite3.Connection:
         """Opened on first use; callers hold ``self._lock``."""
@@ -227,11 +220,3 @@ def _matched_title(response: httpx.Response) -> str | None:
     except (ValueError, KeyError, IndexError, TypeError):
         pass
     raise _Unanswered(f"unexpected answer: {response.text[:_SNIPPET_CHARS]}")
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    """Retry-After in seconds; the HTTP-date form is ignored and ordinary backoff applies."""
-    try:
-        return max(0.0, float(response.headers["Retry-After"]))
-    except (KeyError, ValueError):
-        return None

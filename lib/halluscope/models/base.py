@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from halluscope.contract.completion import Completion
+from halluscope.contract.roles import AnswerFormat
 
 
 @dataclass(frozen=True)
@@ -18,13 +19,15 @@ class GenerationRequest:
     """One prompt to one model; ``task`` and ``item_id`` let a replay backend find its record.
 
     Role calls also carry ``key``, the content the prompt asks about, and ``subject``, the model
-    under test whose output it is, so a recorded role model can find the answer on record."""
+    under test whose output it is, so a recorded role model can find the answer on record, and
+    ``answer_format``, the form a backend that constrains answers asks its model for."""
 
     task: str
     item_id: str
     prompt: str
     key: str = ""
     subject: str = ""
+    answer_format: AnswerFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,21 @@ class SamplingParams:
 
 
 class ModelBackend(Protocol):
-    """Implemented by every backend (replay, openai, ...)."""
+    """Implemented by every backend (replay, openai, ...). A backend that sends a request's
+    ``answer_format`` to its model says so with a true ``constrains_answers`` attribute (read with
+    ``constrains_answers``); the others ignore the format."""
 
     model_id: str
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Return one Completion per request, in order. Must not raise for per-call failures."""
         ...
+
+
+def constrains_answers(backend: object) -> bool:
+    """Whether the backend has its model answer in a request's ``answer_format``: only then does
+    the format change the answer, and only then is it part of the call-cache key."""
+    return bool(getattr(backend, "constrains_answers", False))
 
 
 def share_of(capacity: int, clients: int) -> int:

@@ -1,7 +1,8 @@
 """A content-addressed cache of model calls, shared across runs.
 
 Key: sha256 over model id, revision, template version, the rendered prompt and the sampling
-parameters - everything that determines an answer. Entries are Parquet parts under
+parameters - everything that determines an answer - and the answer format where the backend has
+its model answer in one (a request without a format keys as it always did). Entries are Parquet parts under
 ``<cache root>/<model>/``, one part per batch of new answers (never rewritten), so many
 workers and many runs can add to one cache without locks. Only successful calls are cached.
 
@@ -40,7 +41,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from halluscope.contract.completion import Completion
-from halluscope.models.base import GenerationRequest, ModelBackend
+from halluscope.contract.roles import AnswerFormat
+from halluscope.models.base import GenerationRequest, ModelBackend, constrains_answers
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location, UntrustedPath, list_private, read_private, write_private
 from halluscope.storage.run import table_to_bytes
@@ -139,8 +141,14 @@ def read_calls(cache: Location, model_id: str) -> CacheRead:
     return out
 
 
-def call_key(model_id: str, revision: str | None, template_version: str, prompt: str, sampling: dict) -> str:
-    body = json.dumps([model_id, revision, template_version, prompt, sampling], sort_keys=True, ensure_ascii=False)
+def call_key(model_id: str, revision: str | None, template_version: str, prompt: str, sampling: dict,
+             answer_format: AnswerFormat | None = None) -> str:
+    """The cache key of one call. Without an answer format the hashed text is what it was before
+    formats existed, so the keys of existing caches stay valid."""
+    parts: list = [model_id, revision, template_version, prompt, sampling]
+    if answer_format is not None:
+        parts.append(answer_format.key())
+    body = json.dumps(parts, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -156,6 +164,8 @@ class CachedBackend:
         self.revision = revision
         self.template_version = template_version
         self.sampling = sampling
+        # a format the backend does not send changes nothing: such calls share the format-less key
+        self.constrains_answers = constrains_answers(backend)
         self._read: CacheRead | None = None
 
     def _load(self) -> dict[str, dict]:
@@ -183,7 +193,8 @@ class CachedBackend:
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         entries = self._load()
-        keys = [call_key(self.model_id, self.revision, self.template_version, r.prompt, self.sampling)
+        keys = [call_key(self.model_id, self.revision, self.template_version, r.prompt, self.sampling,
+                         r.answer_format if self.constrains_answers else None)
                 for r in requests]
         out: list[Completion | None] = [None] * len(requests)
         misses = []

@@ -1,28 +1,41 @@
 """Backend for any OpenAI-compatible chat-completions endpoint (vLLM, Ray Serve, hosted APIs).
 
-Calls are made concurrently with one ``httpx.AsyncClient`` per batch, bounded by a semaphore.
-Transient failures (429, 5xx, timeouts, dropped connections) are retried with exponential
-backoff and full jitter; everything else becomes an error ``Completion`` so one bad call never
-fails a Ray Data batch. The backend holds only plain configuration, so Ray can pickle it and
-ship it to workers; clients, semaphores and the API key are created per call of ``agenerate``.
+Calls go through the official ``openai`` SDK, one ``AsyncOpenAI`` client per batch, concurrently
+and bounded by a semaphore. The SDK's own retries are off (``max_retries=0``): transient failures
+(429, 5xx, timeouts, dropped connections) are retried under ``halluscope.retry``'s policy, the one
+every client shares; everything else becomes an error ``Completion`` so one bad call never fails a
+Ray Data batch. The backend holds only plain configuration, so Ray can pickle it and ship it to
+workers; clients, semaphores and the API key are created per call of ``agenerate``.
+
+A request's answer format is sent as ``structured_output`` says the endpoint takes it: ``off``
+(nothing is sent), ``json_schema`` (OpenAI's ``response_format``; a choice comes back as
+``{"answer": ...}`` and is unwrapped) or ``vllm`` (vLLM's ``structured_outputs``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
-import httpx
+import openai
 
 from halluscope.errors import EndpointDown
-from halluscope.models.base import Completion, GenerationRequest, SamplingParams
+from halluscope.contract.completion import Completion
+from halluscope.contract.roles import AnswerFormat
+from halluscope.models.answer_formats import chosen, response_format, structured_outputs
+from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient, retry_after_s
 
 # Longest server text quoted in an error; enough to diagnose, short enough for a results table.
 _ERROR_SNIPPET_CHARS = 200
+# The SDK insists on a key; with none configured this stands in and the header is left out.
+_NO_KEY = "unused"
+
+StructuredOutput = Literal["off", "json_schema", "vllm"]
+STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = ("off", "json_schema", "vllm")
 
 
 class OpenAIBackend:
@@ -42,13 +55,18 @@ class OpenAIBackend:
         backoff_max_s: float = 20.0,
         breaker_threshold: int = 10,
         sampling: SamplingParams = SamplingParams(),
+        structured_output: StructuredOutput = "off",
     ) -> None:
+        if structured_output not in STRUCTURED_OUTPUTS:
+            raise ValueError(f"structured_output must be one of {STRUCTURED_OUTPUTS}, got {structured_output!r}")
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if breaker_threshold < 1:
+            raise ValueError("breaker_threshold must be >= 1")
         self.model_id = model_id
         self.base_url = base_url.rstrip("/")
         self.model = model or model_id
@@ -64,6 +82,13 @@ class OpenAIBackend:
         # endpoint is down: the stage fails with a clear message instead of recording errors forever
         self.breaker_threshold = breaker_threshold
         self.sampling = sampling
+        self.structured_output = structured_output
+        self._retry_policy()  # checks the backoffs now, not on a worker
+
+    @property
+    def constrains_answers(self) -> bool:
+        """Whether a request's answer format is sent (and so is part of its call-cache key)."""
+        return self.structured_output != "off"
 
     def __repr__(self) -> str:
         return (f"OpenAIBackend(model_id={self.model_id!r}, base_url={self.base_url!r}, "
@@ -87,18 +112,19 @@ class OpenAIBackend:
         """Run all requests concurrently (at most ``max_concurrency`` in flight); keeps order."""
         if not requests:
             return []
-        headers = {}
         api_key = self._api_key()
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        limits = httpx.Limits(max_connections=self.max_concurrency,
-                              max_keepalive_connections=self.max_concurrency)
+        # Without a key no Authorization header goes out: the SDK would otherwise read
+        # OPENAI_API_KEY, meant for api.openai.com, and send it to this endpoint.
+        headers: Mapping[str, str | openai.Omit] = {} if api_key else {"Authorization": openai.Omit()}
         semaphore = asyncio.Semaphore(self.max_concurrency)
-        breaker = _Breaker(self.breaker_threshold, f"endpoint {self.base_url} of model '{self.model_id}'")
-        async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout_s),
-                                     limits=limits) as client:
+        breaker = Breaker(self.breaker_threshold)
+        async with openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key or _NO_KEY,
+                                      timeout=self.timeout_s, max_retries=0) as client:
             return list(await asyncio.gather(
-                *(self._complete(client, semaphore, breaker, req.prompt, api_key) for req in requests)))
+                *(self._complete(client, semaphore, breaker, req, api_key, headers) for req in requests)))
+
+    def _retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s)
 
     def _api_key(self) -> str | None:
         """Read the key from the named variable; a missing one is a setup error, so it raises."""
@@ -109,107 +135,87 @@ class OpenAIBackend:
             raise RuntimeError(f"environment variable {self.api_key_env} (API key) is not set")
         return key
 
-    def _request_body(self, prompt: str) -> dict[str, Any]:
+    def _request_body(self, prompt: str, answer_format: AnswerFormat | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model,
                                 "messages": [{"role": "user", "content": prompt}],
                                 **self.sampling.as_dict()}
         if not body["stop"]:
             del body["stop"]  # some servers reject an empty stop list
+        if answer_format is not None and self.structured_output == "json_schema":
+            body["response_format"] = response_format(answer_format)
+        elif answer_format is not None and self.structured_output == "vllm":
+            body["extra_body"] = {"structured_outputs": structured_outputs(answer_format)}  # top level of the JSON
         return body
 
-    async def _complete(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, breaker: "_Breaker",
-                        prompt: str, api_key: str | None) -> Completion:
-        """One request with retries; the backoff sleep happens outside the semaphore."""
-        url = f"{self.base_url}/chat/completions"
-        body = self._request_body(prompt)
-        total_attempts = self.max_retries + 1
-        reason = ""
-        for attempt in range(1, total_attempts + 1):
-            retry_after: float | None = None
+    async def _complete(self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, breaker: Breaker,
+                        request: GenerationRequest, api_key: str | None,
+                        headers: Mapping[str, str | openai.Omit]) -> Completion:
+        """One request under the retry policy; the backoff wait happens outside the semaphore."""
+        body = self._request_body(request.prompt, request.answer_format)
+        unwrap = request.answer_format if self.structured_output == "json_schema" else None
+
+        async def attempt(number: int) -> Completion:
             async with semaphore:
-                started = time.perf_counter()
-                try:
-                    response = await client.post(url, json=body)
-                except httpx.TimeoutException:
-                    # an endpoint that accepts connections but never answers is as down as one
-                    # that refuses them: both count toward the breaker
-                    reason = "timeout"
-                    breaker.failed(f"no answer within params.timeout_s={self.timeout_s:g} s")
-                except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-                    reason = f"connection error ({type(exc).__name__})"
-                    breaker.failed(reason)
-                except httpx.HTTPError as exc:
-                    return Completion(text=None, attempts=attempt,
-                                      error=f"request failed ({type(exc).__name__})")
-                else:
-                    breaker.answered()
-                    latency_s = time.perf_counter() - started
-                    status = response.status_code
-                    if 200 <= status < 300:
-                        return _parse_completion(response, latency_s, attempt)
-                    if status != 429 and status < 500:
-                        snippet = _redact(response.text[:_ERROR_SNIPPET_CHARS], api_key)
-                        return Completion(text=None, attempts=attempt,
-                                          error=f"HTTP {status}: {snippet}")
-                    reason = f"HTTP {status}"
-                    retry_after = _retry_after_s(response)
-            if attempt < total_attempts:
-                await asyncio.sleep(self._backoff_s(attempt, retry_after))
-        return Completion(text=None, attempts=total_attempts,
-                          error=f"{reason} after {total_attempts} attempts")
+                return await self._attempt(client, breaker, body, headers, api_key, number)
 
-    def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        """Server's Retry-After if given, else full jitter over an exponentially growing cap."""
-        if retry_after is not None:
-            return min(retry_after, self.backoff_max_s)
-        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+        try:
+            completion = await self._retry_policy().arun(attempt)
+        except GaveUp as out:
+            return Completion(text=None, attempts=out.attempts, error=str(out))
+        if completion.text is not None and unwrap is not None:
+            completion.text = chosen(completion.text, unwrap)
+        return completion
 
+    async def _attempt(self, client: openai.AsyncOpenAI, breaker: Breaker, body: dict[str, Any],
+                       headers: Mapping[str, str | openai.Omit], api_key: str | None, number: int) -> Completion:
+        """One call: a Completion (the answer, or an error not worth retrying), or ``Transient``."""
+        started = time.perf_counter()
+        try:
+            raw = await client.chat.completions.with_raw_response.create(**body, extra_headers=headers)
+        except openai.APITimeoutError:
+            # an endpoint that accepts connections but never answers is as down as one that
+            # refuses them: both count toward the breaker
+            self._failed(breaker, f"no answer within params.timeout_s={self.timeout_s:g} s")
+            raise Transient("timeout") from None
+        except openai.APIConnectionError as exc:
+            reason = f"connection error ({type(exc.__cause__ or exc).__name__})"
+            self._failed(breaker, reason)
+            raise Transient(reason) from None
+        except openai.APIStatusError as exc:
+            breaker.answered()
+            status = exc.status_code
+            if status == 429 or status >= 500:
+                raise Transient(f"HTTP {status}", retry_after_s(exc.response.headers.get("Retry-After"))) from None
+            snippet = _redact(exc.response.text[:_ERROR_SNIPPET_CHARS], api_key)
+            return Completion(text=None, attempts=number, error=f"HTTP {status}: {snippet}")
+        except openai.OpenAIError as exc:
+            return Completion(text=None, attempts=number, error=f"request failed ({type(exc).__name__})")
+        breaker.answered()
+        return _parse_completion(raw, time.perf_counter() - started, number)
 
-class _Breaker:
-    """Counts connection failures and timeouts in a row across the concurrent calls of one batch."""
-
-    def __init__(self, threshold: int, what: str) -> None:
-        self.threshold, self.what, self.in_a_row = threshold, what, 0
-
-    def failed(self, reason: str) -> None:
-        self.in_a_row += 1
-        if self.in_a_row >= self.threshold:
-            raise EndpointDown(f"{self.what} is down: {self.in_a_row} connection failures or timeouts in a "
-                               f"row (last: {reason})")
-
-    def answered(self) -> None:
-        self.in_a_row = 0
+    def _failed(self, breaker: Breaker, reason: str) -> None:
+        """Count a call no answer came back to; raise ``EndpointDown`` when the breaker trips."""
+        if breaker.failed():
+            raise EndpointDown(f"endpoint {self.base_url} of model '{self.model_id}' is down: {breaker.in_a_row} "
+                               f"connection failures or timeouts in a row (last: {reason})")
 
 
-def _retry_after_s(response: httpx.Response) -> float | None:
-    """Retry-After in seconds; the HTTP-date form is ignored and ordinary backoff applies."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
+def _parse_completion(raw: Any, latency_s: float, attempts: int) -> Completion:
+    """Turn a 2xx answer into a Completion; one without a usable answer is an error, not retried."""
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
-def _parse_completion(response: httpx.Response, latency_s: float, attempts: int) -> Completion:
-    """Turn a 2xx body into a Completion; a body without a usable answer is an error, not retried."""
-    try:
-        data = response.json()
-        choice = data["choices"][0]
-        text = choice["message"]["content"]
+        data = raw.parse()  # a ChatCompletion; the body's text when it is not JSON
+        choice = data.choices[0]
+        text = choice.message.content
         if not isinstance(text, str):
             raise TypeError(f"message content is {type(text).__name__}")
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (ValueError, AttributeError, KeyError, IndexError, TypeError) as exc:
         detail = f"{type(exc).__name__}: {exc}"[:_ERROR_SNIPPET_CHARS]
         return Completion(text=None, latency_s=latency_s, attempts=attempts,
                           error=f"malformed response: {detail}")
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        usage = {}
-    return Completion(text=text, input_tokens=usage.get("prompt_tokens"),
-                      output_tokens=usage.get("completion_tokens"), latency_s=latency_s,
-                      attempts=attempts, extra={"finish_reason": choice.get("finish_reason")})
+    usage = getattr(data, "usage", None)
+    return Completion(text=text, input_tokens=getattr(usage, "prompt_tokens", None),
+                      output_tokens=getattr(usage, "completion_tokens", None), latency_s=latency_s,
+                      attempts=attempts, extra={"finish_reason": getattr(choice, "finish_reason", None)})
 
 
 def _redact(text: str, secret: str | None) -> str:

@@ -40,7 +40,7 @@ def live_backend(spec: ModelSpec, endpoint: Endpoint | None = None, clients: int
         return OpenAIBackend(model_id=spec.id, base_url=p.base_url, model=p.model, api_key_env=p.api_key_env,
                              max_concurrency=share_of(p.max_concurrency, clients), timeout_s=p.timeout_s,
                              max_retries=p.max_retries,
-                             sampling=sampling_of(spec))
+                             sampling=sampling_of(spec), structured_output=p.structured_output)
     if endpoint is None:
         raise ValueError(f"model '{spec.id}': backend '{spec.backend}' is served, but no endpoint was deployed")
     if spec.backend == "vllm":  # the engine deployment by handle: no HTTP proxy needed on the caller's node

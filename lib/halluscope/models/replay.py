@@ -200,9 +200,9 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
                 used.add(hit[0])
                 texts[item.item_id] = hit[1]
                 break
-    all_rows = {row for row, _ in by_key.values()}
-    for row in sorted(all_rows - used):
-        quarantine.append({"row": row, "reason": "matches no item of the task"})
+    all_rows = {row_no for row_no, _ in by_key.values()}
+    for row_no in sorted(all_rows - used):
+        quarantine.append({"row": row_no, "reason": "matches no item of the task"})
     for q in quarantine:
         q.update(source=source, model=spec.id, task=task.name)
     return Replayed(texts, source, quarantine)

@@ -4,8 +4,8 @@ Prompts travel several to a call (``complete_batch``): one prompt per Serve call
 320 calls/s on two cores, CPU-bound in Serve itself, while a chunk of prompts costs about the same
 as one. Chunks go out concurrently (at most ``max_concurrent_chunks`` in flight, so queued chunks
 do not time out behind a slow replica); prompts that come back with an error, and whole chunks
-that fail or time out, are retried with exponential backoff and full jitter. A timed-out call is
-cancelled, so the replica stops working on it.
+that fail or time out, are retried under ``halluscope.retry``'s policy (the one every client
+shares). A timed-out call is cancelled, so the replica stops working on it.
 
 Failures stay data (``Completion.error``) with one exception: when ``breaker_threshold`` chunk
 calls in a row fail at the transport level (replica dead, app deleted, no answer in time), the
@@ -20,13 +20,16 @@ looked up on first use.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence, cast
+from typing import Any, Awaitable, Sequence, TypeVar, cast
 
 from halluscope.errors import EndpointDown
-from halluscope.models.base import Completion, GenerationRequest, SamplingParams
+from halluscope.contract.completion import Completion
+from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient
+
+T = TypeVar("T")
 
 
 class ServeEndpointDown(EndpointDown, RuntimeError):
@@ -66,12 +69,13 @@ class ServeHandleBackend:
         self.breaker_threshold = breaker_threshold
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        self._retry_policy()  # checks the backoffs now, not on a worker
         self._handle: Any = None
-        self._consecutive_failures = 0
+        self._breaker = Breaker(breaker_threshold)
 
     def __getstate__(self) -> dict[str, Any]:
         # A handle belongs to the process that made it; each worker looks up its own.
-        return {**self.__dict__, "_handle": None, "_consecutive_failures": 0}
+        return {**self.__dict__, "_handle": None, "_breaker": Breaker(self.breaker_threshold)}
 
     def __repr__(self) -> str:
         return (f"ServeHandleBackend(model_id={self.model_id!r}, app_name={self.app_name!r}, "
@@ -98,15 +102,8 @@ class ServeHandleBackend:
         semaphore = asyncio.Semaphore(self.max_concurrent_chunks)
         size = self.max_batch_prompts
         chunks = [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
-        tasks = [asyncio.create_task(self._run_chunk(handle, semaphore, prompts, results, chunk))
-                 for chunk in chunks]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        await gather_or_cancel([asyncio.create_task(self._run_chunk(handle, semaphore, prompts, results, chunk))
+                                for chunk in chunks])
         return cast(list[Completion], results)  # every chunk task filled its slots
 
     def _down(self, reason: str) -> ServeEndpointDown:
@@ -131,65 +128,61 @@ class ServeHandleBackend:
 
     async def _run_chunk(self, handle: Any, semaphore: asyncio.Semaphore, prompts: list[str],
                          results: list[Completion | None], indices: list[int]) -> None:
-        """Send one chunk, then resend whatever failed of it until done or out of retries."""
+        """Send one chunk, then resend whatever failed of it, under the retry policy."""
         pending = indices
         last_error: dict[int, str] = {}
-        attempt = 0
-        while True:
-            attempt += 1
+        latency_s = 0.0
+
+        async def attempt(number: int) -> None:
+            nonlocal pending, latency_s
             async with semaphore:
                 started = time.perf_counter()
                 try:
                     items = await self._call(handle, [prompts[i] for i in pending])
                 except Exception as exc:  # noqa: BLE001 - every transport failure counts the same
                     self._transport_failed(exc)
-                    items = None
-                    reason = _describe(exc)
+                    reason = describe_error(exc)
                     last_error.update((i, reason) for i in pending)
-                latency_s = time.perf_counter() - started
-            if items is not None:
-                self._consecutive_failures = 0
-                retry = []
-                for i, item in zip(pending, items):
-                    if item.get("error"):
-                        last_error[i] = str(item["error"])
-                        retry.append(i)
-                    else:
-                        results[i] = Completion(text=item["text"], input_tokens=item.get("input_tokens"),
-                                                output_tokens=item.get("output_tokens"), latency_s=latency_s,
-                                                attempts=attempt)
-                pending = retry
-            if not pending:
-                return
-            if attempt > self.max_retries:
-                for i in pending:
-                    results[i] = Completion(text=None, latency_s=latency_s, attempts=attempt,
-                                            error=f"{last_error[i]} (after {attempt} attempts)")
-                return
-            await asyncio.sleep(self._backoff_s(attempt))
+                    raise Transient(reason) from None
+                finally:
+                    latency_s = time.perf_counter() - started
+            self._breaker.answered()
+            retry = []
+            for i, item in zip(pending, items):
+                if item.get("error"):
+                    last_error[i] = str(item["error"])
+                    retry.append(i)
+                else:
+                    results[i] = Completion(text=item["text"], input_tokens=item.get("input_tokens"),
+                                            output_tokens=item.get("output_tokens"), latency_s=latency_s,
+                                            attempts=number)
+            pending = retry
+            if pending:
+                raise Transient(f"{len(pending)} prompts answered with an error")
+
+        try:
+            await self._retry_policy().arun(attempt)
+        except GaveUp as out:
+            for i in pending:
+                results[i] = Completion(text=None, latency_s=latency_s, attempts=out.attempts,
+                                        error=f"{last_error[i]} (after {out.attempts} attempts)")
 
     async def _call(self, handle: Any, batch: list[str]) -> list[dict]:
         response = handle.complete_batch.remote(batch, self.sampling.as_dict())
-        try:
-            items = await asyncio.wait_for(_awaitable(response), timeout=self.timeout_s)
-        except asyncio.TimeoutError:
-            response.cancel()  # frees the replica from a call nobody waits for
-            raise TimeoutError(f"no answer within {self.timeout_s:g} s") from None
+        items = await answer_within(response, _awaitable(response), self.timeout_s)
         if not isinstance(items, list) or len(items) != len(batch):
             raise ValueError(f"malformed answer: expected {len(batch)} results, got {type(items).__name__}"
                              f"{f' of {len(items)}' if isinstance(items, list) else ''}")
         return items
 
+    def _retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s)
+
     def _transport_failed(self, exc: Exception) -> None:
         """Count a failed call; trip the breaker once ``breaker_threshold`` fail in a row."""
-        self._consecutive_failures += 1
-        if self._consecutive_failures >= self.breaker_threshold:
-            raise self._down(f"{self._consecutive_failures} calls in a row failed, the last with "
-                             f"{_describe(exc)}") from exc
-
-    def _backoff_s(self, attempt: int) -> float:
-        """Full jitter over an exponentially growing cap, so retries of many chunks spread out."""
-        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+        if self._breaker.failed():
+            raise self._down(f"{self._breaker.in_a_row} calls in a row failed, the last with "
+                             f"{describe_error(exc)}") from exc
 
 
 async def _awaitable(response: Any) -> Any:
@@ -197,7 +190,30 @@ async def _awaitable(response: Any) -> Any:
     return await response
 
 
-def _describe(exc: BaseException) -> str:
+async def answer_within(response: Any, answer: Awaitable[T], timeout_s: float) -> T:
+    """What a handle call (``response``) brings back through ``answer``, or ``TimeoutError`` after
+    ``timeout_s``: the call is then cancelled, freeing the replica from a call nobody waits for."""
+    try:
+        return await asyncio.wait_for(answer, timeout=timeout_s)
+    except asyncio.TimeoutError:
+        response.cancel()
+        raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+
+
+async def gather_or_cancel(tasks: list[asyncio.Task[T]]) -> list[T]:
+    """The tasks' results in order; when one raises (the breaker tripped), the rest are cancelled
+    before the error goes on."""
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def describe_error(exc: BaseException) -> str:
+    """The exception's type and the first line of its text, for an error column."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 

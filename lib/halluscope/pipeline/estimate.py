@@ -4,7 +4,7 @@ Rows mirror the cost ledger (cost/ledger.py), so a plan can be compared with wha
 records: generation by each model under test, and the abstain/decompose/verify calls to the
 judge and extractor (one row per role model, task and stage, summed over the models under test).
 
-Sizes come from earlier runs when their tables are given (``TokenStats.measure``): calls per
+Sizes come from earlier runs when their tables are given (``token_stats.TokenStats``): calls per
 generation and tokens per call, per model and task, else pooled over the models measured on the
 task. What was not measured is estimated:
 
@@ -19,361 +19,48 @@ task. What was not measured is estimated:
   budget wants; a pilot run's measured stats replace them.
 
 Dollars: API models by their tokens (price table). Served models by resource-hours: busy time
-from a throughput assumption per accelerator (``Throughput``; a scripted stand-in's own
-``tokens_per_s`` and answers), and, as the ledger charges every deployment for as long as it is
-held, an ``idle`` row per served model for the rest of its time on the cluster. The served models
-under test are held from their deployment's start to the end of their generation, in the waves
-``schedule.simulate`` gives under the run's GPU budget (the same rule the run follows); the roles
-the run serves are held for the whole run (the schedule's makespan, or startup + the busiest
-other model's time, whichever is longer).
+from a throughput assumption per accelerator (cluster/throughput.yaml, ``pipeline.throughput``;
+a scripted stand-in's own ``tokens_per_s`` and answers), and, as the ledger charges every
+deployment for as long as it is held, an ``idle`` row per served model for the rest of its time
+on the cluster. The served models under test are held from their deployment's start to the end
+of their generation, in the waves ``schedule.simulate`` gives under the run's GPU budget (the
+same rule the run follows); the roles the run serves are held for the whole run (the schedule's
+makespan, or startup + the busiest other model's time, whichever is longer).
+
+This module accumulates and prices. The items come from the run's own loader
+(``workset.ItemSource``), so both read the same items; cached generation calls from the call
+cache's one reader (``models.cache.read_calls``), as the Generate stage sees them; measured sizes
+from ``token_stats``; the rows and their rendering are ``plan_view``'s.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from halluscope.config import (HFModel, ModelSpec, OpenAIModel, RecordedModel, ReplayModel, RunConfig, ScriptedModel,
-                               StorageSpec, VLLMModel, WikiSpec)
-from halluscope.pipeline.schedule import Job, Schedule, budget as schedule_budget, job_of, scheduled, simulate
-from halluscope.cost.ledger import api_name
+from halluscope.config import HFModel, ModelSpec, OpenAIModel, RecordedModel, ReplayModel, RunConfig, ScriptedModel, \
+    VLLMModel
+from halluscope.contract.cost_rules import Shape, StageRule
+from halluscope.contract.task import Item, Task
+from halluscope.cost.ledger import NO_PRICE_TABLE, api_name
 from halluscope.cost.nodes import stranded_rows
-from halluscope.cost.shared import service_rate, services_of
 from halluscope.cost.prices import PriceTable
-from halluscope.errors import DataError, RunError
+from halluscope.cost.shared import service_rate, services_of
+from halluscope.errors import RunError
+from halluscope.knowledge.specs import evidence_words
 from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
 from halluscope.models.registry import revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
-from halluscope.pipeline.workset import models_under_test, resolver_for, testset_locations
+from halluscope.pipeline.plan_view import Plan, PlanRow
+from halluscope.pipeline.schedule import budget as schedule_budget, job_of, scheduled, simulate
+from halluscope.pipeline.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
+from halluscope.pipeline.token_stats import TokenStats
+from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
 from halluscope.records import generation_id
 from halluscope.serving.placement import placement
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
-from halluscope.contract.task import Item, Task
-from halluscope.contract.cost_rules import Shape, SizeAssumptions, StageRule
-
-POOLED = "*"  # TokenStats model key: every model measured on the task
-REFERENCE_PARAMS_B = 8.0  # Throughput figures are for a dense model of this many billion parameters
-
-
-class Throughput(BaseModel):
-    """Saturated vLLM engine, per GPU (per core for CPU), for an 8B-parameter dense model in 16 bits;
-    a model of P billion parameters gets 8 / P of it (time scales with the weights read and the
-    FLOPs per token; tensor parallelism is taken as scaling linearly)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    prefill_tokens_per_s: float = Field(gt=0)
-    decode_tokens_per_s: float = Field(gt=0)
-
-
-# Anchored at H100: prefill is compute-bound, 989 dense BF16 TFLOP/s x 40% utilisation / (2 FLOP
-# x 8e9 parameters) ~ 25,000 tokens/s; decode 5,000 tokens/s sits between published vLLM figures
-# (~12,500 for Llama-3.1-8B on one H100 at high concurrency; 460 for 70B-FP8 on one H100, i.e.
-# ~4,000 scaled to 8B) on the low side, so a budget errs high. Other GPUs scale prefill by dense
-# BF16 TFLOP/s and decode by memory bandwidth (datasheets: A100-80G 312 / 2.04 TB/s, L40S 362 /
-# 0.864, A10 125 / 0.6 against H100 SXM 989 / 3.35). CPU (per core) is a rough figure for the
-# small models CPU serving is meant for. Every figure is an assumption: override per run.
-DEFAULT_THROUGHPUT: dict[str, Throughput] = {
-    "H100": Throughput(prefill_tokens_per_s=25_000, decode_tokens_per_s=5_000),
-    "A100-80G": Throughput(prefill_tokens_per_s=7_900, decode_tokens_per_s=3_000),
-    "L40S": Throughput(prefill_tokens_per_s=9_200, decode_tokens_per_s=1_300),
-    "A10G": Throughput(prefill_tokens_per_s=3_200, decode_tokens_per_s=900),
-    "CPU": Throughput(prefill_tokens_per_s=10, decode_tokens_per_s=2),
-}
-
-
-class PlanOptions(SizeAssumptions):
-    """The estimate's assumptions; each is printed with the plan."""
-
-    throughput: dict[str, Throughput] = Field(default_factory=lambda: dict(DEFAULT_THROUGHPUT))
-    params_b: dict[str, float] = Field(default_factory=dict,
-                                       description="model id -> billions of parameters, where the name "
-                                                   "does not say (e.g. 'Llama-3.1-70B' does)")
-    api_tokens_per_s: float = Field(50.0, gt=0, description="output tokens/s of one API request")
-    startup_s: float | None = Field(
-        None, ge=0, description="deployment start (pending, weights load, CUDA graphs) of every served model; "
-                                "None: by backend and size (startup_seconds)")
-
-
-# Serve's own part of a deployment's start (a replica process, its imports), measured for scripted
-# replicas on 2 cores: 8 s alone, 24-63 s for six at once beside a run (bench/many_models.py)
-SERVE_START_S = 20.0
-VLLM_START_S = 60.0  # a vLLM engine's start besides its weights: CUDA graphs, KV cache, the API server
-VLLM_LOAD_S_PER_B = 2.5  # weights load per billion parameters (~0.8 GB/s from a warm cache; 405B: ~17 min)
-
-
-def startup_seconds(spec: ModelSpec, options: "PlanOptions") -> float:
-    """How long a served model takes from its deployment to its first answer."""
-    if options.startup_s is not None:
-        return options.startup_s
-    if isinstance(spec, ScriptedModel):
-        return spec.params.load_s + SERVE_START_S
-    if isinstance(spec, VLLMModel):
-        size = params_billions(spec, options)
-        return VLLM_START_S + VLLM_LOAD_S_PER_B * (size if size is not None else 120.0)
-    return 60.0  # hf: small models on CPU or one GPU
-
-
-# --- measured stats ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StageStats:
-    """One stage's sizes per generation; token sizes are None when every call was cached."""
-
-    calls_per_generation: float
-    input_tokens_per_call: float | None
-    output_tokens_per_call: float | None
-    generations: int  # the sample they were measured on
-
-
-@dataclass
-class TokenStats:
-    """Measured sizes by (task, stage, role, model under test); model ``*`` pools every model."""
-
-    entries: dict[tuple[str, str, str, str], StageStats] = field(default_factory=dict)
-    runs: list[str] = field(default_factory=list)
-
-    def get(self, task: str, stage: str, role: str, model: str) -> tuple[StageStats, str] | None:
-        """The model's own measurement, else the pooled one, with its basis label."""
-        for key, basis in ((model, "measured"), (POOLED, "measured:*")):
-            hit = self.entries.get((task, stage, role, key))
-            if hit is not None:
-                return hit, basis
-        return None
-
-    def stages(self, task: str) -> set[tuple[str, str]]:
-        return {(s, r) for t, s, r, m in self.entries if t == task and s != "generate"}
-
-    @classmethod
-    def from_runs(cls, uris: Iterable[str], storage: StorageSpec | None = None) -> "TokenStats":
-        """``measure`` over run folders named by URL (``<root>/<run_id>``)."""
-        stores = []
-        for uri in uris:
-            root, run_id = uri.rstrip("/").rsplit("/", 1)
-            store = RunStore(Location.from_url(root, storage), run_id)
-            if not store.loc.child("manifest.json").exists():
-                raise DataError(f"{uri} is not a halluscope run folder (no manifest.json)")
-            stores.append(store)
-        return cls.measure(stores)
-
-    @classmethod
-    def measure(cls, stores: Iterable[RunStore]) -> "TokenStats":
-        """Sums over the committed rows of every store: generation tokens from ``generations``
-        (rows with token counts), role calls per generation with text from ``role_calls``."""
-        sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 5)  # gens, calls, token calls, in, out
-        texts: dict[tuple[str, str], int] = defaultdict(int)
-        runs = []
-        for store in stores:
-            runs.append(store.loc.url)
-            gens = store.read_table("generations", ["model", "task", "text", "error", "input_tokens", "output_tokens"])
-            for r in gens.to_pylist():
-                if r["text"] is None or r["error"] is not None:
-                    continue
-                for m in (r["model"], POOLED):
-                    texts[(r["task"], m)] += 1
-                    if r["input_tokens"] is not None and r["output_tokens"] is not None:
-                        _add(sums[(r["task"], "generate", "test", m)], 1, 1, 1, r["input_tokens"], r["output_tokens"])
-            for r in store.read_table("role_calls").to_pylist():
-                for m in (r["model"], POOLED):
-                    _add(sums[(r["task"], r["stage"], r["role"], m)], 0, r["calls"] + r["cached_calls"], r["calls"],
-                         r["input_tokens"], r["output_tokens"])
-        # a model with generations on a task but no call in a stage measured 0 calls there
-        for task, stage, role in {k[:3] for k in sums if k[1] != "generate"}:
-            for t, m in texts:
-                if t == task:
-                    sums.setdefault((task, stage, role, m), [0.0] * 5)
-        entries = {}
-        for key, (n, calls, token_calls, tin, tout) in sums.items():
-            gens = n if key[1] == "generate" else texts[(key[0], key[3])]
-            if gens:
-                entries[key] = StageStats(calls / gens, tin / token_calls if token_calls else None,
-                                          tout / token_calls if token_calls else None, int(gens))
-        return cls(entries, runs)
-
-
-def _add(acc: list[float], *values: float) -> None:
-    for i, v in enumerate(values):
-        acc[i] += v
-
-
-# --- served models ----------------------------------------------------------------------------
-
-_SIZE = re.compile(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bBmM])(?![a-zA-Z])")
-
-
-def params_billions(spec: ModelSpec, options: PlanOptions) -> float | None:
-    """From the options, else the last size in the model source or id ("70B", "8x7B" counts all
-    experts, "135M"); None when neither says."""
-    if spec.id in options.params_b:
-        return options.params_b[spec.id]
-    for name in (getattr(spec.params, "model_source", ""), spec.id):
-        found = _SIZE.findall(name or "")
-        if found:
-            experts, size, unit = found[-1]
-            return float(experts or 1) * float(size) / (1000.0 if unit in "mM" else 1.0)
-    return None
-
-
-def _busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
-                  options: PlanOptions) -> tuple[float | None, str | None]:
-    """Resource-seconds (GPU- or core-seconds) a served model's calls keep it busy, or why unknown.
-    Scripted models take ``latency_s`` per prompt, ``capacity`` prompts at once per replica."""
-    resource, units = placement(spec)
-    if isinstance(spec, ScriptedModel):
-        p = spec.params
-        at_once = p.capacity or p.serve.max_ongoing_requests * p.serve.max_batch_prompts
-        produce = tout / p.tokens_per_s if p.tokens_per_s else 0.0  # one replica's seconds for every token
-        return (calls * p.latency_s / at_once + produce) * units, None
-    rate = options.throughput.get(resource)
-    if rate is None:
-        return None, f"no throughput assumption for resource '{resource}' (plan options: throughput)"
-    size = params_billions(spec, options)
-    if size is None:
-        return None, f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']"
-    scale = REFERENCE_PARAMS_B / size
-    return tin / (rate.prefill_tokens_per_s * scale) + tout / (rate.decode_tokens_per_s * scale), None
-
-
-# --- the plan ---------------------------------------------------------------------------------
-
-
-@dataclass
-class PlanRow:
-    model: str
-    role: str
-    task: str  # "*" for a deployment's idle row
-    stage: str  # generate | abstain | decompose | verify | idle
-    generations: int  # generations whose calls the row counts
-    calls: int
-    cached_calls: int
-    input_tokens: int
-    output_tokens: int
-    resource: str | None  # served models: accelerator type or CPU
-    resource_hours: float | None  # GPU-hours (core-hours for CPU); None when unknown
-    usd: float | None  # None: could not be priced (see note)
-    basis: str  # estimated | measured | measured:* | replay | cache | mixed
-    note: str | None = None
-
-
-@dataclass
-class Plan:
-    rows: list[PlanRow]
-    wall_hours: float | None  # how long the served models are held; None when unknown
-    notes: list[str]
-    options: PlanOptions
-    jobs: list[Job] = field(default_factory=list)  # the served models under test, with estimated times
-    schedule: Schedule = field(default_factory=Schedule)  # their waves under the run's GPU budget
-    budget: dict[str, float] | None = None
-
-    @property
-    def total_usd(self) -> float:
-        """Sum of the priced rows; see ``unpriced`` for the rest."""
-        return math.fsum(r.usd for r in self.rows if r.usd is not None)
-
-    @property
-    def unpriced(self) -> list[PlanRow]:
-        return [r for r in self.rows if r.usd is None]
-
-    def totals(self) -> dict:
-        by_role: dict[str, dict] = {}
-        for r in self.rows:
-            t = by_role.setdefault(r.role, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "usd": []})
-            t["calls"] += r.calls
-            t["input_tokens"] += r.input_tokens
-            t["output_tokens"] += r.output_tokens
-            t["usd"].append(r.usd or 0.0)
-        for t in by_role.values():
-            t["usd"] = math.fsum(t["usd"])
-        hours: dict[str, list[float]] = defaultdict(list)
-        for r in self.rows:
-            if r.resource and r.resource_hours is not None:
-                hours[r.resource].append(r.resource_hours)
-        return {"usd": self.total_usd, "unpriced_rows": len(self.unpriced),
-                "calls": sum(r.calls for r in self.rows), "cached_calls": sum(r.cached_calls for r in self.rows),
-                "input_tokens": sum(r.input_tokens for r in self.rows),
-                "output_tokens": sum(r.output_tokens for r in self.rows),
-                "resource_hours": {k: math.fsum(v) for k, v in sorted(hours.items())}, "by_role": by_role}
-
-    def schedule_dict(self) -> dict:
-        out = self.schedule.as_dict()
-        out["budget"] = self.budget
-        out["lower_bound_s"] = self.schedule.lower_bound_s(self.budget) if self.budget else None
-        usd = [r.usd for r in self.rows if r.model in {j.model for j in self.jobs} and r.resource]
-        out["usd"] = None if any(u is None for u in usd) else math.fsum(u for u in usd if u is not None)
-        return out
-
-    def as_dict(self) -> dict:
-        return {"rows": [asdict(r) for r in self.rows], "totals": self.totals(), "wall_hours": self.wall_hours,
-                "schedule": self.schedule_dict(), "notes": list(self.notes),
-                "options": self.options.model_dump(mode="json")}
-
-    def schedule_lines(self) -> list[str]:
-        """The served models under test: waves, each model's window, peak GPUs, makespan, GPU-hours."""
-        if not self.jobs:
-            return []
-        s, d = self.schedule, self.schedule_dict()
-        budget = ", ".join(f"{k} {v:g}" for k, v in (self.budget or {}).items() if math.isfinite(v)) or "none known"
-        lines = ["", f"schedule of the served models under test (budget: {budget}):"]
-        for i, wave in enumerate(s.waves()):
-            lines.append(f"  wave {i + 1}: {', '.join(wave)}")
-        for w in sorted(s.windows, key=lambda w: (w.start_s, w.model)):
-            lines.append(f"  {w.model}: {w.units:g} {w.resource}, deploy {_clock(w.start_s)}, generate "
-                         f"{_clock(w.ready_s)}-{_clock(w.end_s)}, released {_clock(w.end_s)}")
-        bound = f" (lower bound {_clock(d['lower_bound_s'])})" if d["lower_bound_s"] is not None else ""
-        usd = "unpriced" if d["usd"] is None else f"${d['usd']:,.2f}"
-        lines.append(f"  peak GPUs {d['peak_gpus']:g}; makespan {_clock(s.makespan_s)}{bound}; GPU-hours busy "
-                     f"{d['gpu_hours_busy']:,.3f} of {d['gpu_hours_held']:,.3f} held; {usd}")
-        return lines + [f"  note: {n}" for n in s.notes]
-
-    def table(self) -> str:
-        head = ["model", "role", "task", "stage", "gens", "calls", "cached", "in tok", "out tok", "resource",
-                "res-h", "USD", "basis"]
-        body = [[r.model, r.role, r.task, r.stage, f"{r.generations:,}", f"{r.calls:,}", f"{r.cached_calls:,}",
-                 f"{r.input_tokens:,}", f"{r.output_tokens:,}", r.resource or "-", _num(r.resource_hours, 3),
-                 _num(r.usd, 4), r.basis] for r in self.rows]
-        widths = [max(len(x) for x in col) for col in zip(head, *body)]
-        lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *body]]
-        t = self.totals()
-        unpriced_roles = {r.role for r in self.unpriced}
-        roles = ", ".join(f"{role} " + ("unpriced" if role in unpriced_roles else f"${v['usd']:,.4f}")
-                          for role, v in sorted(t["by_role"].items()))
-        hours = ", ".join(f"{k} {v:,.3f} h" for k, v in t["resource_hours"].items()) or "none"
-        # a sum over priced items alone would pass for the cost of the run
-        usd = f"unknown, {len(self.unpriced)} line item(s) unpriced (priced items: ${t['usd']:,.4f})" \
-            if self.unpriced else f"${t['usd']:,.4f}"
-        held = f"; served models held {_num(self.wall_hours, 3)} h" if any(r.stage == "idle" for r in self.rows) \
-            else ""
-        lines += ["", f"total: {usd} ({roles}); {t['calls']:,} calls ({t['cached_calls']:,} cached), "
-                      f"{t['input_tokens']:,} input / {t['output_tokens']:,} output tokens; resource-hours: {hours}"
-                      f"{held}"]
-        if self.unpriced:
-            lines.append("unpriced: " + "; ".join(sorted({f"{r.model} ({r.role}): {r.note}" for r in self.unpriced})))
-        lines += self.schedule_lines()
-        lines += ["notes:", *(f"- {n}" for n in self.notes)]
-        return "\n".join(lines)
-
-
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    m, sec = divmod(int(round(seconds)), 60)
-    return f"{m // 60}:{m % 60:02d}:{sec:02d}" if m >= 60 else f"{m}:{sec:02d}"
-
-
-def _num(v: float | None, digits: int) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
-def _count(x: float) -> int:
-    """Expected counts rounded half up (Python's round() goes to even)."""
-    return int(math.floor(x + 0.5))
 
 
 @dataclass
@@ -386,22 +73,9 @@ class _Acc:
     bases: set[str] = field(default_factory=set)
 
 
-def _load_items(cfg: RunConfig) -> dict[tuple[str, str], list[Item]]:
-    """Items per (task, model under test): a model's own test sets where the run lists them per
-    model; a task's items are loaded once per distinct list of test sets."""
-    limit, testsets = cfg.limits.max_items_per_task, testset_locations(cfg)
-    loaded: dict[tuple[str, tuple[str, ...]], list[Item]] = {}
-    out = {}
-    for name in cfg.tasks:
-        options = cfg.options_for(benchmark_of(name).name)
-        for m in models_under_test(cfg):
-            sets = testsets.get((name, m.id), ())
-            key = (name, tuple(s.url for s in sets))
-            if key not in loaded:
-                items = get_task(name).load_items(resolver_for(cfg), sets, options).items
-                loaded[key] = items[:limit] if limit else items
-            out[(name, m.id)] = loaded[key]
-    return out
+def _count(x: float) -> int:
+    """Expected counts rounded half up (Python's round() goes to even)."""
+    return int(math.floor(x + 0.5))
 
 
 def _cached_items(spec: ModelSpec, items: list[Item], cache: Location) -> set[str]:
@@ -429,11 +103,9 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     o = options or PlanOptions()
     stats = stats or TokenStats()
     roles: dict[str, ModelSpec] = {m.role: m for m in cfg.models if m.role != "test"}
-    wiki = cfg.verifiers.wiki
-    top_k = wiki.top_k if wiki else WikiSpec.model_fields["top_k"].default
-    passage_words = wiki.passage_words if wiki else WikiSpec.model_fields["passage_words"].default
-    evidence = top_k * passage_words * o.tokens_per_word
-    items = _load_items(cfg)
+    # evidence per fact: the passages retrieved from the article store the task's benchmark names
+    evidence = {t: evidence_words(cfg.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}
+    items = item_source(cfg)
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
     for task_name in cfg.tasks:
         task = get_task(task_name)
@@ -443,10 +115,12 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
                            "no cost rules (Task.cost_rules), so its role calls cannot be estimated")
         stages = [*rule_of, *sorted(stats.stages(task_name) - set(rule_of))]
         for m in models_under_test(cfg):
-            todo = [i for i in items[(task_name, m.id)] if generation_id(task_name, i.item_id, m.id) not in done]
+            if task_name not in cfg.tasks_of(m):  # models[].tasks: the run never makes this pair
+                continue
+            todo = [i for i in items.items(task_name, m.id) if generation_id(task_name, i.item_id, m.id) not in done]
             with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
                                         stats, o, cache, cfg)
-            shape = Shape(P, G, evidence, o)
+            shape = Shape(P, G, evidence[task_name], o)
             for stage, role in stages:
                 _add_role_stage(acc, roles[role], task_name, stage, role, m.id, with_text, shape, stats,
                                 rule_of.get((stage, role)))
@@ -542,7 +216,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
             busy_wall[model] = (busy_wall[model] or 0.0) + out_s
         elif isinstance(spec, OpenAIModel):
             if prices is None:
-                row.note = "no price table (costs.price_table)"
+                row.note = NO_PRICE_TABLE
             else:
                 row.usd = prices.tokens_usd(api_name(spec), tin, tout)
                 if row.usd is None:
@@ -551,7 +225,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
             busy_wall[model] = (busy_wall[model] or 0.0) + out_s
         else:
             row.resource, units = placement(spec)
-            seconds, why = _busy_seconds(spec, calls, tin, tout, o)
+            seconds, why = busy_seconds(spec, calls, tin, tout, o)
             row.note = why
             if seconds is None:
                 busy_wall[model] = None
@@ -623,7 +297,7 @@ def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None
 def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,
                why: str | None) -> tuple[float | None, str | None]:
     if prices is None:
-        return None, why or "no price table (costs.price_table)"
+        return None, why or NO_PRICE_TABLE
     usd = prices.hours_usd(resource, seconds)
     return usd, why if usd is not None else f"no price for resource '{resource}' in the price table"
 
@@ -632,16 +306,9 @@ def _assumptions(o: PlanOptions, stats: TokenStats) -> str:
     measured = f"measured sizes from {len(stats.runs)} run(s): {', '.join(stats.runs)}; " if stats.runs else ""
     return (f"{measured}estimates: {o.tokens_per_word} tokens/word, generations fill {o.fill_factor:.0%} of "
             f"max_tokens, {o.words_per_fact:g} words per fact, every generation responds (upper bound); "
-            f"served models: throughput per GPU at {REFERENCE_PARAMS_B:g}B scaled by size, started in "
-            f"{_startup_rule(o)}; models under test held from deployment to their last answer, in waves under "
-            f"the GPU budget, roles for the whole run; API requests {o.api_tokens_per_s:g} output tokens/s")
-
-
-def _startup_rule(o: PlanOptions) -> str:
-    if o.startup_s is not None:
-        return f"{o.startup_s:g} s"
-    return (f"{VLLM_START_S:g} s + {VLLM_LOAD_S_PER_B:g} s per billion parameters (vllm), load_s + "
-            f"{SERVE_START_S:g} s (scripted)")
+            f"served models: {served_assumptions(o)}; models under test held from deployment to their last answer, "
+            f"in waves under the GPU budget, roles for the whole run; API requests {o.api_tokens_per_s:g} output "
+            "tokens/s")
 
 
 def check_budget(plan: Plan, budget_usd: float) -> None:

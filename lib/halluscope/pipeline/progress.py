@@ -3,16 +3,21 @@
 The driver counts the generations each committed batch holds, per (model, task). It writes
 ``progress.json`` beside the run's tables at most every ``every_s`` seconds, so ``halluscope
 report RUN`` can show per-model progress and partial metrics from the committed parts while the
-run goes on, and it redraws one line per model on a terminal.
+run goes on, and on a terminal it redraws one rich progress bar per model (nothing is drawn
+when the output is not a terminal: ``progress.json`` is the record).
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import sys
 import time
 from collections import defaultdict
 from typing import TextIO
+
+import rich.progress
+from rich.console import Console
 
 from halluscope.report.escape import terminal
 from halluscope.storage.run import RunStore
@@ -29,7 +34,8 @@ class Progress:
         self.out = out
         self.started = time.time()
         self._written = 0.0
-        self._lines = 0
+        self._bars: rich.progress.Progress | None = None
+        self._rows: dict[str, rich.progress.TaskID] = {}
 
     def add(self, model: str, task: str, rows: int) -> None:
         self.done[(model, task)] += rows
@@ -53,16 +59,33 @@ class Progress:
             "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(), "finished": final,
             "elapsed_s": round(time.time() - self.started, 1), "models": models})
         if self.show:
-            self._draw(models)
+            self._draw(models, final)
 
-    def _draw(self, models: dict[str, dict]) -> None:
-        if self._lines:
-            self.out.write(f"\x1b[{self._lines}F")  # back to the first line drawn
-        names = {model: terminal(model) for model in models}  # an id's own escape codes are shown, not obeyed
-        width = max((len(n) for n in names.values()), default=0)
+    def _draw(self, models: dict[str, dict], final: bool) -> None:
+        """Redrawn only here, at the flush cadence: no refresh thread, and stdout/stderr are left as they are."""
+        if self._bars is None:
+            self._bars = rich.progress.Progress(
+                # markup off: an id like "[l](x)" is text, and its escape codes are shown, not obeyed (terminal())
+                rich.progress.TextColumn("{task.description}", markup=False),
+                rich.progress.BarColumn(bar_width=30), rich.progress.MofNCompleteColumn(),
+                rich.progress.TaskProgressColumn(), rich.progress.TimeRemainingColumn(),
+                console=Console(file=self.out, force_terminal=True), auto_refresh=False,
+                redirect_stdout=False, redirect_stderr=False)
         for model, m in models.items():
-            share = m["done"] / m["total"] if m["total"] else 1.0
-            bar = "#" * int(share * 30)
-            self.out.write(f"\x1b[2K{names[model]:<{width}} [{bar:<30}] {m['done']}/{m['total']}\n")
-        self.out.flush()
-        self._lines = len(models)
+            if model not in self._rows:  # added before start(): adding to a started view redraws it
+                self._rows[model] = self._bars.add_task(terminal(model), total=m["total"])
+            self._bars.update(self._rows[model], completed=m["done"], total=m["total"])
+        if not self._bars.live.is_started:
+            self._bars.start()  # draws
+            atexit.register(self.close)  # a run that raises before its final flush still gets its cursor back
+        elif not final:
+            self._bars.refresh()
+        if final:
+            self.close()  # draws once more, then leaves the drawing in place
+
+    def close(self) -> None:
+        """Ends the live view (the last drawing stays, the cursor shows again); idempotent."""
+        if self._bars is not None:
+            self._bars.stop()
+            atexit.unregister(self.close)
+            self._bars, self._rows = None, {}

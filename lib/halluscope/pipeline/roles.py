@@ -21,7 +21,7 @@ from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
-from halluscope.contract.roles import RoleCall
+from halluscope.contract.roles import AnswerFormat, RoleCall
 
 def role_models(models: Sequence[ModelSpec]) -> dict[str, list[ModelSpec]]:
     """role -> the models that play it (one judge and one extractor at most; references, any number)."""
@@ -80,15 +80,17 @@ class RoleModels:
                subjects: dict[str, str] | None = None) -> dict[str, list[Completion]]:
         """Replies per row key (the generation id), one per prompt of its calls in order; usage is
         added to ``usage``. ``subjects`` maps a row key to its model under test (what a recorded
-        role looks up). Each (role, template, model) gets one ``generate_batch`` per phase."""
-        groups: dict[tuple[str, str, str | None], list[tuple[str, int, str, str]]] = defaultdict(list)
+        role looks up), and each prompt carries its call's answer format. Each (role, template, model)
+        gets one ``generate_batch`` per phase."""
+        groups: dict[tuple[str, str, str | None], list[tuple[str, int, str, str, AnswerFormat | None]]] = \
+            defaultdict(list)
         sizes: dict[str, int] = {}
         for key, row_calls in calls.items():
             i = 0
             for call in row_calls:
                 for j, prompt in enumerate(call.prompts):
                     groups[(call.role, call.template, call.model)].append(
-                        (key, i, prompt, call.keys[j] if call.keys else ""))
+                        (key, i, prompt, call.keys[j] if call.keys else "", call.answer_format))
                     i += 1
             sizes[key] = i
         replies: dict[str, list[Completion | None]] = {k: [None] * n for k, n in sizes.items()}
@@ -96,17 +98,18 @@ class RoleModels:
             backend = self._backend(role, template, model)
             # rows asking the same (e.g. FEWL's neighbour questions) share one call: the first
             # asker pays for it, the others get a copy counted as a cache hit
-            asked: dict[tuple[str, str, str], int] = {}
+            asked: dict[tuple[str, str, str, AnswerFormat | None], int] = {}
             requests: list[GenerationRequest] = []
-            for key, i, prompt, ckey in entries:
+            for key, i, prompt, ckey, fmt in entries:
                 subject = (subjects or {}).get(key, "")
-                if asked.setdefault((prompt, ckey, subject), len(requests)) == len(requests):
-                    requests.append(GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject))
+                if asked.setdefault((prompt, ckey, subject, fmt), len(requests)) == len(requests):
+                    requests.append(GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject,
+                                                      answer_format=fmt))
             done = backend.generate_batch(requests)
             per_row: dict[str, Usage] = defaultdict(Usage)
             paid: set[int] = set()
-            for key, i, prompt, ckey in entries:
-                j = asked[(prompt, ckey, (subjects or {}).get(key, ""))]
+            for key, i, prompt, ckey, fmt in entries:
+                j = asked[(prompt, ckey, (subjects or {}).get(key, ""), fmt)]
                 completion = done[j] if j not in paid else replace(done[j], extra={**done[j].extra, "cached": True})
                 paid.add(j)
                 replies[key][i] = completion

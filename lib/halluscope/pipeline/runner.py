@@ -25,11 +25,12 @@ from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.shared import check_services, record_run_usage, service_rows
 from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
-from halluscope.pipeline.estimate import TokenStats, check_budget, plan as estimate_cost
+from halluscope.pipeline.estimate import check_budget, plan as estimate_cost
 from halluscope.pipeline.generation import generate_model, staged_location
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.schedule import Job, check_cpus, check_fits, cpu_demand, job_of, scheduled
 from halluscope.pipeline.schedule import budget as schedule_budget
+from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ from halluscope.report.leaderboard import leaderboard
 from halluscope.storage.fs import Location
 from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
 from halluscope.storage.run import BATCH_TABLES, RunStore
-from halluscope.task_registry import benchmark_of, get_task
+from halluscope.task_registry import benchmark_of, benchmarks, get_task
 from halluscope.contract.benchmark import MetricInputs
 
 
@@ -124,7 +125,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     # driver, before any Ray worker or model starts
     mark = time.time()
     work = plan(cfg, store)
-    knowledge = knowledge_for(cfg).describe({k for t in cfg.tasks for k in get_task(t).knowledge})
+    knowledge = knowledge_provenance(cfg, knowledge_for(cfg))
     check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings["plan_s"] = round(time.time() - mark, 2)
     store.claim()
@@ -319,11 +320,30 @@ def price_table(cfg: RunConfig) -> PriceTable | None:
 
 
 def knowledge_for(cfg: RunConfig) -> Knowledge:
-    """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Passage indexes
-    persist under <storage.root>/_cache/indexes, PyPI and title indexes under data.cache_dir."""
-    return Knowledge(resolver_for(cfg), cfg.data.pypi_index, cfg.verifiers,
-                     Location.from_url(shared_url(cfg.storage.root, INDEX_CACHE), cfg.storage),
-                     clients=cfg.concurrency.verify_actors)
+    """The verifiers' knowledge, unloaded: each actor loads what its tasks use, as their
+    benchmarks' options name it. Passage indexes persist under <storage.root>/_cache/indexes,
+    package and title indexes under data.cache_dir."""
+    named = dict.fromkeys([*cfg.benchmarks, *(benchmark_of(t).name for t in cfg.tasks)])
+    return Knowledge(resolver_for(cfg), Location.from_url(shared_url(cfg.storage.root, INDEX_CACHE), cfg.storage),
+                     clients=cfg.concurrency.verify_actors, options={b: cfg.options_for(b) for b in named})
+
+
+def knowledge_provenance(cfg: RunConfig, kb: Knowledge) -> dict:
+    """Provenance of the knowledge the run's tasks use, for the manifest, as each benchmark
+    describes the sources its tasks name (``Benchmark.describe_knowledge``). Loading them here, in
+    the driver, fails a bad source before any model starts and builds shared indexes once. An
+    entry two benchmarks describe differently is kept for each (the second as ``<key> (<name>)``)."""
+    needed: dict[str, set[str]] = defaultdict(set)
+    for t in cfg.tasks:
+        needed[benchmark_of(t).name].update(get_task(t).knowledge)
+    out: dict = {}
+    for name, kinds in needed.items():
+        describe = benchmarks()[name].describe_knowledge
+        if not kinds or describe is None:
+            continue
+        for key, entry in describe(kb.options_for(name), kb, kinds).items():
+            out[key if out.get(key, entry) == entry else f"{key} ({name})"] = entry
+    return out
 
 
 def cache_location(cfg: RunConfig) -> Location | None:

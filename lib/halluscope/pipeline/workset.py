@@ -71,6 +71,42 @@ def task_options(cfg: RunConfig) -> dict[str, BaseModel]:
     return {t: cfg.options_for(benchmark_of(t).name) for t in cfg.tasks}
 
 
+class ItemSource:
+    """A run's items per (task, model under test): the model's test sets for the task, else the
+    task's released files or the files its benchmark's options name; the run's item limit
+    applied. The one loader of the run's plan, of its workers and of the cost estimate, so the
+    three read the same items of a (task, model). A plain class, as ``Expansion`` that extends it."""
+
+    def __init__(self, resolver: DataResolver, limit: int | None,
+                 testsets: dict[tuple[str, str], tuple[Location, ...]], options: dict[str, BaseModel],
+                 loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] | None = None) -> None:
+        self.resolver = resolver
+        self.limit = limit
+        self.testsets = testsets  # testset_locations
+        self.options = options  # task -> its benchmark's validated options
+        self.loaded = loaded if loaded is not None else {}  # Plan.loaded: sources loaded already
+
+    def source(self, task: str, model: str) -> tuple[tuple[str, tuple[str, ...]], LoadedItems]:
+        """The source of (task, model): its key (task, test set urls), shared by the models that
+        read it, and all its items (``_load``: once per process where not loaded already)."""
+        sets = self.testsets.get((task, model), ())
+        key = (task, tuple(t.url for t in sets))
+        found = self.loaded.get(key)
+        return key, found if found is not None else _load(task, self.resolver, sets, self.options[task])
+
+    def limited(self, items: list[Item]) -> list[Item]:
+        return items[:self.limit] if self.limit else items
+
+    def items(self, task: str, model: str) -> list[Item]:
+        """The items (task, model) generates in the run."""
+        return self.limited(self.source(task, model)[1].items)
+
+
+def item_source(cfg: RunConfig, loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] | None = None) -> ItemSource:
+    return ItemSource(resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg), task_options(cfg),
+                      loaded)
+
+
 def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc = store.items_location(task.name)
     if loc.exists():
@@ -84,12 +120,9 @@ def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
 def plan(cfg: RunConfig, store: RunStore) -> Plan:
     """Load each task's items once here (they are written to the run), hash every input file,
     and list the units. Fails early, before any worker starts, on a missing file."""
-    resolver = resolver_for(cfg)
-    limit = cfg.limits.max_items_per_task
+    source = item_source(cfg)
     sources: dict[str, str] = {}
     totals: dict[tuple[str, str], int] = {}
-    testsets = testset_locations(cfg)
-    options = task_options(cfg)
     shared: dict[tuple[str, str], str] = {}  # (model, task) -> the recorded file it replays
     found_items: dict[tuple[str, tuple[str, ...]], LoadedItems] = {}
     for name in cfg.tasks:
@@ -98,14 +131,14 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
         for m in models_under_test(cfg):
             if name not in cfg.tasks_of(m):
                 continue
-            sets = testsets.get((name, m.id), ())
-            loaded = found_items[(name, tuple(t.url for t in sets))] = _load(name, resolver, sets, options[name])
+            key, loaded = source.source(name, m.id)
+            found_items[key] = loaded
             sources.update(loaded.sources)
-            items = loaded.items[:limit] if limit else loaded.items
+            items = source.limited(loaded.items)
             written.update((i.item_id, i) for i in items)
             totals[(m.id, task.name)] = len(items)
             if isinstance(m, ReplayModel):
-                found = replay_source(m, task, resolver)
+                found = replay_source(m, task, source.resolver)
                 if found is not None:
                     sources[found[0]] = sha256_file(found[1])
                     shared[(m.id, task.name)] = str(found[1])
@@ -126,8 +159,9 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
 _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
 
 
-class Expansion:
-    """What a worker needs to expand a unit into rows, built once from the run config.
+class Expansion(ItemSource):
+    """What a worker needs to expand a unit into rows, built once from the run config: the run's
+    items and its store (for quarantined input rows).
 
     A plain class, not a dataclass: Ray Data describes a stage's arguments for its dashboard,
     and converts a dataclass whole (every loaded item: 0.8 s of the driver's time before the
@@ -136,12 +170,8 @@ class Expansion:
     def __init__(self, store: RunStore, resolver: DataResolver, limit: int | None,
                  testsets: dict[tuple[str, str], tuple[Location, ...]], options: dict[str, BaseModel],
                  loaded: dict[tuple[str, tuple[str, ...]], LoadedItems]) -> None:
+        super().__init__(resolver, limit, testsets, options, loaded)
         self.store = store
-        self.resolver = resolver
-        self.limit = limit
-        self.testsets = testsets
-        self.options = options  # task -> its benchmark's validated options
-        self.loaded = loaded  # Plan.loaded
 
 
 def expansion(cfg: RunConfig, store: RunStore, work: Plan | None = None) -> Expansion:
@@ -160,10 +190,8 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: "ray.ObjectRef | frozense
     rows: list[dict] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
-        sets = ctx.testsets.get((task.name, spec.id), ())
-        loaded = ctx.loaded.get((task.name, tuple(t.url for t in sets)))
-        all_items = (loaded or _load(task.name, ctx.resolver, sets, ctx.options[task.name])).items
-        items = all_items[:ctx.limit] if ctx.limit else all_items
+        all_items = ctx.source(task.name, spec.id)[1].items
+        items = ctx.limited(all_items)
         todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
         texts: dict[str, str] | None = None
         if isinstance(spec, ReplayModel) and todo:

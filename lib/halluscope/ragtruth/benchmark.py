@@ -136,6 +136,6 @@ def metrics(inputs: MetricInputs) -> list[dict]:
 
 
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generate()], options=RagTruthOptions, metrics=metrics,
-                      markdown=report.markdown, html=report.html,
+                      report=report.sections,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "
                                   "judged by a detector")

@@ -227,11 +227,10 @@ def _source(row: dict, lineno: int) -> Source:
     except ValueError:
         raise DataError(f"{where}: task_type {raw_task!r} is not one of "
                         f"{', '.join(t.value for t in TaskType)}") from None
-    info = row.get("source_info")
     if task is TaskType.SUMMARY:
-        _field(row, "source_info", str, where)
+        info = _field(row, "source_info", str, where)
     else:
-        _field(row, "source_info", dict, where)
+        info = _field(row, "source_info", dict, where)
         if task is TaskType.QA:
             for key in ("question", "passages"):
                 _field(info, key, str, f"{where} source_info")
@@ -239,7 +238,7 @@ def _source(row: dict, lineno: int) -> Source:
                   prompt=_field(row, "prompt", str, where), line=lineno)
 
 
-def _label(raw: Any, response: str) -> tuple[Label | None, ProblemReason | None, str]:
+def _label(raw: Any, response: str) -> tuple[Label, None, str] | tuple[None, ProblemReason, str]:
     if not isinstance(raw, dict):
         return None, "missing_field", f"label is {type(raw).__name__}, not an object"
     for key, typ in (("start", int), ("end", int), ("text", str), ("label_type", str)):
@@ -314,12 +313,13 @@ def load_corpus(responses_url: str, sources_url: str, options: CorpusOptions | N
         labels: list[Label] = []
         bad = False
         for i, raw in enumerate(_field(row, "labels", list, where)):
-            label, reason, detail = _label(raw, response)
-            if label is None:
+            checked = _label(raw, response)
+            if checked[0] is None:
                 bad = True
+                _, reason, detail = checked
                 problems.append(LabelProblem(reason, rid, lineno, i, detail))
             else:
-                labels.append(label)
+                labels.append(checked[0])
         if opts.splits is not None and split not in opts.splits:
             excluded.setdefault("split", []).append(rid)
             continue

@@ -190,6 +190,19 @@ def _bad_offsets(items: Sequence[Span | TokenLabel], n: int) -> str | None:
     return None
 
 
+def _reply_spans(reply: SpanModelReply, response: str) -> list[Span] | str:
+    """A reply's spans (its tokens joined into spans), or why they cannot be used."""
+    if reply.spans is not None:
+        spans = _as_spans(reply.spans)
+        if spans is None:
+            return "spans must be (start, end) or (start, end, label type)"
+        bad = _bad_offsets(spans, len(response))
+        return bad if bad else spans
+    tokens = list(reply.tokens or ())
+    bad = _bad_offsets(tokens, len(response))
+    return bad if bad else _tokens_to_spans(tokens, response)
+
+
 class SpanModelDetector:
     """A fine-tuned detector (the paper's Llama-2-13B, or a token classifier) behind ``SpanBackend``."""
 
@@ -214,13 +227,10 @@ class SpanModelDetector:
                 out.problems.append(DetectorProblem(record.id, "bad_reply",
                                                     "a reply needs exactly one of spans or tokens"))
                 continue
-            items = _as_spans(reply.spans) if reply.spans is not None else list(reply.tokens or ())
-            bad = "spans must be (start, end) or (start, end, label type)" if items is None \
-                else _bad_offsets(items, len(record.response))
-            if bad:
-                out.problems.append(DetectorProblem(record.id, "bad_reply", bad))
+            spans = _reply_spans(reply, record.response)
+            if isinstance(spans, str):
+                out.problems.append(DetectorProblem(record.id, "bad_reply", spans))
                 continue
-            spans = items if reply.spans is not None else _tokens_to_spans(items, record.response)
             out.predictions[record.id] = Prediction(tuple(spans))
         return out
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, fields
 from fractions import Fraction
-from typing import Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
@@ -82,7 +82,7 @@ class Counts:
     def __add__(self, other: "Counts") -> "Counts":
         if not isinstance(other, Counts):
             return NotImplemented
-        values = {}
+        values: dict[str, Any] = {}  # field name -> summed value, whatever the field's type
         for f in fields(self):
             a, b = getattr(self, f.name), getattr(other, f.name)
             values[f.name] = tuple(x + y for x, y in zip(a, b)) if isinstance(a, tuple) else a + b
@@ -165,7 +165,7 @@ class Scores:
 
     def as_dict(self) -> dict:
         c = self.counts
-        out = {
+        out: dict[str, Any] = {
             "n_responses": c.n_responses, "unpredicted": c.unpredicted, "unreadable": c.unreadable,
             "tp": c.tp, "fp": c.fp, "fn": c.fn,
             "tn": c.tn, "gold_chars": c.gold_chars, "pred_chars": c.pred_chars, "tp_chars": c.tp_chars,

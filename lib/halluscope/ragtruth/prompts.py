@@ -10,11 +10,15 @@ the call-cache key and is recorded with every prediction).
 
 from __future__ import annotations
 
+from halluscope.contract.roles import AnswerFormat
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.taxonomy import TaskType
 
 TEMPLATE_ID = "ragtruth-detect-v1"
 LIST_KEY = "hallucination list"
+# the judge's answer as a JSON schema, where the endpoint enforces one (the parser reads it either way)
+ANSWER_FORMAT = AnswerFormat.json_object("hallucination_list",
+                                         {LIST_KEY: {"type": "array", "items": {"type": "string"}}})
 
 # (what the response is, what it must stick to)
 _NAMES = {

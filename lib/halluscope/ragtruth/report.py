@@ -5,13 +5,9 @@ for all of them) per detector, the selection experiment, and RAG generation. A r
 
 from __future__ import annotations
 
-from html import escape
-
+from halluscope.contract.report import Section, Table
 from halluscope.ragtruth.metrics import ALL, OVERALL
 from halluscope.ragtruth.selection import STRATEGIES
-from halluscope.report.escape import markdown as md
-
-Table = tuple[str, list[str], list[list[str]]]  # title, header, rows
 
 
 def _pct(x: float | None) -> str:
@@ -36,41 +32,42 @@ def _prf(rows: list[dict], level: str) -> tuple[list[str], list[list[str]]]:
 
 
 def tables(records: list[dict]) -> list[Table]:
-    """Every table of the section, in order, with its title; the two renderings share it."""
+    """Every table of the section, in order."""
     out: list[Table] = []
     for detector in sorted({r["model"] for r in records if r.get("table") == "detection"}):
         rows = [r for r in records if r.get("table") == "detection" and r["model"] == detector]
         overall = next(r for r in rows if r["task_type"] == OVERALL and r["generator"] == ALL)
-        problems = next((r["problems"] for r in records
-                         if r.get("table") == "detector_problems" and r["model"] == detector), {})
+        problems: dict = next((r["problems"] for r in records
+                               if r.get("table") == "detector_problems" and r["model"] == detector), {})
         note = (f"{overall['n_responses']} responses scored, {overall['unreadable']} of them unreadable answers "
                 f"scored as empty lists; {overall['unpredicted']} without a prediction"
                 + ("; problems: " + ", ".join(f"{k} {v}" for k, v in problems.items()) if problems else ""))
-        out.append((f"RAGTruth detector {detector}, response level: P / R / F1 (%). {note}", *_prf(rows, "response")))
-        out.append((f"RAGTruth detector {detector}, span level, characters (micro): P / R / F1 (%)",
-                    *_prf(rows, "span")))
+        out.append(Table(f"RAGTruth detector {detector}, response level: P / R / F1 (%). {note}",
+                         *_prf(rows, "response")))
+        out.append(Table(f"RAGTruth detector {detector}, span level, characters (micro): P / R / F1 (%)",
+                         *_prf(rows, "span")))
         for rep in (r for r in records if r.get("table") == "selection" and r["model"] == detector):
-            out.append((f"RAGTruth selection by {detector} among {' + '.join(rep['models'])} "
-                        f"({rep['n_instances']} instances)",
-                        ["strategy", "valid", "hallucination rate (%)", "reduction (%)"],
-                        [[name, str(rep["strategies"][name]["valid"]), _pct(rep["strategies"][name]["rate"]),
-                          _pct(rep["strategies"][name]["reduction"])] for name in STRATEGIES]))
+            out.append(Table(f"RAGTruth selection by {detector} among {' + '.join(rep['models'])} "
+                             f"({rep['n_instances']} instances)",
+                             ["strategy", "valid", "hallucination rate (%)", "reduction (%)"],
+                             [[name, str(rep["strategies"][name]["valid"]), _pct(rep["strategies"][name]["rate"]),
+                               _pct(rep["strategies"][name]["reduction"])] for name in STRATEGIES]))
     corpus = [r for r in records if r.get("table") == "corpus_tasks"]
     if corpus:
-        out.append(("RAGTruth corpus (Table 2)", ["task type", "source", "instances", "responses",
-                                                   "hallucinated (%)", "spans"],
-                    [[r["task_type"], "all" if r["source"] == ALL else r["source"], str(r["n_instances"]),
-                      str(r["n_responses"]),
-                      _pct(None if r["hallucinated_pct"] is None else r["hallucinated_pct"] / 100), str(r["n_spans"])]
-                     for r in corpus]))
+        out.append(Table("RAGTruth corpus (Table 2)", ["task type", "source", "instances", "responses",
+                                                        "hallucinated (%)", "spans"],
+                         [[r["task_type"], "all" if r["source"] == ALL else r["source"], str(r["n_instances"]),
+                           str(r["n_responses"]),
+                           _pct(None if r["hallucinated_pct"] is None else r["hallucinated_pct"] / 100),
+                           str(r["n_spans"])] for r in corpus]))
     gen = [r for r in records if r.get("table") == "generation"]
     if gen:
-        out.append(("RAGTruth RAG generation, judged by the run's judge",
-                    ["model", "task type", "scored", "hallucination rate (%)", "density (spans / 100 words)",
-                     "generation errors", "unpredicted"],
-                    [[r["model"], r["task_type"], str(r["scored"]), _pct(r["hallucination_rate"]),
-                      "-" if r["density"] is None else f"{r['density']:.2f}", str(r["generation_errors"]),
-                      str(r["unpredicted"])] for r in gen]))
+        out.append(Table("RAGTruth RAG generation, judged by the run's judge",
+                         ["model", "task type", "scored", "hallucination rate (%)", "density (spans / 100 words)",
+                          "generation errors", "unpredicted"],
+                         [[r["model"], r["task_type"], str(r["scored"]), _pct(r["hallucination_rate"]),
+                           "-" if r["density"] is None else f"{r['density']:.2f}", str(r["generation_errors"]),
+                           str(r["unpredicted"])] for r in gen]))
     return out
 
 
@@ -96,21 +93,6 @@ def preamble(records: list[dict]) -> list[str]:
             if kind in kinds]
 
 
-def markdown(records: list[dict]) -> str:
-    lines = ["## RAGTruth", ""]
-    for text in preamble(records):
-        lines += [text, ""]
-    for title, header, rows in tables(records):
-        lines += [f"### {md(title)}", "", "| " + " | ".join(md(h) for h in header) + " |", "|---" * len(header) + "|"]
-        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def html(records: list[dict]) -> str:
-    parts = [f'<p class="note">{escape(text)}</p>' for text in preamble(records)]
-    for title, header, rows in tables(records):
-        head = "".join(f"<th>{escape(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-        parts.append(f"<h3>{escape(title)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    return "".join(parts)
+def sections(records: list[dict]) -> list[Section]:
+    """The report hook: RAGTruth's section of leaderboard.md and report.html."""
+    return [Section("RAGTruth", preamble(records), parts=tables(records))]

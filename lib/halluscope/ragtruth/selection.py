@@ -90,8 +90,8 @@ def select(records: Iterable[Record], predictions: Mapping[str, Prediction | Non
             skipped.setdefault("missing_response", []).append(source_id)
             continue
         cands = [slot[m] for m in models]
-        preds = [predictions.get(r.id) for r in cands]
-        if any(p is None for p in preds):
+        preds = [p for r in cands if (p := predictions.get(r.id)) is not None]
+        if len(preds) < len(cands):
             skipped.setdefault("unpredicted", []).append(source_id)
             continue
         n_instances += 1
@@ -112,9 +112,11 @@ def select(records: Iterable[Record], predictions: Mapping[str, Prediction | Non
 
     exact = {s: hallucinated[s] / valid[s] if valid[s] else None for s in STRATEGIES}
     base = exact["random"]
-    results = {s: StrategyResult(valid[s], hallucinated[s], None if exact[s] is None else float(exact[s]),
-                                 float((base - exact[s]) / base) if base and exact[s] is not None else None)
-               for s in STRATEGIES}
+    results: dict[str, StrategyResult] = {}
+    for s in STRATEGIES:
+        rate = exact[s]
+        results[s] = StrategyResult(valid[s], hallucinated[s], None if rate is None else float(rate),
+                                    float((base - rate) / base) if base and rate is not None else None)
     return SelectionReport(
         models=models, seed=seed, n_instances=n_instances, skipped=skipped,
         candidate_rates={m: model_hallucinated[m] / n_instances if n_instances else None for m in models},

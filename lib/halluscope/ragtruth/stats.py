@@ -88,7 +88,7 @@ def merge_stats(*parts: Mapping[StatsKey, GroupStats]) -> dict[StatsKey, GroupSt
     return {key: total(values) for key, values in groups.items()}
 
 
-def _ratio(num: float, den: float) -> float | None:
+def _ratio(num: float | Fraction, den: float) -> float | None:
     return float(num) / den if den else None
 
 

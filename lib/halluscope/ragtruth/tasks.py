@@ -26,7 +26,7 @@ from halluscope.contract.completion import Completion
 from halluscope.ragtruth.corpus import Corpus, CorpusOptions, Record, Source, load_corpus
 from halluscope.ragtruth.metrics import MetricOptions
 from halluscope.ragtruth.parse import read_hallucination_list
-from halluscope.ragtruth.prompts import TEMPLATE_ID, instructions, judge_prompt
+from halluscope.ragtruth.prompts import ANSWER_FORMAT, TEMPLATE_ID, instructions, judge_prompt
 from halluscope.ragtruth.spans import Prediction, locate, merge, overlap
 from halluscope.ragtruth.taxonomy import Quality, TaskType
 from halluscope.storage.fs import storage_options
@@ -62,22 +62,27 @@ class CorpusFiles(CorpusOptions):
     # pickled with the options to the workers, whose environment may not hold the variables
     _fs: dict = PrivateAttr(default_factory=dict)
 
-    def _on_s3(self) -> bool:
-        return self.storage is not None and (self.responses.startswith("s3://") or self.sources.startswith("s3://"))
+    def _s3_storage(self) -> StorageSpec | None:
+        """The storage section when one is given and a file is on S3, else None."""
+        if self.responses.startswith("s3://") or self.sources.startswith("s3://"):
+            return self.storage
+        return None
 
     @model_validator(mode="after")
     def _credentials(self) -> "CorpusFiles":
-        if self._on_s3():
+        storage = self._s3_storage()
+        if storage is not None:
             try:
-                self._fs = storage_options(self.storage)
+                self._fs = storage_options(storage)
             except ConfigError:
                 pass  # a config checked where the variables are unset; fs_options() names the missing one
         return self
 
     def fs_options(self) -> dict:
-        if self._fs or not self._on_s3():
+        storage = self._s3_storage()
+        if self._fs or storage is None:
             return self._fs
-        return storage_options(self.storage)
+        return storage_options(storage)
 
     def options(self) -> CorpusOptions:
         return CorpusOptions(**self.model_dump(include=set(CorpusOptions.model_fields)))
@@ -236,7 +241,8 @@ class Generate(Task["Knowledge"]):
         return True
 
     def decompose_call(self, text: str, item: Item) -> RoleCall:
-        return RoleCall("judge", (judge_prompt(_answer_record(text, item)),), TEMPLATE_ID)
+        return RoleCall("judge", (judge_prompt(_answer_record(text, item)),), TEMPLATE_ID,
+                        answer_format=ANSWER_FORMAT)
 
     def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
         """One atom per detected span (overlapping ones once), so the atoms count ``n_spans``."""

@@ -185,9 +185,9 @@ def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
     """Points on axes that zoom to the data, each labelled where its label fits without touching
     another label or point (a label moved away from its point gets a thin leader line); the
     page's legend, by shape and colour, names every point, labelled or not."""
-    drawn = [p for p in points if p.x is not None and p.y is not None]
-    f = _Frame(width, height, 52, 16, 28, 44, _nice_max([p.y for p in drawn]))
-    x_max = _nice_max([p.x for p in drawn])
+    drawn = [(p, p.x, p.y) for p in points if p.x is not None and p.y is not None]
+    f = _Frame(width, height, 52, 16, 28, 44, _nice_max([y for _, _, y in drawn]))
+    x_max = _nice_max([x for _, x, _ in drawn])
     body = f.y_axis(y_label)
     for i in range(5):
         v = x_max * i / 4
@@ -197,7 +197,7 @@ def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
                     f'{_tick(v)}</text>')
     body.append(f'<text x="{_num(f.left + f.plot_w / 2)}" y="{height - 8}" text-anchor="middle" class="axis">'
                 f'{esc(x_label)}</text>')
-    xy = [(p, f.left + f.plot_w * min(max(p.x, 0.0), x_max) / x_max, f.py(p.y)) for p in drawn]
+    xy = [(p, f.left + f.plot_w * min(max(px, 0.0), x_max) / x_max, f.py(py)) for p, px, py in drawn]
     taken: list[Box] = [(x - 8, y - 8, x + 8, y + 8) for _, x, y in xy]
     bounds = (float(f.left), float(f.top), float(width - f.right), float(f.top + f.plot_h))
     labels = []
@@ -213,9 +213,9 @@ def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
             labels.append(f'<line x1="{_num(x)}" y1="{_num(y)}" x2="{_num(lx)}" y2="{_num(box[3] - 4)}" '
                           f'stroke="{MUTED}" stroke-width="0.8"/>')
         labels.append(f'<text x="{_num(box[0] + 1)}" y="{_num(box[3] - 1)}" class="label">{esc(text)}</text>')
-    for p, x, y in xy:
+    for (p, x, y), (_, px, py) in zip(xy, drawn):
         body.append(marker(p.style.shape, x, y, 6, p.style.colour, ' stroke="#ffffff" stroke-width="1.5"',
-                           f"{p.label}: x {p.x:.3f}, y {p.y:.3f}"))
+                           f"{p.label}: x {px:.3f}, y {py:.3f}"))
     return _svg(width, height, title, body + labels)
 
 

@@ -54,6 +54,7 @@ def build_application(spec: ServedModel) -> Application:
         from halluscope.serving.vllm import build_application as build_vllm
 
         return build_vllm(spec)
+    deployment: serve.Deployment  # what @serve.deployment makes of the class (mypy reads it as the class)
     if spec.backend == "scripted":
         from halluscope.serving.scripted import ScriptedDeployment as deployment
     elif spec.backend == "hf":

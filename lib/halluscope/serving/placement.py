@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from halluscope.config import HFModel, ScriptedModel
 from halluscope.serving.vllm import worker_bundle
 
 if TYPE_CHECKING:
@@ -25,5 +26,7 @@ def placement(spec: ModelSpec) -> tuple[str, float]:
         if "GPU" in bundle:
             return p.accelerator_type or "GPU", workers * bundle["GPU"]
         return "CPU", workers * bundle["CPU"]
+    if not isinstance(spec, (ScriptedModel, HFModel)):
+        raise ValueError(f"model '{spec.id}': backend {spec.backend} is not served by a run, so holds no replica")
     s = spec.params.serve
     return ("GPU", s.num_gpus) if s.num_gpus > 0 else ("CPU", s.num_cpus)

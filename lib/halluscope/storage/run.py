@@ -121,9 +121,9 @@ class RunStore:
         ever being decoded."""
         schema = TABLES.get(table)
         if table in TABLES:
-            keys = sorted(self.part_keys(table) & (self.committed_keys() if keys is None else keys))
+            ordered = sorted(self.part_keys(table) & (self.committed_keys() if keys is None else keys))
         else:
-            keys = sorted(self.part_keys(table))
+            ordered = sorted(self.part_keys(table))
 
         def read(key: str) -> pa.Table:
             loc = self.loc.child(table, _part_name(key))
@@ -136,7 +136,7 @@ class RunStore:
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
         # each part is a request), in key order
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            parts = list(pool.map(read, keys))
+            parts = list(pool.map(read, ordered))
         if not parts:
             if schema is None:
                 return pa.table({})

@@ -13,7 +13,7 @@ ANCHOR = "halogen-decisions-spec-sharedspecshalogenmd"
 CAUSES: dict[str, str] = {
     "halogen/code": "PyPI is read from a 2026 snapshot, the authors looked names up in 2024: a name PyPI had then "
                     "and lacks now (PIL) counts as hallucinated here; accept such names with "
-                    "verifiers.pypi_extra_names",
+                    "benchmarks.halogen.pypi_extra_names",
     "halogen/rationalization_numerical": "Falcon-40B's file holds 78 rows of a 14th list (US presidents) absent "
                                          "from the prompt file; the released H includes them, here they match no "
                                          "item and are quarantined",

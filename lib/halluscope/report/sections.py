@@ -1,0 +1,72 @@
+"""A run's report as sections (contract/report.py): each benchmark's own, from its ``report`` hook,
+or a table of its records' numbers. leaderboard.md and report.html render the same list."""
+
+from __future__ import annotations
+
+from halluscope.contract.report import Chart, Column, Part, Section, Table
+from halluscope.task_registry import benchmarks
+
+COSTS_TOTAL = "costs/total"  # the engine's record of what the run cost, beside the benchmarks' records
+
+
+def by_benchmark(records: list[dict]) -> tuple[dict[str, list[dict]], int]:
+    """Records per benchmark, benchmarks in the order their records come (the run config's order of
+    tasks), and how many records name none. A record written before records named their benchmark
+    goes by its task's prefix when that is a registered benchmark (tasks are ``<benchmark>/...``)."""
+    known = benchmarks()
+    groups: dict[str, list[dict]] = {}
+    unplaced = 0
+    for r in records:
+        if r.get("task") == COSTS_TOTAL:
+            continue
+        name = r.get("benchmark")
+        if not isinstance(name, str):
+            prefix = str(r.get("task", "")).split("/", 1)[0]
+            name = prefix if prefix in known else None
+        if name is None:
+            unplaced += 1
+        else:
+            groups.setdefault(name, []).append(r)
+    return groups, unplaced
+
+
+def report_sections(records: list[dict]) -> tuple[list[Section], int]:
+    """Every benchmark's sections in turn, sections of the same title merged; and the count of
+    records of no benchmark."""
+    groups, unplaced = by_benchmark(records)
+    known = benchmarks()
+    out: list[Section] = []
+    for name, own in groups.items():
+        bench = known.get(name)
+        out += list(bench.report(own)) if bench is not None and bench.report is not None else [generic(name, own)]
+    return merged(out), unplaced
+
+
+def merged(sections: list[Section]) -> list[Section]:
+    """One section per title, where the title first comes: the preambles and parts of the later ones
+    follow its own."""
+    out: dict[str, Section] = {}
+    for s in sections:
+        first = out.get(s.title)
+        out[s.title] = s if first is None else Section(
+            s.title, [*first.preamble, *s.preamble], [*first.definitions, *s.definitions], [*first.parts, *s.parts])
+    return list(out.values())
+
+
+def generic(name: str, records: list[dict]) -> Section:
+    """Model, task and every top-level number of the records: a benchmark without its own layout."""
+    keys = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    rows = [[r.get("model"), r.get("task"), *(_number(r.get(k)) for k in keys)]
+            for r in sorted(records, key=lambda r: (str(r.get("task")), str(r.get("model"))))]
+    return Section(f"{name} metrics", parts=[Table("", ["model", "task", *(Column(k) for k in keys)], rows)])
+
+
+def _number(v: object) -> int | float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def has_tables(part: Part) -> bool:
+    """Whether Markdown shows anything of a part: it draws no charts."""
+    if isinstance(part, Section):
+        return any(has_tables(p) for p in part.parts)
+    return not isinstance(part, Chart)

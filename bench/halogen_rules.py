@@ -11,7 +11,7 @@ import json
 import sys
 from collections import Counter
 
-from halluscope.sources import DataResolver
+from halluscope.contract.replies import parse_yes_no
 from halluscope.halogen import paper
 from halluscope.halogen.benchmark import TASKS
 from halluscope.halogen.code import extract_imports
@@ -19,7 +19,7 @@ from halluscope.halogen.published import _RESULT_FILES
 from halluscope.halogen.rationalization_binary import copies_example
 from halluscope.halogen.recorded import QUIRKS
 from halluscope.halogen.steps import RECORDED_FILES, read_rows, recorded_path
-from halluscope.contract.replies import parse_yes_no
+from halluscope.sources import DataResolver
 
 # recorded folder -> the paper-rule task that reads it
 DOMAIN_OF = {t.response_dir: t.name for t in TASKS if t.rules == "paper"}

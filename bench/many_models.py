@@ -50,10 +50,11 @@ api_usd_per_million_tokens: {}
 
 
 def _testset(tmp: Path) -> str:
+    from tests.support.hallulens_sources import write_tables
+
     from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_testset
     from halluscope.hallulens.sources import load_itis, load_medicines
     from halluscope.storage.fs import Location
-    from tests.support.hallulens_sources import write_tables
 
     hierarchy, longnames, medicines = write_tables(tmp)
     root = Location.from_url(f"file://{tmp}/testsets")

@@ -34,8 +34,8 @@ BUCKET = "bench"
 
 
 def _stand_in_knowledge(data: Path, folder: Path) -> tuple[Path, Path]:
-    from halluscope.halogen.stand_in import reference_titles
     from halluscope.halogen.common import RELEASED
+    from halluscope.halogen.stand_in import reference_titles
 
     def rows(rel: str) -> list[dict]:
         with gzip.open(data / "halogen" / "responses" / rel, "rt", newline="") as f:
@@ -92,14 +92,22 @@ def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: 
     clean run's commits, the same run id resubmitted, and another Evaluate worker killed after the
     resubmission's first commit. Its tables must equal the clean run's, every id exactly once."""
     import yaml
+    from tests.support.drills import (
+        Driver,
+        comparable_tables,
+        id_problems,
+        kill_busy_worker,
+        restarts,
+        stage_class,
+        table_differences,
+        wait_until_gone,
+    )
+    from tests.support.flaky_s3 import FlakyS3Proxy
+    from tests.support.servers import s3_storage
 
     from halluscope.config import StorageSpec
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
-    from tests.support.drills import (Driver, comparable_tables, id_problems, kill_busy_worker, restarts,
-                                      stage_class, table_differences, wait_until_gone)
-    from tests.support.flaky_s3 import FlakyS3Proxy
-    from tests.support.servers import s3_storage
 
     def store(storage: dict) -> RunStore:
         return RunStore(Location.from_url(storage["root"], StorageSpec.model_validate(storage)), "scale")
@@ -159,7 +167,6 @@ def main() -> None:
         print(json.dumps(one_size(args.one)))
         return
     import yaml
-
     from tests.support.servers import create_bucket, moto_s3, ray_head, s3_storage, use_token_auth
 
     use_token_auth()

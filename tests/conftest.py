@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tests.support.servers import create_bucket, moto_s3, use_token_auth
 from tests.support.servers import ray_head as ray_head_process
 

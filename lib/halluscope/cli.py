@@ -280,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
 def _environment_error(err: BaseException) -> str | None:
     """What the environment, not halluscope, got wrong, in one line: a file that cannot be opened,
     S3 without credentials (a chain of botocore tracebacks otherwise)."""
-    from botocore.exceptions import ConnectionError as EndpointError, NoCredentialsError
+    from botocore.exceptions import ConnectionError as EndpointError
+    from botocore.exceptions import NoCredentialsError
 
     seen = set()
     cause: BaseException | None = err

@@ -7,9 +7,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,7 +21,6 @@ from halluscope.sources import system_path_problem, url_scheme
 from halluscope.storage.names import checked, model_id_problem, run_id_problem
 from halluscope.storage.spec import StorageSpec
 from halluscope.task_registry import benchmark_of, benchmarks, get_task, unknown_task
-
 
 DEFAULT_PRICE_TABLE = "cluster/prices.yaml"  # relative to the working directory (a job's is the checkout)
 # What a config file may hold: a YAML alias bomb or a 100 MB value would otherwise be expanded,
@@ -212,9 +212,9 @@ class VLLMModel(_Model):
     params: VLLMParams
 
 
-ServedModel = Union[ScriptedModel, HFModel, VLLMModel]
+ServedModel = ScriptedModel | HFModel | VLLMModel
 SERVED_BACKENDS = ("scripted", "hf", "vllm")  # the backends a run deploys on Ray Serve itself
-ModelSpec = Annotated[Union[ReplayModel, RecordedModel, OpenAIModel, ScriptedModel, HFModel, VLLMModel],
+ModelSpec = Annotated[ReplayModel | RecordedModel | OpenAIModel | ScriptedModel | HFModel | VLLMModel,
                       Field(discriminator="backend")]
 
 
@@ -258,7 +258,7 @@ class CostSpec(_Strict):
         models: list[str] = Field(min_length=1, description="ids of the run's models (backend openai) it serves")
 
         @model_validator(mode="after")
-        def _one_price(self) -> "CostSpec.SharedService":
+        def _one_price(self) -> CostSpec.SharedService:
             given = [k for k in ("usd_per_hour", "nodes", "gpus") if getattr(self, k) is not None]
             if len(given) != 1:
                 raise ValueError(f"shared service '{self.name}': give exactly one of usd_per_hour, nodes, gpus "

@@ -20,8 +20,9 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -331,7 +332,7 @@ def apply_queue(job: dict, queue: str, gpus: int | dict[str, int] | None, cpus: 
     return " + ".join(["head", *(parts[g["groupName"]] for g in groups)])
 
 
-def _api_client(kubeconfig: str | None, context: str | None, in_cluster: bool) -> tuple["ApiClient", str | None]:
+def _api_client(kubeconfig: str | None, context: str | None, in_cluster: bool) -> tuple[ApiClient, str | None]:
     """A client with its own configuration (no process-wide default is changed) and the
     namespace the credentials point at. Tokens stay inside the configuration object."""
     from kubernetes import client, config
@@ -361,7 +362,7 @@ def _server_message(err: Exception) -> str:
         return str(getattr(err, "reason", err))
 
 
-def _post(api: "ApiClient", job: dict) -> dict | None:
+def _post(api: ApiClient, job: dict) -> dict | None:
     """Create the RayJob; None when one of that name exists (HTTP 409)."""
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
@@ -387,7 +388,7 @@ def _post(api: "ApiClient", job: dict) -> dict | None:
         raise RunError(f"cannot reach the Kubernetes API at {api.configuration.host}: {err}") from None
 
 
-def _get_object(api: "ApiClient", ns: str, name: str) -> dict | None:
+def _get_object(api: ApiClient, ns: str, name: str) -> dict | None:
     """The RayJob as stored, or None when there is none."""
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
@@ -414,7 +415,7 @@ def finished(status: dict) -> bool:
     return deployment in _FINAL_DEPLOYMENT or (not deployment and status.get("jobStatus") in _FINAL_JOB)
 
 
-def _delete(api: "ApiClient", ns: str, name: str, uid: str | None) -> None:
+def _delete(api: ApiClient, ns: str, name: str, uid: str | None) -> None:
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
@@ -438,7 +439,7 @@ def _delete(api: "ApiClient", ns: str, name: str, uid: str | None) -> None:
         raise RunError(f"cannot reach the Kubernetes API at {api.configuration.host}: {err}") from None
 
 
-def _clear_finished(api: "ApiClient", ns: str, name: str, fingerprint: str, *, poll_s: float, timeout_s: float,
+def _clear_finished(api: ApiClient, ns: str, name: str, fingerprint: str, *, poll_s: float, timeout_s: float,
                     log: Callable[[str], None]) -> None:
     """Make way for a new RayJob of this name: delete the old one if it has finished and ran
     this config, and wait until it is gone; refuse while it is queued, running or retrying."""
@@ -465,7 +466,7 @@ def _clear_finished(api: "ApiClient", ns: str, name: str, fingerprint: str, *, p
         time.sleep(poll_s)
 
 
-def _create(api: "ApiClient", job: dict, fingerprint: str, *, poll_s: float, delete_timeout_s: float,
+def _create(api: ApiClient, job: dict, fingerprint: str, *, poll_s: float, delete_timeout_s: float,
             log: Callable[[str], None]) -> dict:
     """Create the RayJob; a finished one of the same name is deleted first (KubeRay keeps the
     object after the run, so resubmitting a run id would otherwise always meet HTTP 409)."""
@@ -481,7 +482,7 @@ def _create(api: "ApiClient", job: dict, fingerprint: str, *, poll_s: float, del
     return created
 
 
-def _read_status(api: "ApiClient", ns: str, name: str, retry_s: float, log: Callable[[str], None]) -> dict:
+def _read_status(api: ApiClient, ns: str, name: str, retry_s: float, log: Callable[[str], None]) -> dict:
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
@@ -513,7 +514,7 @@ def _describe(status: dict) -> str:
     return text
 
 
-def follow(api: "ApiClient", ns: str, name: str, *, poll_s: float, timeout_s: float | None,
+def follow(api: ApiClient, ns: str, name: str, *, poll_s: float, timeout_s: float | None,
            log: Callable[[str], None]) -> dict:
     """Poll the RayJob until KubeRay marks it Complete or Failed, logging each change. Retrying
     (backoffLimit) and Suspended are not final: KubeRay moves on from them itself."""

@@ -12,7 +12,7 @@ def _positive(text: str) -> float:
     return value
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "submit", help="run a config on Kubernetes as a KubeRay RayJob (k8s/base/rayjob.yaml) and follow it")
     p.add_argument("--kuberay", required=True, metavar="CONFIG",

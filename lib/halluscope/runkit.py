@@ -11,9 +11,10 @@ import math
 import os
 import subprocess
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, TypeGuard, TypeVar
+from typing import TypeGuard, TypeVar
 
 import ray
 from pydantic import BaseModel, ValidationError

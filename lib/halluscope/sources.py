@@ -24,9 +24,10 @@ import re
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from halluscope.errors import DataError, clip
 
@@ -240,7 +241,7 @@ def open_text(path: Path, tolerant: bool = False) -> IO[str]:
     encoding, errors = ("utf-8-sig", "surrogateescape") if tolerant else ("utf-8", "strict")
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding=encoding, errors=errors, newline="")
-    return open(path, "r", encoding=encoding, errors=errors, newline="")
+    return open(path, encoding=encoding, errors=errors, newline="")
 
 
 def csv_rows(f: IO[str], path: Path) -> Iterator[tuple[int, dict[str, str] | None, str]]:

@@ -8,21 +8,22 @@ importing a benchmark and the engine reaches a benchmark only through here."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from functools import lru_cache
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from halluscope.errors import ConfigError, clip
 
 if TYPE_CHECKING:
-    from halluscope.contract.task import Task
     from halluscope.contract.benchmark import Benchmark
+    from halluscope.contract.task import Task
 
 GROUP = "halluscope.benchmarks"
 
 
 @lru_cache(maxsize=1)
-def _registry() -> tuple[dict[str, "Benchmark"], dict[str, "Task"], dict[str, str]]:
+def _registry() -> tuple[dict[str, Benchmark], dict[str, Task], dict[str, str]]:
     found = sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
     if not found:
         raise ConfigError(f"no benchmark registers tasks under the entry-point group {GROUP!r}: install "
@@ -45,7 +46,7 @@ def task_names() -> list[str]:
     return sorted(_registry()[1])
 
 
-def benchmarks() -> dict[str, "Benchmark"]:
+def benchmarks() -> dict[str, Benchmark]:
     return dict(_registry()[0])
 
 
@@ -54,7 +55,7 @@ def stand_ins() -> list[Callable[[str], str | None]]:
     return [b.stand_in for b in _registry()[0].values() if b.stand_in is not None]
 
 
-def benchmark_of(task: str) -> "Benchmark":
+def benchmark_of(task: str) -> Benchmark:
     benches, _, owner = _registry()
     if task not in owner:
         get_task(task)  # raises, naming the closest tasks
@@ -77,7 +78,7 @@ def unknown_task(name: str) -> str | None:
     return f"unknown task '{name}'{hint}"
 
 
-def get_task(name: str) -> "Task":
+def get_task(name: str) -> Task:
     task = _registry()[1].get(name)
     if task is None:
         raise ConfigError(f"invalid run config <task lookup>: tasks.0: {unknown_task(name)}")

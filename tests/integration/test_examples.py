@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.config import load_config
-from halluscope.pipeline.runner import run
 from halluscope.halogen.report import PREAMBLE
+from halluscope.pipeline.runner import run
 from halluscope.report.render import md_text
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
 HALOGEN_PREAMBLE = md_text(PREAMBLE)  # as leaderboard.md writes it

@@ -10,17 +10,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
+from tests.conftest import SHARED_DATA
+from tests.support.drills import (
+    Driver,
+    comparable_tables,
+    id_problems,
+    kill_busy_worker,
+    restarts,
+    stage_class,
+    table_differences,
+    wait_until_gone,
+)
+from tests.support.flaky_s3 import FlakyS3Proxy
+from tests.support.openai_server import FailPlan, OpenAIStubServer
+from tests.support.servers import free_port, s3_storage
 
 from halluscope.config import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import SHARED_DATA
-from tests.support.drills import (Driver, comparable_tables, id_problems, kill_busy_worker, restarts, stage_class,
-                                  table_differences, wait_until_gone)
-from tests.support.flaky_s3 import FlakyS3Proxy
-from tests.support.openai_server import FailPlan, OpenAIStubServer
-from tests.support.servers import free_port, s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

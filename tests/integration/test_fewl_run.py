@@ -14,12 +14,12 @@ import math
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from tests.support.openai_server import OpenAIStubServer
 
 from halluscope.config import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.support.openai_server import OpenAIStubServer
 
 pytestmark = pytest.mark.slow
 

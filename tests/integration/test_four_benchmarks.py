@@ -7,6 +7,13 @@ from __future__ import annotations
 import boto3
 import pytest
 import yaml
+from tests.conftest import SHARED_DATA
+from tests.integration.test_fewl_run import IWCO, QUESTIONS, REF_1, REF_2, TESTED, truthfulqa_csv
+from tests.integration.test_ragtruth_run import JUDGE_RULES, RESPONSES, SOURCES, answer, judge_list, write_jsonl
+from tests.support.hallulens_sources import write_tables
+from tests.support.openai_server import OpenAIStubServer
+from tests.support.servers import s3_storage
+from tests.unit.test_kuberay_submit import COMPLETE, FakeKube, created, kube, kubeconfig, run_submit  # noqa: F401
 
 from halluscope.config import StorageSpec, load_config
 from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_testset
@@ -14,13 +21,6 @@ from halluscope.hallulens.sources import load_itis, load_medicines
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.integration.test_fewl_run import IWCO, QUESTIONS, REF_1, REF_2, TESTED, truthfulqa_csv
-from tests.integration.test_ragtruth_run import JUDGE_RULES, RESPONSES, SOURCES, answer, judge_list, write_jsonl
-from tests.support.hallulens_sources import write_tables
-from tests.support.openai_server import OpenAIStubServer
-from tests.support.servers import s3_storage
-from tests.unit.test_kuberay_submit import COMPLETE, FakeKube, created, kube, kubeconfig, run_submit  # noqa: F401
-from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.support.hallulens_sources import EDGES, FakeGenerator, pages_and_scores, write_tables, write_wiki_sources
+from tests.support.servers import s3_storage
 
 from halluscope.config import StorageSpec, parse_config
 from halluscope.hallulens.build import TestSetJob, run_job, summary, uri
@@ -16,8 +18,6 @@ from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.support.hallulens_sources import EDGES, FakeGenerator, pages_and_scores, write_tables, write_wiki_sources
-from tests.support.servers import s3_storage
 
 pytestmark = pytest.mark.slow
 

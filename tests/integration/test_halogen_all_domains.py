@@ -11,17 +11,17 @@ import gzip
 import json
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.config import parse_config
+from halluscope.halogen.common import RELEASED
+from halluscope.halogen.stand_in import reference_titles
 from halluscope.knowledge.titles import normalize_title
 from halluscope.pipeline.runner import run
-from halluscope.halogen.stand_in import reference_titles
 from halluscope.storage.fs import Location
 from halluscope.storage.names import INDEX_CACHE
 from halluscope.storage.run import RunStore
-from halluscope.halogen.common import RELEASED
 from halluscope.task_registry import task_names
-from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

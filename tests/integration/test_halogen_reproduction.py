@@ -6,16 +6,15 @@ compared with the authors' released results."""
 from __future__ import annotations
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.config import parse_config
 from halluscope.halogen import metrics as halogen_metrics
-from halluscope.pipeline import stages
+from halluscope.halogen.published import published
+from halluscope.pipeline import stages, workset
 from halluscope.pipeline.runner import knowledge_for
-from halluscope.pipeline import workset
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.halogen.published import published
-from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 

@@ -7,13 +7,13 @@ import threading
 import time
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.cli import _partial_report
 from halluscope.config import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

@@ -11,13 +11,13 @@ import time
 import pyarrow as pa
 import pytest
 import yaml
+from tests.conftest import REPO, SHARED_DATA, config_dict
+from tests.support.servers import s3_storage
 
 from halluscope.config import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import REPO, SHARED_DATA, config_dict
-from tests.support.servers import s3_storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

@@ -12,14 +12,14 @@ import re
 import boto3
 import pytest
 import yaml
+from tests.support.openai_server import OpenAIStubServer
+from tests.support.servers import s3_storage
 
 from halluscope.config import parse_config
 from halluscope.errors import DataError, RunError
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.support.openai_server import OpenAIStubServer
-from tests.support.servers import s3_storage
 
 pytestmark = pytest.mark.slow
 

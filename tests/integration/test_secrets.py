@@ -32,7 +32,6 @@ import yaml
 from ray.job_submission import JobStatus, JobSubmissionClient
 from starlette.requests import Request
 from starlette.responses import Response
-
 from tests.conftest import REPO, SHARED_DATA
 from tests.support.openai_server import OpenAIStubServer, _error
 

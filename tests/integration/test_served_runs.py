@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from tests.conftest import SHARED_DATA
+from tests.support.tiny_llama import build_tiny_llama
 
 from halluscope.config import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import SHARED_DATA
-from tests.support.tiny_llama import build_tiny_llama
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

@@ -10,6 +10,8 @@ import time
 
 import httpx
 import pytest
+from tests.support.servers import free_port
+from tests.support.tiny_llama import build_tiny_llama
 
 from halluscope.config import HFModel, ScriptedModel
 from halluscope.errors import EndpointDown
@@ -17,8 +19,6 @@ from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.openai_http import OpenAIBackend
 from halluscope.serving.app import ServedEndpoint, deploy, handle_backend, shutdown
 from halluscope.serving.scripted import ScriptedResponder, fault_draw, judge_parts
-from tests.support.servers import free_port
-from tests.support.tiny_llama import build_tiny_llama
 
 pytestmark = pytest.mark.slow
 

@@ -13,14 +13,14 @@ import pytest
 import yaml
 from ray import serve
 from ray.serve.exceptions import RayServeException
+from tests.conftest import SHARED_DATA
+from tests.support.drills import Driver, comparable_tables, id_problems
 
 from halluscope.config import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import SHARED_DATA
-from tests.support.drills import Driver, comparable_tables, id_problems
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

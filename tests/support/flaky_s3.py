@@ -17,10 +17,10 @@ from __future__ import annotations
 import http.client
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Mapping
 from urllib.parse import urlsplit
 
 
@@ -68,7 +68,7 @@ class FlakyS3Proxy:
     def injected_for(self, method: str) -> int:
         return sum(n for (_, m), n in self.injected.items() if m == method)
 
-    def __enter__(self) -> "FlakyS3Proxy":
+    def __enter__(self) -> FlakyS3Proxy:
         self._thread.start()
         return self
 

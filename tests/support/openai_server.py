@@ -11,9 +11,10 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.detectors import DetectorOutput

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from halluscope.errors import ConfigError
 from halluscope.config import load_config
+from halluscope.errors import ConfigError
 from halluscope.fewl.options import FewlOptions
 from halluscope.ragtruth.tasks import RagTruthOptions
 from halluscope.runkit import parse_model

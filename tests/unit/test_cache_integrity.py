@@ -15,13 +15,13 @@ import pytest
 
 from halluscope.config import OpenAIModel
 from halluscope.contract.completion import Completion
+from halluscope.contract.task import Item
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend, call_key
 from halluscope.pipeline.estimate import _cached_items
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
-from halluscope.contract.task import Item
 
 MODEL = "org/model-x"
 FOLDER = "org__model-x"

@@ -2,6 +2,7 @@ import math
 
 import pyarrow as pa
 import pytest
+from tests.conftest import REPO, SHARED_DATA
 
 from halluscope import records
 from halluscope.config import parse_config
@@ -9,7 +10,6 @@ from halluscope.cost.ledger import cost_record, ledger, total_usd
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError
 from halluscope.report.leaderboard import leaderboard
-from tests.conftest import REPO, SHARED_DATA
 
 CFG = parse_config({"tasks": ["halogen/code"], "models": [
     {"id": "api", "backend": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "model": "gpt-4o-mini"}},

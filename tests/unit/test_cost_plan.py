@@ -13,24 +13,31 @@ import yaml
 
 from halluscope import records
 from halluscope.config import parse_config
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import Shape
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError, DataError, RunError
-from halluscope.contract.completion import Completion
+from halluscope.halogen import prompts
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
-from halluscope.pipeline.estimate import check_budget, plan
 from halluscope.pipeline import throughput
-from halluscope.pipeline.throughput import (CHECKOUT, DEFAULT_THROUGHPUT_TABLE, PlanOptions, Throughput,
-                                           find_throughput_table, load_throughput, params_billions)
+from halluscope.pipeline.estimate import check_budget, plan
+from halluscope.pipeline.throughput import (
+    CHECKOUT,
+    DEFAULT_THROUGHPUT_TABLE,
+    PlanOptions,
+    Throughput,
+    find_throughput_table,
+    load_throughput,
+    params_billions,
+)
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.records import generation_id
 from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.contract.cost_rules import Shape
-from halluscope.halogen import prompts
 from halluscope.task_registry import get_task, task_names
 
 PRICES = PriceTable.model_validate({

@@ -11,8 +11,15 @@ from halluscope import records
 from halluscope.config import parse_config
 from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.prices import PriceTable
-from halluscope.cost.shared import (MAX_OPEN_S, charged_seconds, check_services, record_run_usage, record_usage,
-                                    service_rows, usage)
+from halluscope.cost.shared import (
+    MAX_OPEN_S,
+    charged_seconds,
+    check_services,
+    record_run_usage,
+    record_usage,
+    service_rows,
+    usage,
+)
 from halluscope.errors import ConfigError
 from halluscope.storage.fs import Location
 

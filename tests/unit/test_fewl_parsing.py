@@ -2,9 +2,9 @@
 
 import pytest
 
+from halluscope.contract.completion import Completion
 from halluscope.fewl import prompts
 from halluscope.fewl.parsing import parse_answer, parse_answers, parse_pairs
-from halluscope.contract.completion import Completion
 
 PAPER_LAYOUT = """Sure! Here are wrong answers and their non-wrong versions:
 

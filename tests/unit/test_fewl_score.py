@@ -20,8 +20,16 @@ import pytest
 
 from halluscope.errors import ConfigError
 from halluscope.fewl.prompts import IwCoAnswers
-from halluscope.fewl.score import (Fewl, FewlParams, MissingReference, expertise_weights, f_star, g_star,
-                                   laziness_penalty, raw_expertise)
+from halluscope.fewl.score import (
+    Fewl,
+    FewlParams,
+    MissingReference,
+    expertise_weights,
+    f_star,
+    g_star,
+    laziness_penalty,
+    raw_expertise,
+)
 
 TABLE = {
     ("A", "c1"): 0.9, ("A", "c2"): 0.5, ("A", "w1"): 0.2, ("A", "w2"): 0.4,

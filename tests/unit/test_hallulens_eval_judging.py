@@ -2,9 +2,9 @@
 
 import pytest
 
+from halluscope.contract.completion import Completion
 from halluscope.hallulens import judging
 from halluscope.hallulens.judging import CORRECT, INCORRECT, UNVERIFIABLE
-from halluscope.contract.completion import Completion
 
 # (abstention-judge answer, is the response abstaining?)
 ABSTENTION_ANSWERS = [

@@ -6,15 +6,15 @@ import re
 
 import pytest
 
+from halluscope.contract.completion import Completion
+from halluscope.contract.task import Item
 from halluscope.errors import ConfigError, RunError
 from halluscope.hallulens import longwiki as lw
 from halluscope.hallulens import metrics
 from halluscope.hallulens.judging import SENTENCE_END, SENTENCE_START
+from halluscope.hallulens.tasks import LongWiki
 from halluscope.knowledge.passages import ArticleStore
 from halluscope.knowledge.retrieval import DenseRetriever, Encoder
-from halluscope.contract.completion import Completion
-from halluscope.hallulens.tasks import LongWiki
-from halluscope.contract.task import Item
 
 WORDS = 60  # passage budget of the test store: each paragraph below is one passage
 ARTICLES = {

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from halluscope.config import parse_config
-from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens import report
+from halluscope.hallulens.options import HalluLensOptions
 from halluscope.pipeline.runner import compute_metrics
 from halluscope.records import SCORES
 from halluscope.report.leaderboard import leaderboard

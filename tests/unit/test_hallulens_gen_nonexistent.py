@@ -6,17 +6,25 @@ from __future__ import annotations
 import re
 
 import pytest
+from tests.support.hallulens_sources import EXISTING_MEDICINES, NEW_ANIMALS, NEW_BACTERIA, NEW_PLANTS, write_tables
 
+from halluscope.contract.completion import Completion
 from halluscope.errors import ConfigError
 from halluscope.hallulens import templates
-from halluscope.hallulens.nonexistent import (GeneratedEntitiesConfig, MixedEntitiesConfig, build_generated_testset,
-                                              build_mixed_testset, generate_generated_entities,
-                                              generate_mixed_entities, medicine_pools, parse_names)
+from halluscope.hallulens.nonexistent import (
+    GeneratedEntitiesConfig,
+    MixedEntitiesConfig,
+    build_generated_testset,
+    build_mixed_testset,
+    generate_generated_entities,
+    generate_mixed_entities,
+    medicine_pools,
+    parse_names,
+)
 from halluscope.hallulens.search import SearchError, SearchResult
 from halluscope.hallulens.sources import load_itis, load_medicines
-from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
-from tests.support.hallulens_sources import EXISTING_MEDICINES, NEW_ANIMALS, NEW_BACTERIA, NEW_PLANTS, write_tables
+
 
 @pytest.fixture()
 def tables(tmp_path):

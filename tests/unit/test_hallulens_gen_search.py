@@ -12,8 +12,15 @@ import urllib.parse
 import pytest
 
 from halluscope.errors import ConfigError
-from halluscope.hallulens.search import (BraveSearch, BraveSearchConfig, FixtureSearchProvider, SearchError,
-                                         SearchResult, entity_exists, entity_query)
+from halluscope.hallulens.search import (
+    BraveSearch,
+    BraveSearchConfig,
+    FixtureSearchProvider,
+    SearchError,
+    SearchResult,
+    entity_exists,
+    entity_query,
+)
 
 KEY_ENV = "HALLUSCOPE_TEST_BRAVE_KEY"
 BRAVE_ANSWER = {"type": "search", "web": {"results": [

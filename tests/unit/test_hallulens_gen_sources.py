@@ -13,8 +13,7 @@ import pytest
 
 from halluscope.errors import DataError
 from halluscope.hallulens.sections import count_sentences, split_sections, split_sentences, words
-from halluscope.hallulens.sources import (load_goodwiki, load_harmonic_centrality, load_itis, load_medicines,
-                                          title_key)
+from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality, load_itis, load_medicines, title_key
 
 GOODWIKI_ROWS = [
     {"pageid": 40961074, "title": "Attarsiya", "revid": 1164804042, "description": "Military leader of Ahhiya",

@@ -7,17 +7,23 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
 from halluscope.config import StorageSpec
+from halluscope.contract.completion import Completion
 from halluscope.errors import DataError, RunError
-from halluscope.hallulens.generation import (LongWikiConfig, PreciseWikiQAConfig, build_wiki_testset,
-                                             difficulty_bin, generate_wiki_items)
+from halluscope.hallulens.generation import (
+    LongWikiConfig,
+    PreciseWikiQAConfig,
+    build_wiki_testset,
+    difficulty_bin,
+    generate_wiki_items,
+)
 from halluscope.hallulens.sections import count_sentences, words
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.hallulens.testset import ITEMS_FILE, MANIFEST_FILE, TestSet
-from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
-from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
+
 
 @pytest.fixture()
 def sources(tmp_path):

@@ -4,8 +4,8 @@ import sys
 import pytest
 
 from halluscope.errors import DataError
-from halluscope.knowledge.pypi import PackageIndex, normalize
 from halluscope.halogen.code import extract_imports
+from halluscope.knowledge.pypi import PackageIndex, normalize
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -6,10 +6,9 @@ runs the task's own phases on it, with the recorded parse as the extractor's rep
 from __future__ import annotations
 
 import pytest
+from tests.conftest import SHARED_DATA
 
-from halluscope.knowledge.base import Knowledge
 from halluscope.contract.completion import Completion
-from halluscope.sources import DataResolver
 from halluscope.contract.task import Item
 from halluscope.halogen import paper
 from halluscope.halogen.code import CodePackages
@@ -18,7 +17,8 @@ from halluscope.halogen.lists import FalsePresuppositions, RationalizationNumeri
 from halluscope.halogen.rationalization_binary import RationalizationBinary
 from halluscope.halogen.recorded import QUIRKS
 from halluscope.halogen.steps import read_rows, recorded_path
-from tests.conftest import SHARED_DATA
+from halluscope.knowledge.base import Knowledge
+from halluscope.sources import DataResolver
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 

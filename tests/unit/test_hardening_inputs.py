@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.unit.test_cli import _replay_config
 
 from halluscope.cli import main
 from halluscope.config import ReplayModel, load_config, parse_config, read_yaml
@@ -17,7 +18,6 @@ from halluscope.errors import ConfigError
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.sources import DataResolver, jsonl_rows
 from halluscope.task_registry import get_task, unknown_task
-from tests.unit.test_cli import _replay_config
 
 CODE = get_task("halogen/code")
 ROOT = Path(__file__).resolve().parents[2]

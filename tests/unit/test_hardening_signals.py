@@ -11,9 +11,9 @@ import threading
 import time
 
 import pytest
+from tests.unit.test_cli import _replay_config
 
 from halluscope.cli import main
-from tests.unit.test_cli import _replay_config
 
 
 class Unhandled(Exception):

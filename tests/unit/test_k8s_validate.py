@@ -7,13 +7,19 @@ API server (or by KubeRay's decoder) at deploy time.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
-
-from tests.unit.test_deploy_files import (RAY_KINDS, base_manifests, cluster_spec, kubectl_kustomize,
-                                         kustomize_with_components, overlay_manifests)
+from tests.unit.test_deploy_files import (
+    RAY_KINDS,
+    base_manifests,
+    cluster_spec,
+    kubectl_kustomize,
+    kustomize_with_components,
+    overlay_manifests,
+)
 
 kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (it is in the dev extra)")
 

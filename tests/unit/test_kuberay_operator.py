@@ -7,22 +7,44 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import fsspec
 import pytest
 import yaml
+from tests.unit.test_deploy_files import by_kind, cluster_spec, kubectl_kustomize, pod_specs
+from tests.unit.test_kuberay_submit import (
+    COMPLETE,
+    CONFIG,
+    CONTEXT_NS,
+    FAILED,
+    INIT,
+    ITEM,
+    RUNNING,
+    TOKEN,
+    FakeKube,
+    _handler,
+    _status_body,
+)
 
 from halluscope.errors import ConfigError, RunError
-from halluscope.kuberay import (GPU_NODE_SELECTOR, GPU_TOLERATION, QUEUE_LABEL, apply_queue, build_rayjob,
-                                check_images, finished, load_template, place_gpu_pods, submit)
+from halluscope.kuberay import (
+    GPU_NODE_SELECTOR,
+    GPU_TOLERATION,
+    QUEUE_LABEL,
+    apply_queue,
+    build_rayjob,
+    check_images,
+    finished,
+    load_template,
+    place_gpu_pods,
+    submit,
+)
 from halluscope.kuberay_cli import add_parser, main
-from tests.unit.test_deploy_files import by_kind, cluster_spec, kubectl_kustomize, pod_specs
-from tests.unit.test_kuberay_submit import (COMPLETE, CONFIG, CONTEXT_NS, FAILED, INIT, ITEM, RUNNING, TOKEN,
-                                            FakeKube, _handler, _status_body)
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = "ghcr.io/halluscope/halluscope@sha256:" + "3c" * 32

@@ -10,20 +10,21 @@ import re
 import shlex
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import fsspec
 import pytest
 import yaml
+from tests.unit.test_deploy_files import _check_pod_security, _check_ray_auth, env_of, pod_specs
 
 from halluscope.errors import ConfigError, RunError
 from halluscope.kuberay import MAX_NAME, build_rayjob, default_name, load_template, place_gpu_pods, submit
 from halluscope.kuberay_cli import add_parser, main
-from tests.unit.test_deploy_files import _check_pod_security, _check_ray_auth, env_of, pod_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "jobs" / "configs" / "halogen-programs-14-models.yaml"

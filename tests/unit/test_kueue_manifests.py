@@ -18,15 +18,16 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from tests.unit.test_deploy_files import by_kind, cluster_spec, kubectl_kustomize, load_all, node_types
 
 from halluscope.kuberay import GPU_TOLERATION, apply_queue, build_rayjob, load_template
-from tests.unit.test_deploy_files import by_kind, cluster_spec, kubectl_kustomize, load_all, node_types
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(__file__).parent / "kueue_crds"

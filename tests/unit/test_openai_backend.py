@@ -7,11 +7,11 @@ import pickle
 import time
 
 import pytest
+from tests.support.openai_server import FailPlan, OpenAIStubServer
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.openai_http import OpenAIBackend
-from tests.support.openai_server import FailPlan, OpenAIStubServer
 
 KEY_ENV = "HALLUSCOPE_TEST_OPENAI_KEY"
 SECRET = "sk-test-secret-4f1c9a"

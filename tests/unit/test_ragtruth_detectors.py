@@ -3,11 +3,10 @@ the span-model contract, and how unreadable answers reach the metrics."""
 
 import pytest
 
-from halluscope.errors import ConfigError, RunError
 from halluscope.contract.completion import Completion
+from halluscope.errors import ConfigError, RunError
 from halluscope.ragtruth.corpus import Label, Record, Source
-from halluscope.ragtruth.detectors import (PromptDetector, SpanModelDetector, SpanModelInput, SpanModelReply,
-                                           TokenLabel)
+from halluscope.ragtruth.detectors import PromptDetector, SpanModelDetector, SpanModelInput, SpanModelReply, TokenLabel
 from halluscope.ragtruth.metrics import count
 from halluscope.ragtruth.parse import read_hallucination_list
 from halluscope.ragtruth.prompts import TEMPLATE_ID

@@ -4,10 +4,10 @@ import random
 from fractions import Fraction
 
 import pytest
+from tests.support.ragtruth_detectors import EmptyDetector, OracleDetector
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.ragtruth.corpus import Label, Record, Source
-from tests.support.ragtruth_detectors import EmptyDetector, OracleDetector
 from halluscope.ragtruth.metrics import Counts, MetricOptions, count, merge_counts, scores, summarize
 from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.spans import Prediction, Span

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from halluscope.errors import ConfigError
 from halluscope.contract.completion import Completion
+from halluscope.errors import ConfigError
 from halluscope.ragtruth.tasks import Detect, Generate, RagTruthOptions
 from halluscope.sources import DataResolver
 

@@ -7,18 +7,18 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.config import parse_config
+from halluscope.contract.task import Item
 from halluscope.cost.ledger import ledger
+from halluscope.halogen.historical_events import HistoricalEvents
+from halluscope.halogen.steps import read_rows, recorded_path
 from halluscope.models.base import GenerationRequest
 from halluscope.models.recorded import NO_RECORD, RecordedBackend, load_provider
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import GENERATIONS, ROLE_CALLS
 from halluscope.sources import DataResolver
-from halluscope.contract.task import Item
-from halluscope.halogen.historical_events import HistoricalEvents
-from halluscope.halogen.steps import read_rows, recorded_path
-from tests.conftest import SHARED_DATA
 
 RESOLVER = DataResolver(download=False)
 STEPS = "halluscope.halogen.recorded:replies"

@@ -2,14 +2,14 @@ import gzip
 import json
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.config import ReplayModel
+from halluscope.contract.task import Item
 from halluscope.errors import ConfigError, DataError
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.sources import DataResolver
-from halluscope.contract.task import Item
 from halluscope.task_registry import get_task
-from tests.conftest import SHARED_DATA
 
 CODE = get_task("halogen/code")
 

@@ -6,13 +6,13 @@ import json
 import shutil
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.config import parse_config
 from halluscope.errors import RunError
 from halluscope.pipeline import runner
 from halluscope.sources import DataResolver
 from halluscope.task_registry import get_task
-from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 

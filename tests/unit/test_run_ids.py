@@ -4,6 +4,7 @@ clear error, whichever way they come in (CLI, config, API) and on local and S3 r
 import boto3
 import pytest
 import yaml
+from tests.support.servers import s3_storage
 
 from halluscope.cli import main
 from halluscope.config import parse_config
@@ -12,7 +13,6 @@ from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.names import check_run_id
 from halluscope.storage.run import RunStore
-from tests.support.servers import s3_storage
 
 BAD_RUN_IDS = ["../x", "..", ".", "_cache", "testsets", "a/b", "x" * 300, "-rf", "a b", ""]
 

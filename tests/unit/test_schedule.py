@@ -6,8 +6,17 @@ import pytest
 
 from halluscope.config import parse_config
 from halluscope.errors import ConfigError
-from halluscope.pipeline.schedule import (Admission, Job, budget, check_cpus, cpu_demand, order, pool_of, refusals,
-                                          simulate)
+from halluscope.pipeline.schedule import (
+    Admission,
+    Job,
+    budget,
+    check_cpus,
+    cpu_demand,
+    order,
+    pool_of,
+    refusals,
+    simulate,
+)
 
 
 def test_models_beyond_the_budget_run_in_waves_largest_first_with_backfill():

@@ -4,8 +4,8 @@ the stand-in drives the parse stage with units a test can predict."""
 import pytest
 
 from halluscope.contract.completion import Completion
-from halluscope.halogen.stand_in import extract
 from halluscope.contract.task import Item
+from halluscope.halogen.stand_in import extract
 from halluscope.task_registry import get_task
 
 # the layout of the authors' own parse prompts, which the paper rules send: a worked example first

@@ -10,11 +10,11 @@ import shutil
 
 import numpy as np
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.errors import ConfigError
 from halluscope.knowledge.retrieval import default_model_path
 from halluscope.knowledge.sentence_model import SentenceModel
-from tests.conftest import SHARED_DATA
 
 BIOS = SHARED_DATA / "halogen" / "responses" / "biographies"
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

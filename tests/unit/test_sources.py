@@ -4,11 +4,18 @@ import http.server
 import threading
 
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope.errors import DataError
-from halluscope.sources import (ENV_SOURCE_BASE, HALOGEN_COMMIT, PINNED, PYPI_SIMPLE_INDEX, DataResolver, jsonl_rows,
-                                public_url)
-from tests.conftest import SHARED_DATA
+from halluscope.sources import (
+    ENV_SOURCE_BASE,
+    HALOGEN_COMMIT,
+    PINNED,
+    PYPI_SIMPLE_INDEX,
+    DataResolver,
+    jsonl_rows,
+    public_url,
+)
 
 SERVED = b'prompt\n"How to x?"\n'
 

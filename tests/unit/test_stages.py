@@ -4,15 +4,15 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pytest
+from tests.conftest import SHARED_DATA
 
 from halluscope import records
-from halluscope.knowledge.base import Knowledge
 from halluscope.contract.completion import Completion
+from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
 from halluscope.pipeline.roles import RoleModels
 from halluscope.sources import DataResolver
 from halluscope.task_registry import get_task
-from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 

@@ -4,8 +4,8 @@ import pyarrow as pa
 import pytest
 
 from halluscope import records
-from halluscope.storage.fs import Location
 from halluscope.errors import Superseded
+from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
 
 

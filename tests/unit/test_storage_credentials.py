@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
+from tests.unit.test_deploy_files import base_manifests, env_of, pod_specs
 
 from halluscope.config import StorageSpec, load_config
 from halluscope.errors import ConfigError
 from halluscope.storage import fs as storage_fs
 from halluscope.storage.fs import CREDENTIAL_CHAIN_ENV, Location, storage_options
-from tests.unit.test_deploy_files import base_manifests, env_of, pod_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"access_key_env": "HS_TEST_KEY", "secret_key_env": "HS_TEST_SECRET"}

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from tests.support.openai_server import OpenAIStubServer
 
 from halluscope.config import OpenAIModel, OpenAIParams, parse_config
 from halluscope.contract.completion import Completion
@@ -23,7 +24,6 @@ from halluscope.models.openai_http import OpenAIBackend
 from halluscope.pipeline.roles import RoleModels
 from halluscope.ragtruth.prompts import ANSWER_FORMAT as RAGTRUTH_FORMAT
 from halluscope.storage.fs import Location
-from tests.support.openai_server import OpenAIStubServer
 
 YES_NO = AnswerFormat(choices=("Yes", "No"), name="verdict")
 FLAG = AnswerFormat.json_object("is_abstaining", {"is_abstaining": {"type": "boolean"}})

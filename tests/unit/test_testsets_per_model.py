@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
 from halluscope.config import parse_config
 from halluscope.errors import ConfigError
+from halluscope.hallulens import tasks as hallulens_tasks
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
-from halluscope.hallulens import tasks as hallulens_tasks
 from halluscope.pipeline import estimate, workset
 from halluscope.pipeline.workset import expand_unit, plan
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
 TASK = "hallulens/precise_wikiqa"
 JUDGE = {"id": "judge", "role": "judge", "backend": "scripted"}

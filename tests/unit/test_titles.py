@@ -19,8 +19,14 @@ import pytest
 
 from halluscope.errors import ConfigError, DataError, EndpointDown
 from halluscope.knowledge.semantic_scholar import SemanticScholarIndex
-from halluscope.knowledge.titles import (NORMALISATION, OfflineTitleIndex, TitleIndex, TitleMatch,
-                                         normalize_title, title_similarity)
+from halluscope.knowledge.titles import (
+    NORMALISATION,
+    OfflineTitleIndex,
+    TitleIndex,
+    TitleMatch,
+    normalize_title,
+    title_similarity,
+)
 
 TITLES = ["Attention Is All You Need",
           "BERT: Pre-training of Deep Bidirectional Transformers for Language Understanding",

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from tests.support.tiny_llama import build_tiny_llama
 
 from halluscope.config import SamplingSpec, ServeOptions, VLLMModel, VLLMParams
-from tests.support.tiny_llama import build_tiny_llama
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["VLLM_NO_USAGE_STATS"] = "1"  # vLLM reports usage to its servers by default

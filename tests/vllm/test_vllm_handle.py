@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from ray.exceptions import RayTaskError

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from tests.conftest import SHARED_DATA
+from tests.support.servers import free_port
 
 from halluscope.config import VLLMModel, parse_config
 from halluscope.pipeline.runner import run
 from halluscope.serving.vllm import vllm_installed
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from tests.conftest import SHARED_DATA
-from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm"),
@@ -26,11 +26,11 @@ def test_two_vllm_models_under_test_served_one_after_the_other(ray_local: None, 
     CPUs back, then deploys the other. Every stage's rows are written, tokens are accounted and
     the rates computed, for both."""
     from ray import serve
+    from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
     from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
     from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
     from halluscope.pipeline.schedule import cpu_demand, job_of
-    from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
     goodwiki, titles, scores = write_wiki_sources(tmp_path)
     root = Location.from_url(f"file://{tmp_path}/testsets")

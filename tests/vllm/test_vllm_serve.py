@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from tests.support.servers import free_port
 
 from halluscope.config import VLLMModel
 from halluscope.models.base import GenerationRequest
@@ -14,7 +15,6 @@ from halluscope.models.registry import live_backend, sampling_of
 from halluscope.models.vllm_handle import VLLMHandleBackend
 from halluscope.serving.app import ServedEndpoint
 from halluscope.serving.vllm import build_application, vllm_installed
-from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm")]

@@ -12,12 +12,13 @@ import csv
 import hashlib
 from collections import defaultdict
 from importlib import resources
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from halluscope.records import stable_id
-from halluscope.contract.task import Item, LoadedItems, Task, Verdict
 from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.report import Column, Section, Table
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
+from halluscope.records import stable_id
 
 TASK = "capitals/name_the_capital"
 

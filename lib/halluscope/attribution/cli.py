@@ -23,7 +23,7 @@ def _json_object(text: str) -> dict:
     return value
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "attribute", help="trace a run's hallucinated code packages and historical meetings to a corpus "
                           "(HALOGEN §5 Type A/B/C)")
@@ -41,7 +41,7 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     return p
 
 
-def _store(run_uri: str) -> "RunStore":
+def _store(run_uri: str) -> RunStore:
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 

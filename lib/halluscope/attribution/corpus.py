@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Protocol, Sequence
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import fsspec
@@ -100,7 +101,7 @@ class LocalCorpus:
                             "phrase_match": PHRASE_MATCH}
 
     @classmethod
-    def from_paths(cls, paths: str | Sequence[str], storage_options: dict | None = None) -> "LocalCorpus":
+    def from_paths(cls, paths: str | Sequence[str], storage_options: dict | None = None) -> LocalCorpus:
         """Load files, folders (recursively) or globs, local or fsspec URLs (``s3://``...).
 
         Formats by suffix, optionally compressed (.gz, .bz2, .xz, .zst): ``.txt`` is one document
@@ -272,7 +273,7 @@ class SearchServiceCorpus:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "SearchServiceCorpus":
+    def __enter__(self) -> SearchServiceCorpus:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,8 +15,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from halluscope.attribution.classify import (CODE_TASK, HISTORICAL_TASK, Lookups, Unit, classify_code,
-                                             classify_historical, pair_atom, summarize)
+from halluscope.attribution.classify import (
+    CODE_TASK,
+    HISTORICAL_TASK,
+    Lookups,
+    Unit,
+    classify_code,
+    classify_historical,
+    pair_atom,
+    summarize,
+)
 from halluscope.attribution.corpus import CorpusIndex
 from halluscope.errors import RunError
 from halluscope.records import stable_id

@@ -8,8 +8,9 @@ to the benchmark's tasks and its ``metrics``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,9 +32,9 @@ class MetricInputs:
     """What a benchmark's metrics read: committed rows of its own tasks only."""
 
     tasks: Sequence[str]  # the run's tasks of this benchmark, in config order
-    scores: "pa.Table"  # committed ``scores`` rows of those tasks (at least the benchmark's score_columns)
-    read_table: Callable[..., "pa.Table"]  # RunStore.read_table: committed rows of any run table
-    items: Callable[[str], "pa.Table"]  # task -> the items written to the run
+    scores: pa.Table  # committed ``scores`` rows of those tasks (at least the benchmark's score_columns)
+    read_table: Callable[..., pa.Table]  # RunStore.read_table: committed rows of any run table
+    items: Callable[[str], pa.Table]  # task -> the items written to the run
     options: BaseModel  # the run's ``benchmarks.<name>`` section, validated
 
 
@@ -54,13 +55,13 @@ def no_metrics(inputs: MetricInputs) -> list[dict]:
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # its section under ``benchmarks:`` in a run config; its tasks are named ``<name>/...``
-    tasks: Sequence["Task"]
+    tasks: Sequence[Task]
     options: type[BaseModel] = NoOptions
     # metric records (one dict per model and task, or aggregate) from the committed rows
     metrics: Callable[[MetricInputs], list[dict]] = no_metrics
     # its sections of leaderboard.md and report.html (contract/report.py) from its metric records;
     # None: a table of the records' numbers
-    report: Callable[[list[dict]], Sequence["Section"]] | None = None
+    report: Callable[[list[dict]], Sequence[Section]] | None = None
     description: str = ""
     # (role, model id) of each role model its options name; the run must configure every one
     role_models: Callable[[BaseModel], Sequence[tuple[str, str]]] | None = None
@@ -76,7 +77,7 @@ class Benchmark:
     # provenance of the knowledge its tasks of a run use, for the manifest: (its options, the run's
     # knowledge object, the ``knowledge`` names of those tasks) -> entries such as {"wiki": {...}};
     # loading the sources there fails a bad one in the driver. None: its tasks read none
-    describe_knowledge: Callable[[BaseModel, Any, AbstractSet[str]], Mapping[str, Any]] | None = None
+    describe_knowledge: Callable[[BaseModel, Any, Set[str]], Mapping[str, Any]] | None = None
     # config keys outside its section that it took over: old dotted key -> where it is set now; a
     # config giving an old key is refused naming the new place (a stored run's is moved there)
     moved: Mapping[str, str] = field(default_factory=dict)

@@ -8,10 +8,11 @@ so a model id or a task name taken from a stored run can do no harm in either.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence, Union
+from typing import Literal, Union
 
-Plain = Union[str, int, float, None]  # None: no value (each view writes its own dash)
+Plain = str | int | float | None  # None: no value (each view writes its own dash)
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ class Beside:
     """A cell's value with another for comparison (the number a paper released for it): HTML shows
     it under the value, smaller and grey; Markdown in parentheses after it."""
 
-    value: "Cell"
-    other: "Cell"
+    value: Cell
+    other: Cell
 
 
-Cell = Union[Plain, Link, Joined, Beside]
+Cell = Plain | Link | Joined | Beside
 
 
 @dataclass(frozen=True)

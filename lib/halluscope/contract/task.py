@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, Literal, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from halluscope.contract.roles import Calls, RoleName
 
@@ -78,8 +79,8 @@ class Task(ABC, Generic[K]):
     needs_testsets: bool = False
 
     @abstractmethod
-    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = (),
-                   options: "BaseModel | None" = None) -> LoadedItems:
+    def load_items(self, resolver: DataResolver, testsets: Sequence[Location] = (),
+                   options: BaseModel | None = None) -> LoadedItems:
         """The task's items: from released files, from the generated test sets the run lists, or
         from files its benchmark's options name (``options``: the run's validated section)."""
 
@@ -96,19 +97,19 @@ class Task(ABC, Generic[K]):
         return None
 
     @abstractmethod
-    def responded(self, text: str, item: Item, replies: Sequence["Completion"] = ()) -> bool:
+    def responded(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> bool:
         """R(y): True when the model answered rather than abstained."""
 
     @abstractmethod
-    def decompose(self, text: str, item: Item, replies: Sequence["Completion"] = ()) -> list[str]:
+    def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
         """D(y): the atomic units of a response (only called when R(y) = 1)."""
 
     @abstractmethod
     def verify(self, atoms: list[str], text: str, item: Item, kb: K,
-               replies: Sequence["Completion"] = ()) -> list[Verdict]:
+               replies: Sequence[Completion] = ()) -> list[Verdict]:
         """V: one verdict per atom, in order."""
 
-    def cost_rules(self) -> tuple["StageRule", ...]:
+    def cost_rules(self) -> tuple[StageRule, ...]:
         """The role-model calls one generation makes, per stage, for the cost estimate; a task
         that calls no role model makes none."""
         return ()

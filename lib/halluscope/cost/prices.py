@@ -51,7 +51,7 @@ class PriceTable(BaseModel):
     api_usd_per_million_tokens: dict[str, TokenPrice] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _nodes_have_prices(self) -> "PriceTable":
+    def _nodes_have_prices(self) -> PriceTable:
         for name, b in self.accelerators.items():
             if b.billing == "node" and b.node not in self.node_hour_usd:
                 raise ValueError(f"accelerators.{name}: billing: node needs `node`, a key of node_hour_usd "

@@ -8,8 +8,8 @@ without IW/CO pairs are excluded with the reason, and fallbacks to uniform weigh
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from halluscope.fewl.datasets import Question
 from halluscope.fewl.neighbours import QuestionIndex

@@ -2,10 +2,11 @@
 
 from pydantic import BaseModel
 
+from halluscope.contract.benchmark import Benchmark
 from halluscope.fewl import report
 from halluscope.fewl.options import FewlOptions
 from halluscope.fewl.task import FewlTask
-from halluscope.contract.benchmark import Benchmark
+
 
 def _role_models(options: BaseModel) -> list[tuple[str, str]]:
     assert isinstance(options, FewlOptions)  # the engine validated the section with FewlOptions

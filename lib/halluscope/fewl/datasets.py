@@ -24,8 +24,9 @@ import csv
 import hashlib
 import io
 import json
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import fsspec
 

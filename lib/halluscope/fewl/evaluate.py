@@ -11,8 +11,8 @@ outscores every other candidate (Table 3 counts 'best' answers ranked top). Each
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.fewl import datasets as ds

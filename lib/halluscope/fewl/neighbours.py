@@ -8,8 +8,8 @@ questions may share their answer (App. C.6), so those are skipped and the search
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class QuestionIndex:
         self._memo: dict[tuple[str, int, float], list[Neighbour]] = {}
 
     @classmethod
-    def build(cls, question_ids: Sequence[str], texts: Sequence[str], embedder: Embedder) -> "QuestionIndex":
+    def build(cls, question_ids: Sequence[str], texts: Sequence[str], embedder: Embedder) -> QuestionIndex:
         return cls(question_ids, embedder.embed(list(texts)), embedder.name)
 
     def __len__(self) -> int:

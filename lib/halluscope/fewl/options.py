@@ -31,7 +31,7 @@ class SimilaritySpec(_Strict):
     label: int | None = None
 
     @model_validator(mode="after")
-    def _path_for_kind(self) -> "SimilaritySpec":
+    def _path_for_kind(self) -> SimilaritySpec:
         if (self.kind == "cross_encoder") != (self.cross_encoder is not None):
             raise ValueError("cross_encoder: a path is needed for kind cross_encoder, and only then")
         return self
@@ -50,7 +50,7 @@ class FewlOptions(_Strict):
     limit: int | None = Field(default=None, gt=0, description="the first N questions only")
 
     @model_validator(mode="after")
-    def _ids(self) -> "FewlOptions":
+    def _ids(self) -> FewlOptions:
         if len(set(self.references)) != len(self.references):
             raise ValueError(f"references: duplicate model ids {self.references}")
         for where, ref in (("single_reference", self.single_reference),

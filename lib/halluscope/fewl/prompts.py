@@ -14,12 +14,13 @@ recorded with every score).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
-from halluscope.fewl.parsing import parse_answer, parse_answers, parse_pairs
 from halluscope.contract.completion import Completion
 from halluscope.contract.replies import excerpt
+from halluscope.fewl.parsing import parse_answer, parse_answers, parse_pairs
 
 REFERENCE = "fewl-reference-v1"
 REFERENCE_MULTI = "fewl-reference-multi-v1"

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
-from halluscope.fewl.evaluate import default_pairs, tally
-from halluscope.fewl.task import question_of
-from halluscope.contract.task import Item
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.report import Section, Table
+from halluscope.contract.task import Item
+from halluscope.fewl.evaluate import default_pairs, tally
+from halluscope.fewl.task import question_of
 
 EVALUATION = "(labelled candidates)"  # the model column of the evaluation record
 

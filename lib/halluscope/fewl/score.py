@@ -13,8 +13,9 @@ components per reference, so runs with different backends or settings can be com
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -59,12 +60,12 @@ class FewlParams(BaseModel):
         default="uniform", description="a question without readable IW/CO pairs: uniform lambda, or not scored")
 
     @model_validator(mode="after")
-    def _penalty_fits_form(self) -> "FewlParams":
+    def _penalty_fits_form(self) -> FewlParams:
         if self.form == "weighted_truthful" and self.penalty:
             raise ValueError("form 'weighted_truthful' (§2.1) has no laziness penalty: set penalty: false")
         return self
 
-    def variant(self, **changes: Any) -> "FewlParams":
+    def variant(self, **changes: Any) -> FewlParams:
         """A validated copy with some fields changed (baselines and ablations)."""
         try:
             return FewlParams.model_validate({**self.model_dump(), **changes})
@@ -176,7 +177,7 @@ class Fewl:
                       "templates": list(TEMPLATES)}
         self.setup_id = content_key(self.setup)[:12]
 
-    def with_params(self, params: FewlParams) -> "Fewl":
+    def with_params(self, params: FewlParams) -> Fewl:
         return Fewl(self.similarity, params)
 
     def expertise(self, answers: Sequence[str], pairs: IwCoAnswers | None) -> Expertise | None:

@@ -9,8 +9,9 @@ reference)); every backend returns values in [0, 1], the range the paper's arith
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -17,8 +17,13 @@ embeddings are computed in the workers, persisted beside the run's passage index
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import Shape, StageRule
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
 from halluscope.errors import DataError
 from halluscope.fewl import prompts
 from halluscope.fewl.artefacts import prepare_questions
@@ -32,10 +37,6 @@ from halluscope.fewl.prompts import ParseReport
 from halluscope.fewl.score import Fewl, MissingReference
 from halluscope.fewl.similarity import CachedSimilarity, CrossEncoderSimilarity, EmbeddingCosine, Similarity
 from halluscope.knowledge.retrieval import Encoder
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Item, LoadedItems, Task, Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import Shape, StageRule
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from halluscope.storage.fs import Location
 
 
-def _questions(options: FewlOptions, resolver: "DataResolver") -> tuple[list[Question], str, str]:
+def _questions(options: FewlOptions, resolver: DataResolver) -> tuple[list[Question], str, str]:
     """The questions FEWL scores (the first ``limit``), the file's name and its sha256."""
     loaded = load(options.dataset.name, str(resolver.resolve_any(options.dataset.source)))
     questions = loaded.questions[:options.limit] if options.limit else loaded.questions
@@ -63,7 +64,7 @@ class Scorer:
     """What a worker needs to score: the benchmark's question index, the similarity backend and
     FEWL under each of the paper's methods. Built once per worker and setup."""
 
-    def __init__(self, options: FewlOptions, kb: "Knowledge") -> None:
+    def __init__(self, options: FewlOptions, kb: Knowledge) -> None:
         self.options = options
         questions, _, _ = _questions(options, kb.resolver)
         self.questions = {q.question_id: q.question for q in questions}
@@ -83,7 +84,7 @@ class Scorer:
             if p.k_nn else []
 
 
-def _scorer(item: Item, kb: "Knowledge") -> Scorer:
+def _scorer(item: Item, kb: Knowledge) -> Scorer:
     setup = item.fields["setup"]
     return kb.derived(f"fewl:{content_key(setup)}", lambda k: Scorer(FewlOptions.model_validate(setup), k))
 
@@ -109,8 +110,8 @@ class FewlTask(Task["Knowledge"]):
 
         return (StageRule("verify", "reference", lambda s: 2.0, input_tokens, output_tokens),)
 
-    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = (),
-                   options: "BaseModel | None" = None) -> LoadedItems:
+    def load_items(self, resolver: DataResolver, testsets: Sequence[Location] = (),
+                   options: BaseModel | None = None) -> LoadedItems:
         if not isinstance(options, FewlOptions):
             raise DataError(f"task {self.name} needs the run's benchmarks.fewl section")
         questions, source, sha256 = _questions(options, resolver)
@@ -127,7 +128,7 @@ class FewlTask(Task["Knowledge"]):
     def decompose(self, text: str, item: Item, replies: Sequence[Completion] = ()) -> list[str]:
         return [parse_answer(text) or ""]
 
-    def verify_call(self, atoms: list[str], text: str, item: Item, kb: "Knowledge") -> tuple[RoleCall, ...]:
+    def verify_call(self, atoms: list[str], text: str, item: Item, kb: Knowledge) -> tuple[RoleCall, ...]:
         scorer = _scorer(item, kb)
         o = scorer.options
         samples = o.params.reference_samples
@@ -139,7 +140,7 @@ class FewlTask(Task["Knowledge"]):
                          prompts.IW_CO, model=o.generator)
         return (*refs, iw_co)
 
-    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge",
+    def verify(self, atoms: list[str], text: str, item: Item, kb: Knowledge,
                replies: Sequence[Completion] = ()) -> list[Verdict]:
         scorer = _scorer(item, kb)
         o = scorer.options

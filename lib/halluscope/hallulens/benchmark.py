@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from halluscope.contract.benchmark import Benchmark
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.tasks import TASKS, describe_knowledge
+
 
 def _testsets(job_uri: str) -> Iterator[tuple[str, str]]:
     """Builds a job's test sets (one per trial seed), Wikipedia sampled afresh."""

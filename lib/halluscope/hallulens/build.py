@@ -22,6 +22,7 @@ from halluscope.knowledge.passages import ArticleStore
 from halluscope.storage.fs import Location, storage_options
 from halluscope.storage.names import CALL_CACHE, TESTSETS, shared_url
 
+
 class Sources(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -152,8 +153,8 @@ def uri(ts: TestSet, job: TestSetJob) -> str:
 
 def run_job(job: TestSetJob) -> list[TestSet]:
     """Serve or reach the generators (through the call cache), then build every seed's test set."""
-    from halluscope.models.registry import client
     from halluscope.config import SERVED_BACKENDS
+    from halluscope.models.registry import client
     from halluscope.runkit import init_ray, served
 
     if any(g.backend in SERVED_BACKENDS for g in job.generators):

@@ -29,14 +29,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from halluscope.contract.completion import Completion
 from halluscope.errors import RunError
 from halluscope.hallulens import templates
-from halluscope.hallulens.sections import (LONGWIKI_MAX_WORDS, LONGWIKI_MIN_WORDS, PWQA_MAX_WORDS, PWQA_MIN_WORDS,
-                                           count_sentences, split_sections, words)
+from halluscope.hallulens.sections import (
+    LONGWIKI_MAX_WORDS,
+    LONGWIKI_MIN_WORDS,
+    PWQA_MAX_WORDS,
+    PWQA_MIN_WORDS,
+    count_sentences,
+    split_sections,
+    words,
+)
 from halluscope.hallulens.sources import CentralityScores, PageSet, SourceRef, WikiPage, title_key
-from halluscope.hallulens.testset import (BinReport, GenerationReport, TestItem, TestSet, TestSetSpec,
-                                          build_testset)
-from halluscope.contract.completion import Completion
+from halluscope.hallulens.testset import BinReport, GenerationReport, TestItem, TestSet, TestSetSpec, build_testset
 from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.records import stable_id
 from halluscope.storage.fs import Location
@@ -107,7 +113,7 @@ class _WikiConfig(BaseModel, ABC):
                                                                             "bin at most; None: 2 x per_bin")
 
     @model_validator(mode="after")
-    def _check(self) -> "_WikiConfig":
+    def _check(self) -> _WikiConfig:
         if self.min_words > self.max_words:
             raise ValueError(f"min_words ({self.min_words}) exceeds max_words ({self.max_words})")
         edges = self.bin_edges

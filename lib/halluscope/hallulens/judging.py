@@ -18,10 +18,10 @@ import re
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from halluscope.hallulens.metrics import CORRECT, INCORRECT, UNVERIFIABLE
 from halluscope.contract.completion import Completion
 from halluscope.contract.replies import parse_yes_no
 from halluscope.contract.roles import AnswerFormat
+from halluscope.hallulens.metrics import CORRECT, INCORRECT, UNVERIFIABLE
 
 T = TypeVar("T")
 

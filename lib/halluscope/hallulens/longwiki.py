@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from halluscope.contract.completion import Completion
+from halluscope.contract.replies import excerpt
+from halluscope.contract.task import Verdict
 from halluscope.errors import ConfigError, RunError
 from halluscope.hallulens import judging, sections
 from halluscope.knowledge.passages import normalize_title
 from halluscope.knowledge.retrieval import DenseRetriever
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Verdict
-from halluscope.contract.replies import excerpt
 
 
 class LongWikiOptions(BaseModel):

@@ -30,8 +30,7 @@ from halluscope.hallulens import templates
 from halluscope.hallulens.generation import Generate, call_generator
 from halluscope.hallulens.search import SearchError, SearchProvider, SearchResult, entity_exists, entity_query
 from halluscope.hallulens.sources import MedicineTable, SourceRef, Taxonomy
-from halluscope.hallulens.testset import (BinReport, GenerationReport, TestItem, TestSet, TestSetSpec,
-                                          build_testset)
+from halluscope.hallulens.testset import BinReport, GenerationReport, TestItem, TestSet, TestSetSpec, build_testset
 from halluscope.records import stable_id
 from halluscope.storage.fs import Location
 
@@ -254,7 +253,7 @@ class GeneratedEntitiesConfig(BaseModel):
                                                                             "rotation at most; None: 3 x target")
 
     @model_validator(mode="after")
-    def _check(self) -> "GeneratedEntitiesConfig":
+    def _check(self) -> GeneratedEntitiesConfig:
         if len(set(self.models)) != 3:
             raise ValueError(f"models must be three distinct model ids, got {self.models}")
         needs_places: tuple[tuple[GeneratedDomain, dict[str, list[str]]], ...] = (

@@ -13,15 +13,17 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
-from halluscope.hallulens.options import HalluLensOptions
-from halluscope.hallulens import judging, metrics as hm
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.report import Cell, Chart, Notes, Point, Section, Series, Table
+from halluscope.hallulens import judging
+from halluscope.hallulens import metrics as hm
+from halluscope.hallulens.options import HalluLensOptions
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
 # the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label

@@ -101,7 +101,7 @@ class BraveSearch:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> "BraveSearch":
+    def __enter__(self) -> BraveSearch:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,7 +165,7 @@ class FixtureSearchProvider:
         self.queries: list[str] = []
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "FixtureSearchProvider":
+    def from_json(cls, path: str | Path) -> FixtureSearchProvider:
         try:
             doc = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:

@@ -15,19 +15,20 @@ role call. The paper's metrics are computed from the rows by ``hallulens.report`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AbstractSet, Any, Literal, Sequence
+from collections.abc import Sequence, Set
+from typing import TYPE_CHECKING, Any, Literal
 
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import StageRule, json_verdict, once, per_fact, verdict
+from halluscope.contract.replies import excerpt, reply_text
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
 from halluscope.errors import DataError
 from halluscope.hallulens import judging, longwiki
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.testset import TestSet
 from halluscope.knowledge.specs import WikiSpec
-from halluscope.contract.completion import Completion
 from halluscope.storage.fs import Location
-from halluscope.contract.task import Item, LoadedItems, Task, Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import StageRule, json_verdict, once, per_fact, verdict
-from halluscope.contract.replies import excerpt, reply_text
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -58,7 +59,7 @@ def _evidence_finder(kb: Knowledge) -> longwiki.EvidenceFinder:
     return longwiki.EvidenceFinder(kb.wiki(spec).retriever, options)
 
 
-def describe_knowledge(options: BaseModel, kb: Knowledge, needed: AbstractSet[str]) -> dict[str, Any]:
+def describe_knowledge(options: BaseModel, kb: Knowledge, needed: Set[str]) -> dict[str, Any]:
     """The manifest's entry of LongWiki's article store (``wiki``); loaded here, so a bad one
     fails in the driver."""
     return {"wiki": kb.wiki(_wiki(options)).describe()} if "wiki" in needed else {}

@@ -32,10 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from halluscope.contract.task import Item
 from halluscope.errors import DataError, RunError
 from halluscope.hallulens.sources import SourceRef
 from halluscope.storage.fs import Location
-from halluscope.contract.task import Item
 
 FORMAT = "halluscope-hallulens-testset-v1"
 ITEMS_FILE = "items.parquet"
@@ -105,7 +105,7 @@ class TestItem:
                 "provenance": _canonical(self.provenance)}
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "TestItem":
+    def from_row(cls, row: dict[str, Any]) -> TestItem:
         return cls(task=row["task"], item_id=row["item_id"], prompt=row["prompt"], bin=row["bin"],
                    answer=row["answer"], entity=row["entity"], fields=json.loads(row["fields"]),
                    provenance=json.loads(row["provenance"]))
@@ -226,7 +226,7 @@ class TestSet:
         return folder
 
     @classmethod
-    def read(cls, root: Location, task: str, testset_id: str) -> "TestSet":
+    def read(cls, root: Location, task: str, testset_id: str) -> TestSet:
         folder = root.child(task, testset_id)
         manifest_loc = folder.child(MANIFEST_FILE)
         if not manifest_loc.exists():
@@ -248,7 +248,7 @@ class TestSet:
         return ts
 
     @classmethod
-    def find(cls, root: Location, spec: TestSetSpec) -> "TestSet | None":
+    def find(cls, root: Location, spec: TestSetSpec) -> TestSet | None:
         """A finished test set built from this spec, if one is stored (the first by id if several)."""
         prefix = spec.fingerprint() + "-"
         folder = root.child(spec.task)

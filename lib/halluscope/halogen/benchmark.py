@@ -3,18 +3,17 @@ paper's Table 1, its ``benchmarks.halogen`` options and its metrics."""
 
 from __future__ import annotations
 
+from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.halogen.biographies import Biographies
 from halluscope.halogen.code import CodePackages
 from halluscope.halogen.grounded import simplification, summarization
 from halluscope.halogen.historical_events import HistoricalEvents
 from halluscope.halogen.lists import FalsePresuppositions, RationalizationNumerical
-from halluscope.halogen.rationalization_binary import RationalizationBinary
-from halluscope.halogen.references import References
-
 from halluscope.halogen.metrics import SCORE_COLUMNS, compute
 from halluscope.halogen.options import MOVED, NAME, HalogenOptions, describe_knowledge
-from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.halogen.paper import RULE_SETS
+from halluscope.halogen.rationalization_binary import RationalizationBinary
+from halluscope.halogen.references import References
 from halluscope.halogen.report import sections
 from halluscope.halogen.stand_in import extract
 

@@ -9,18 +9,18 @@ length penalty (gamma) is not applied: HALOGEN's H is the plain unsupported frac
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import StageRule, per_fact, verdict
 import halluscope.halogen.prompts as prompts
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import StageRule, per_fact, verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Verdict
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
 from halluscope.halogen.options import options_of
 from halluscope.halogen.steps import FACT_VERDICT
-
 
 _ASKED = re.compile(r"bio of\s+(['\"]?)(.+?)\1\s*[.?]?\s*$", re.IGNORECASE | re.DOTALL)
 

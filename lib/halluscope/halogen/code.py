@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from halluscope.knowledge.pypi import normalize
 from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.options import options_of, packages
 from halluscope.halogen.paper import paper_imports, stdlib_module
+from halluscope.knowledge.pypi import normalize
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_NAME}(?:\s*\.\s*{_NAME})*"

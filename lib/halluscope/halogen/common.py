@@ -6,20 +6,21 @@ import ast
 import csv
 import json
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping
+from typing import Any, Literal
 
-from halluscope.errors import DataError
-from halluscope.knowledge.base import Knowledge
-from halluscope.records import stable_id
-from halluscope.sources import DataResolver, csv_rows, open_text, sha256_file
-from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.contract.roles import AnswerFormat, RoleCall
+from halluscope.contract.task import Item, LoadedItems, Task
+from halluscope.errors import DataError
 from halluscope.halogen.paper import RuleSet, abstained
 from halluscope.halogen.prompts import VERDICT
 from halluscope.halogen.steps import recorded_path, step_keys
+from halluscope.knowledge.base import Knowledge
+from halluscope.records import stable_id
+from halluscope.sources import DataResolver, csv_rows, open_text, sha256_file
 
 RELEASED = json.loads(resources.files(__package__).joinpath("released_files.json").read_text())
 

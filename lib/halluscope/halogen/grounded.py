@@ -5,13 +5,14 @@ true of the world (the paper's definition for content-grounded tasks)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import StageRule, per_fact, verdict
 import halluscope.halogen.prompts as prompts
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import StageRule, per_fact, verdict
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Verdict
 from halluscope.halogen.common import HalogenTask, normalize_prompt
 from halluscope.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
 from halluscope.halogen.steps import FACT_VERDICT

@@ -8,18 +8,18 @@ phrase are abstentions without a judge call."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Item, Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import StageRule, once, verdict
 import halluscope.halogen.prompts as prompts
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import StageRule, once, verdict
+from halluscope.contract.replies import excerpt, parse_yes_no, reply_text
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask
-from halluscope.contract.replies import reply_text
 from halluscope.halogen.paper import abstained
 from halluscope.halogen.steps import MEETING
-from halluscope.contract.replies import excerpt, parse_yes_no
 
 _PEOPLE = ("name1", "birth1", "death1", "name2", "birth2", "death2")
 

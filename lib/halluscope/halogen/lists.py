@@ -5,15 +5,16 @@ Both use the entity list and the letter condition released with each prompt; the
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from halluscope.contract.task import Item, Verdict
-from halluscope.contract.cost_rules import StageRule
 import halluscope.halogen.paper as paper
 import halluscope.halogen.prompts as prompts
+from halluscope.contract.cost_rules import StageRule
+from halluscope.contract.replies import reply_text
+from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask, parse_list_field
 from halluscope.halogen.llm_verified import parse_rule
-from halluscope.contract.replies import reply_text
 from halluscope.halogen.steps import PARSE
 
 

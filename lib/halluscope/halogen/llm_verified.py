@@ -7,16 +7,17 @@ judge answer leaves its atom unverified (counted in ``n_unverified``, excluded f
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Item, Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import Shape, Size, StageRule, once
 import halluscope.halogen.paper as paper
 import halluscope.halogen.prompts as prompts
-from halluscope.halogen.steps import FACTS
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import Shape, Size, StageRule, once
 from halluscope.contract.replies import excerpt, parse_list, parse_yes_no, reply_text
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Item, Verdict
+from halluscope.halogen.steps import FACTS
 
 
 def listed_items(reply: Completion, role: str, what: str) -> list[str]:

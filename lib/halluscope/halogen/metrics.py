@@ -11,7 +11,6 @@ import math
 from collections import defaultdict
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.compute as pc
 

@@ -3,7 +3,8 @@ knowledge sources they read. Each changes results and is recorded in the manifes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AbstractSet, Annotated, Any
+from collections.abc import Set
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,20 +44,20 @@ MOVED = {"verifiers": f"benchmarks.{NAME}",
          "data.pypi_index": f"benchmarks.{NAME}.pypi_index"}
 
 
-def options_of(kb: "Knowledge") -> HalogenOptions:
+def options_of(kb: Knowledge) -> HalogenOptions:
     """The run's HALOGEN options, as the worker's knowledge holds them."""
     options = kb.options_for(NAME)
     assert isinstance(options, HalogenOptions)
     return options
 
 
-def packages(kb: "Knowledge") -> "PackageIndex":
+def packages(kb: Knowledge) -> PackageIndex:
     """The PyPI snapshot (and the extra names) the code tasks check imports against."""
     o = options_of(kb)
     return kb.packages(o.pypi_index, o.pypi_extra_names)
 
 
-def describe_knowledge(options: BaseModel, kb: "Knowledge", needed: AbstractSet[str]) -> dict[str, Any]:
+def describe_knowledge(options: BaseModel, kb: Knowledge, needed: Set[str]) -> dict[str, Any]:
     """The manifest's entries of the sources HALOGEN's tasks of a run read: ``pypi`` (and
     ``pypi_extra_names``), ``titles``, ``wiki``; loaded here, so a bad one fails in the driver."""
     assert isinstance(options, HalogenOptions)

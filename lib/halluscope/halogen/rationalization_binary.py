@@ -12,19 +12,20 @@ offers, each counted once).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
-from halluscope.errors import DataError
-from halluscope.sources import sha256_file
-from halluscope.contract.task import Item, Verdict
-from halluscope.contract.cost_rules import StageRule
 import halluscope.halogen.paper as paper
 import halluscope.halogen.prompts as prompts
+from halluscope.contract.cost_rules import StageRule
+from halluscope.contract.replies import reply_text
+from halluscope.contract.task import Item, Verdict
+from halluscope.errors import DataError
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import parse_rule
-from halluscope.contract.replies import reply_text
 from halluscope.halogen.steps import PARSE, read_rows, recorded_path
+from halluscope.sources import sha256_file
 
 GOLD = paper.GOLD
 

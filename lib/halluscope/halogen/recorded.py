@@ -14,12 +14,21 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
-from halluscope.sources import DataResolver
 from halluscope.halogen import paper
 from halluscope.halogen.benchmark import TASKS
 from halluscope.halogen.common import HalogenTask
-from halluscope.halogen.steps import (FACT_VERDICT, FACTS, MEETING, PARSE, TITLE_FOUND, TITLES, read_rows,
-                                            recorded_path, step_keys)
+from halluscope.halogen.steps import (
+    FACT_VERDICT,
+    FACTS,
+    MEETING,
+    PARSE,
+    TITLE_FOUND,
+    TITLES,
+    read_rows,
+    recorded_path,
+    step_keys,
+)
+from halluscope.sources import DataResolver
 
 
 def _core(unit: str) -> str:

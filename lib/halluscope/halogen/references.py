@@ -7,22 +7,19 @@ response that cites no title has abstained, as in the authors' scorer."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from halluscope.contract.roles import RoleName
-
-from halluscope.contract.completion import Completion
-from halluscope.contract.task import Item, Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import StageRule, once, verdict
-import halluscope.halogen.prompts as prompts
 import halluscope.halogen.paper as paper
+import halluscope.halogen.prompts as prompts
+from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import StageRule, once, verdict
+from halluscope.contract.replies import reply_text
+from halluscope.contract.roles import RoleCall, RoleName
+from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import judge_verdict, listed_items
 from halluscope.halogen.options import options_of
-from halluscope.contract.replies import reply_text
 from halluscope.halogen.steps import TITLE_FOUND, TITLES
-
 
 # one title extraction per response; the cited titles are part of it (half assumed)
 _TITLES_RULE = StageRule("decompose", "extractor", once, lambda s: s.tokens(prompts.titles_prompt("")) + s.G,

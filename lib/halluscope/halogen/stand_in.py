@@ -29,8 +29,8 @@ with known answers; not a substitute for a real extractor.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 _PASSAGE = re.compile(r"^[ \t]*passage:(.*?)(?:^[ \t]*facts:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
 _REFERENCES = re.compile(r"^[ \t]*references:(.*)\Z", re.IGNORECASE | re.MULTILINE | re.DOTALL)

@@ -5,8 +5,9 @@ sources they name (a package index, a title index, an article store), each loade
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from halluscope.knowledge.pypi import SNAPSHOT, PackageIndex, normalize
 from halluscope.sources import DataResolver, open_text, sha256_file
@@ -25,7 +26,7 @@ T = TypeVar("T")
 class WikiEvidence:
     """The top-k passages of a person's article for each of their facts (FActScore-style)."""
 
-    def __init__(self, retriever: "DenseRetriever", top_k: int) -> None:
+    def __init__(self, retriever: DenseRetriever, top_k: int) -> None:
         self.retriever = retriever
         self.top_k = top_k
 
@@ -49,7 +50,7 @@ def extra_names(path: Path) -> set[str]:
 
 class Knowledge:
     def __init__(self, resolver: DataResolver, index_root: Location | None = None, clients: int = 1,
-                 options: Mapping[str, "BaseModel"] | None = None) -> None:
+                 options: Mapping[str, BaseModel] | None = None) -> None:
         self.resolver = resolver
         self.clients = clients  # processes holding a Knowledge at once: they share API rate limits
         self.index_root = index_root
@@ -62,7 +63,7 @@ class Knowledge:
         """Where the package and title indexes built from data files persist."""
         return Path(self.resolver.cache_dir).expanduser() / "indexes"
 
-    def options_for(self, benchmark: str) -> "BaseModel":
+    def options_for(self, benchmark: str) -> BaseModel:
         """The run's ``benchmarks.<benchmark>`` section, validated; its defaults when the run
         handed none (a task built outside a run)."""
         if benchmark not in self._options:
@@ -89,10 +90,10 @@ class Knowledge:
 
         return self._once(("packages", snapshot, extra), load)
 
-    def titles(self, spec: "TitleIndexSpec") -> "TitleIndex":
+    def titles(self, spec: TitleIndexSpec) -> TitleIndex:
         """The title index a spec names: an offline dump, or Semantic Scholar's API (its rate limit
         shared by the ``clients``)."""
-        def load() -> "TitleIndex":
+        def load() -> TitleIndex:
             if spec.source == "semantic_scholar":
                 from halluscope.knowledge.semantic_scholar import SemanticScholarIndex
 
@@ -108,7 +109,7 @@ class Knowledge:
 
         return self._once(("titles", spec.model_dump_json()), load)
 
-    def wiki(self, spec: "WikiSpec") -> WikiEvidence:
+    def wiki(self, spec: WikiSpec) -> WikiEvidence:
         """Passages of the articles a spec names, by dense retrieval; the index persists under
         ``index_root`` (the data cache without one)."""
         def load() -> WikiEvidence:
@@ -122,7 +123,7 @@ class Knowledge:
 
         return self._once(("wiki", spec.model_dump_json()), load)
 
-    def derived(self, name: str, build: Callable[["Knowledge"], T]) -> T:
+    def derived(self, name: str, build: Callable[[Knowledge], T]) -> T:
         """A source a benchmark builds from the loaded ones (LongWiki's evidence finder over its
         article store), built once per worker like them: knowledge/ sits below the benchmarks and
         names none."""

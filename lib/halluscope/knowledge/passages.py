@@ -114,7 +114,7 @@ class ArticleStore:
 
     @classmethod
     def load(cls, source: str | Location, max_words: int = 256, titles: Iterable[str] | None = None,
-             fmt: str | None = None, storage_options: dict | None = None) -> "ArticleStore":
+             fmt: str | None = None, storage_options: dict | None = None) -> ArticleStore:
         """Load a SQLite (``.db``/``.sqlite``), JSONL (``.jsonl``, optionally gzipped) or Parquet file
         from a local path, an fsspec URL (``storage_options`` passed to its filesystem) or a Location.
 

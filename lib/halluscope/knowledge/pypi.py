@@ -37,7 +37,7 @@ class PackageIndex:
         self.skipped_lines = skipped_lines
 
     @classmethod
-    def cached(cls, path: Path, cache_dir: Path) -> "PackageIndex":
+    def cached(cls, path: Path, cache_dir: Path) -> PackageIndex:
         """``from_file`` once per snapshot: later loads (every verifier actor) read the normalised
         names from an Arrow file keyed by the snapshot's sha256 (see ``index_cache``)."""
         digest = sha256_file(path)
@@ -53,7 +53,7 @@ class PackageIndex:
         return index
 
     @classmethod
-    def from_file(cls, path: Path) -> "PackageIndex":
+    def from_file(cls, path: Path) -> PackageIndex:
         """One project name per line (gzip or plain); blank and invalid lines are counted, not used."""
         names: set[str] = set()
         skipped = 0

@@ -126,7 +126,7 @@ class DenseRetriever:
             self._by_norm.setdefault(normalize_title(title), title)
 
     @classmethod
-    def build(cls, store: ArticleStore, encoder: Encoder) -> "DenseRetriever":
+    def build(cls, store: ArticleStore, encoder: Encoder) -> DenseRetriever:
         import faiss
 
         titles = [t for t, passages in store.articles.items() for _ in passages]
@@ -139,7 +139,7 @@ class DenseRetriever:
         return cls(index, titles, passages, encoder, info)
 
     @classmethod
-    def cached(cls, store: ArticleStore, encoder: Encoder, root: Location) -> "DenseRetriever":
+    def cached(cls, store: ArticleStore, encoder: Encoder, root: Location) -> DenseRetriever:
         """Load the index built for this store and encoder under ``root``, or build and save it.
         A damaged or half-written entry is rebuilt."""
         loc = root.child(cache_key(store, encoder))
@@ -173,7 +173,7 @@ class DenseRetriever:
         write_private(loc, _DIGEST, (hashlib.sha256(buf.getvalue()).hexdigest() + "\n").encode())
 
     @classmethod
-    def load(cls, loc: Location, encoder: Encoder) -> "DenseRetriever":
+    def load(cls, loc: Location, encoder: Encoder) -> DenseRetriever:
         """A saved retriever; ``encoder`` embeds queries and must be the one that built it. Only
         files this cache wrote are read (see the module's docstring): DataError otherwise."""
         import faiss

@@ -28,8 +28,14 @@ from typing import Any
 import httpx
 
 from halluscope.errors import ConfigError, DataError, EndpointDown
-from halluscope.knowledge.titles import (NORMALISATION, TitleMatch, check_threshold, match_rule, normalize_title,
-                                         title_similarity)
+from halluscope.knowledge.titles import (
+    NORMALISATION,
+    TitleMatch,
+    check_threshold,
+    match_rule,
+    normalize_title,
+    title_similarity,
+)
 from halluscope.ratelimit import MinInterval
 from halluscope.retry import GaveUp, RetryPolicy, Transient, retry_after_s
 

@@ -28,7 +28,7 @@ class TitleIndexSpec(_Strict):
     rate_limit_per_s: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")
-    def _dump_for_offline(self) -> "TitleIndexSpec":
+    def _dump_for_offline(self) -> TitleIndexSpec:
         if self.source == "offline" and not self.dump:
             raise ValueError("dump: an offline title index needs a title dump")
         return self

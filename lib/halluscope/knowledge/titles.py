@@ -164,7 +164,7 @@ class OfflineTitleIndex:
         self._postings = cast("dict[str, array | memoryview]", postings)  # loaded ones hold views
 
     @classmethod
-    def cached(cls, path: Path, cache_dir: Path, fuzzy_threshold: float | None = None) -> "OfflineTitleIndex":
+    def cached(cls, path: Path, cache_dir: Path, fuzzy_threshold: float | None = None) -> OfflineTitleIndex:
         """``from_dump`` once per dump: later loads (every verifier actor) read Arrow files keyed by
         the dump's sha256 (see ``index_cache``): the titles, and for fuzzy matching the blocking
         index beside them. They serve any path of the same dump and any threshold."""
@@ -216,7 +216,7 @@ class OfflineTitleIndex:
                           for i, w in enumerate(table.column("word").to_pylist())}
 
     @classmethod
-    def from_dump(cls, path: Path, fuzzy_threshold: float | None = None) -> "OfflineTitleIndex":
+    def from_dump(cls, path: Path, fuzzy_threshold: float | None = None) -> OfflineTitleIndex:
         """Read a dump: Parquet with a ``title`` column, or text with one title per line (gzip or
         plain, told apart by their magic bytes). Blank entries are ignored; broken ones (undecodable
         UTF-8, control characters, over ``MAX_TITLE_CHARS``, nothing left after normalisation) are

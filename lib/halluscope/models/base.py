@@ -7,8 +7,9 @@ Ray Data batch never dies because one call failed, and the error is counted down
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat

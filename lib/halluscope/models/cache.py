@@ -34,8 +34,8 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import openai
 
-from halluscope.errors import EndpointDown
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
+from halluscope.errors import EndpointDown
 from halluscope.models.answer_formats import chosen, response_format, structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient, retry_after_s

@@ -11,7 +11,8 @@ unverified, never guessed.
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
@@ -22,7 +23,7 @@ NO_RECORD = "no recorded answer for this call"
 class Answers(Protocol):
     """content key -> the answer, or (the answer, notes on how its source file was produced)"""
 
-    def get(self, key: str) -> "str | tuple[str, dict] | None": ...
+    def get(self, key: str) -> str | tuple[str, dict] | None: ...
 
 
 Replies = Callable[[DataResolver, str], Answers]

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Sequence, TypeVar, cast
+from typing import Any, TypeVar, cast
 
-from halluscope.errors import EndpointDown
 from halluscope.contract.completion import Completion
+from halluscope.errors import EndpointDown
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient
 

@@ -3,7 +3,7 @@ them here after the deployment has given its GPUs back (``pipeline/generation.py
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 from halluscope.contract.completion import Completion
 
@@ -18,7 +18,7 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
 
-    def add(self, completions: Iterable[Completion]) -> "Usage":
+    def add(self, completions: Iterable[Completion]) -> Usage:
         for c in completions:
             if c.extra.get("cached"):
                 self.cached_calls += 1
@@ -29,7 +29,7 @@ class Usage:
             self.output_tokens += c.output_tokens or 0
         return self
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
 
     def as_dict(self) -> dict:

@@ -27,15 +27,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.answer_formats import structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams
-from halluscope.models.serve_handle import (ServeEndpointDown, answer_within, describe_error, forget_serve_client,
-                                            gather_or_cancel)
+from halluscope.models.serve_handle import (
+    ServeEndpointDown,
+    answer_within,
+    describe_error,
+    forget_serve_client,
+    gather_or_cancel,
+)
 from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient
 
 # Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."

@@ -39,8 +39,16 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from halluscope.config import HFModel, ModelSpec, OpenAIModel, RecordedModel, ReplayModel, RunConfig, ScriptedModel, \
-    VLLMModel
+from halluscope.config import (
+    HFModel,
+    ModelSpec,
+    OpenAIModel,
+    RecordedModel,
+    ReplayModel,
+    RunConfig,
+    ScriptedModel,
+    VLLMModel,
+)
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import NO_PRICE_TABLE, api_name
@@ -53,7 +61,8 @@ from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
 from halluscope.models.registry import revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.plan_view import Plan, PlanRow
-from halluscope.pipeline.schedule import budget as schedule_budget, job_of, scheduled, simulate
+from halluscope.pipeline.schedule import budget as schedule_budget
+from halluscope.pipeline.schedule import job_of, scheduled, simulate
 from halluscope.pipeline.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for

@@ -11,7 +11,8 @@ evaluation reads them with ``models.staged.StagedBackend``. A resumed run genera
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
@@ -54,7 +55,7 @@ def _chunks(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
 
 
 @ray.remote(num_cpus=0.1, max_retries=2)
-def generate_model(spec: ModelSpec, endpoint: "ServedEndpoint", blocks: list[pa.Table], ctx: Expansion,
+def generate_model(spec: ModelSpec, endpoint: ServedEndpoint, blocks: list[pa.Table], ctx: Expansion,
                    done: frozenset[str], cache: Location | None, out: Location, batch_size: int) -> int:
     """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated."""
     backend = client(spec, {spec.id: endpoint}, cache, GENERATION_TEMPLATE)

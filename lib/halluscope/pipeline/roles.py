@@ -9,11 +9,12 @@ counted apart and cost nothing.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from halluscope.config import ModelSpec
 from halluscope.contract.completion import Completion
+from halluscope.contract.roles import AnswerFormat, RoleCall
 from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.models.cache import CachedBackend
 from halluscope.models.recorded import Answers, RecordedBackend
@@ -21,7 +22,7 @@ from halluscope.models.registry import live_backend, revision_of, sampling_of
 from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
-from halluscope.contract.roles import AnswerFormat, RoleCall
+
 
 def role_models(models: Sequence[ModelSpec]) -> dict[str, list[ModelSpec]]:
     """role -> the models that play it (one judge and one extractor at most; references, any number)."""

@@ -9,23 +9,25 @@ import signal
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
 from halluscope.config import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
-from halluscope.errors import Interrupted, RunError, Superseded, error_summary, stop_signals
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
-from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.cost.shared import check_services, record_run_usage, service_rows
+from halluscope.errors import Interrupted, RunError, Superseded, error_summary, stop_signals
 from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
-from halluscope.pipeline.estimate import check_budget, plan as estimate_cost
+from halluscope.pipeline.estimate import check_budget
+from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.generation import generate_model, staged_location
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.schedule import Job, check_cpus, check_fits, cpu_demand, job_of, scheduled
@@ -35,15 +37,15 @@ from halluscope.pipeline.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
+from halluscope.contract.benchmark import MetricInputs
 from halluscope.pipeline.workset import MISSING, Plan, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
-from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
 from halluscope.report.leaderboard import leaderboard
+from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
 from halluscope.storage.fs import Location
 from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
 from halluscope.storage.run import BATCH_TABLES, RunStore
 from halluscope.task_registry import benchmark_of, benchmarks, get_task
-from halluscope.contract.benchmark import MetricInputs
 
 
 @dataclass

@@ -15,8 +15,8 @@ when it is the only type).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 from halluscope.config import SERVED_BACKENDS, ModelSpec, RunConfig
 from halluscope.errors import ConfigError

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,8 +21,10 @@ import pyarrow.compute as pc
 
 from halluscope import records
 from halluscope.config import ModelSpec
-from halluscope.knowledge.base import Knowledge
 from halluscope.contract.completion import Completion
+from halluscope.contract.roles import Calls, RoleCall
+from halluscope.contract.task import Item, Task, Verdict
+from halluscope.knowledge.base import Knowledge
 from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import live_backend, revision_of, sampling_of
@@ -31,8 +34,6 @@ from halluscope.records import atom_ids, stable_id
 from halluscope.runkit import fewer_collections
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
-from halluscope.contract.task import Item, Task, Verdict
-from halluscope.contract.roles import Calls, RoleCall
 from halluscope.task_registry import get_task
 
 

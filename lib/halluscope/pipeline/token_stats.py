@@ -5,8 +5,8 @@ stage, role and model under test, and pooled over the models measured on the tas
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from halluscope.errors import DataError
 from halluscope.storage.fs import Location
@@ -45,7 +45,7 @@ class TokenStats:
         return {(s, r) for t, s, r, m in self.entries if t == task and s != "generate"}
 
     @classmethod
-    def from_runs(cls, uris: Iterable[str], storage: StorageSpec | None = None) -> "TokenStats":
+    def from_runs(cls, uris: Iterable[str], storage: StorageSpec | None = None) -> TokenStats:
         """``measure`` over run folders named by URL (``<root>/<run_id>``)."""
         stores = []
         for uri in uris:
@@ -57,7 +57,7 @@ class TokenStats:
         return cls.measure(stores)
 
     @classmethod
-    def measure(cls, stores: Iterable[RunStore]) -> "TokenStats":
+    def measure(cls, stores: Iterable[RunStore]) -> TokenStats:
         """Sums over the committed rows of every store: generation tokens from ``generations``
         (rows with token counts), role calls per generation with text from ``role_calls``."""
         sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 5)  # gens, calls, token calls, in, out

@@ -10,8 +10,8 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Callable
 
 import ray
 
@@ -27,7 +27,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         self._thread.start()
         return self
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import ray
 

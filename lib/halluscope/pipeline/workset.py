@@ -7,8 +7,8 @@ already committed. Parsing recorded files thus streams with the rest of the pipe
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import pyarrow as pa
 import ray
@@ -16,12 +16,12 @@ from pydantic import BaseModel, TypeAdapter
 
 from halluscope import records
 from halluscope.config import ModelSpec, ReplayModel, RunConfig
+from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import MISSING, generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
-from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.task_registry import benchmark_of, get_task
 
 UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])
@@ -180,7 +180,7 @@ def expansion(cfg: RunConfig, store: RunStore, work: Plan | None = None) -> Expa
                      task_options(cfg), work.loaded if work else {})
 
 
-def expand_unit(units: pa.Table, ctx: Expansion, done: "ray.ObjectRef | frozenset[str]") -> Iterator[pa.Table]:
+def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset[str]) -> Iterator[pa.Table]:
     """Rows still to do for a batch of units, as one table (Ray Data makes one block of a unit's
     rows whatever it is given; Evaluate cuts it into committed parts); quarantined input rows
     are written per unit.

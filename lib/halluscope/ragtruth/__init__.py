@@ -3,11 +3,28 @@
 Each module's docstring records the decisions the paper leaves open (spec: shared/specs/ragtruth.md).
 """
 
-from halluscope.ragtruth.corpus import (Corpus, CorpusOptions, Label, LabelFilter, LabelProblem, Manifest, Record,
-                                        Source, load_corpus, load_corpus_dir)
-from halluscope.ragtruth.detectors import (Detector, DetectorOutput, DetectorProblem, PromptDetector,
-                                           SpanModelDetector, SpanModelInput, SpanModelReply,
-                                           TokenLabel)
+from halluscope.ragtruth.corpus import (
+                                        Corpus,
+                                        CorpusOptions,
+                                        Label,
+                                        LabelFilter,
+                                        LabelProblem,
+                                        Manifest,
+                                        Record,
+                                        Source,
+                                        load_corpus,
+                                        load_corpus_dir,
+)
+from halluscope.ragtruth.detectors import (
+                                        Detector,
+                                        DetectorOutput,
+                                        DetectorProblem,
+                                        PromptDetector,
+                                        SpanModelDetector,
+                                        SpanModelInput,
+                                        SpanModelReply,
+                                        TokenLabel,
+)
 from halluscope.ragtruth.metrics import Counts, MetricOptions, Scores, count, merge_counts, scores, summarize
 from halluscope.ragtruth.selection import SelectionReport, select
 from halluscope.ragtruth.spans import Prediction, Span

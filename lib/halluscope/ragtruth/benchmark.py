@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.completion import Completion
 from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
@@ -28,9 +29,16 @@ from halluscope.ragtruth.detectors import PromptDetector
 from halluscope.ragtruth.metrics import count, summarize
 from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.stats import count_stats, model_table, task_table
-from halluscope.ragtruth.tasks import (DETECT, GENERATE, Detect, Generate, RagTruthOptions, candidate_sets,
-                                       corpus_of, ragtruth_options)
-from halluscope.contract.benchmark import Benchmark, MetricInputs
+from halluscope.ragtruth.tasks import (
+    DETECT,
+    GENERATE,
+    Detect,
+    Generate,
+    RagTruthOptions,
+    candidate_sets,
+    corpus_of,
+    ragtruth_options,
+)
 
 OVERALL = "Overall"
 
@@ -92,7 +100,7 @@ class RagCounts:
     spans: int = 0  # detected spans (overlapping ones once, unlocated strings once each)
     words: int = 0  # whitespace words of the scored answers
 
-    def __add__(self, other: "RagCounts") -> "RagCounts":
+    def __add__(self, other: RagCounts) -> RagCounts:
         return RagCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 

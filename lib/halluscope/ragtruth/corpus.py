@@ -22,15 +22,16 @@ import gzip
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Mapping
+from typing import Any, Literal
 
 import fsspec
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from halluscope.errors import DataError
-from halluscope.sources import jsonl_rows
 from halluscope.ragtruth.taxonomy import LabelType, Quality, TaskType, parse_label_type
+from halluscope.sources import jsonl_rows
 
 RESPONSE_FILE = "response.jsonl"
 SOURCE_FILE = "source_info.jsonl"

@@ -19,18 +19,19 @@ text) are reported too.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
-from halluscope.errors import ConfigError, RunError
 from halluscope.contract.completion import Completion
+from halluscope.contract.replies import excerpt
+from halluscope.errors import ConfigError, RunError
 from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.parse import read_hallucination_list
 from halluscope.ragtruth.prompts import TEMPLATE_ID, judge_prompt
 from halluscope.ragtruth.spans import Prediction, Span, locate
 from halluscope.ragtruth.taxonomy import LabelType, parse_label_type
-from halluscope.contract.replies import excerpt
 
 ProblemReason = Literal["call_error", "unreadable", "unlocated_span", "bad_item", "backend_error", "bad_reply"]
 # reasons that leave the response without a prediction ("unreadable" only with unreadable="exclude")

@@ -28,9 +28,10 @@ Decisions (the paper leaves them open, spec §4.2 / §9.1):
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from fractions import Fraction
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -79,7 +80,7 @@ class Counts:
     macro_f1_sum: Fraction = Fraction(0)
     macro_f1_n: int = 0
 
-    def __add__(self, other: "Counts") -> "Counts":
+    def __add__(self, other: Counts) -> Counts:
         if not isinstance(other, Counts):
             return NotImplemented
         values: dict[str, Any] = {}  # field name -> summed value, whatever the field's type
@@ -88,7 +89,7 @@ class Counts:
             values[f.name] = tuple(x + y for x, y in zip(a, b)) if isinstance(a, tuple) else a + b
         return Counts(**values)
 
-    def __radd__(self, other: object) -> "Counts":
+    def __radd__(self, other: object) -> Counts:
         """So ``sum(counts)`` works (it starts from 0)."""
         if other == 0:
             return self

@@ -20,9 +20,9 @@ candidate models is supported.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Mapping, Sequence
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.ragtruth.corpus import Record

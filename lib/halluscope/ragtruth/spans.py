@@ -7,8 +7,9 @@ interval lists, so overlapping or repeated spans never count a character twice.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from halluscope.ragtruth.taxonomy import LabelType
 

@@ -12,9 +12,9 @@ alternative mean over responses of each response's own density (responses withou
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Iterable, Mapping
 
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.taxonomy import LABEL_TYPES
@@ -37,7 +37,7 @@ class GroupStats:
     n_density: int = 0
     contexts: Mapping[str, int] = field(default_factory=dict)  # source id -> context words
 
-    def __add__(self, other: "GroupStats") -> "GroupStats":
+    def __add__(self, other: GroupStats) -> GroupStats:
         return total([self, other])
 
 

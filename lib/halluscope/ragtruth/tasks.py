@@ -16,13 +16,17 @@ driver, before any model starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from halluscope.config import StorageSpec
-from halluscope.errors import ConfigError, DataError
 from halluscope.contract.completion import Completion
+from halluscope.contract.cost_rules import StageRule, once
+from halluscope.contract.roles import RoleCall
+from halluscope.contract.task import Item, LoadedItems, Task, Verdict
+from halluscope.errors import ConfigError, DataError
 from halluscope.ragtruth.corpus import Corpus, CorpusOptions, Record, Source, load_corpus
 from halluscope.ragtruth.metrics import MetricOptions
 from halluscope.ragtruth.parse import read_hallucination_list
@@ -30,9 +34,6 @@ from halluscope.ragtruth.prompts import ANSWER_FORMAT, TEMPLATE_ID, instructions
 from halluscope.ragtruth.spans import Prediction, locate, merge, overlap
 from halluscope.ragtruth.taxonomy import Quality, TaskType
 from halluscope.storage.fs import storage_options
-from halluscope.contract.task import Item, LoadedItems, Task, Verdict
-from halluscope.contract.roles import RoleCall
-from halluscope.contract.cost_rules import StageRule, once
 
 if TYPE_CHECKING:
     from halluscope.knowledge.base import Knowledge
@@ -69,7 +70,7 @@ class CorpusFiles(CorpusOptions):
         return None
 
     @model_validator(mode="after")
-    def _credentials(self) -> "CorpusFiles":
+    def _credentials(self) -> CorpusFiles:
         storage = self._s3_storage()
         if storage is not None:
             try:
@@ -182,7 +183,7 @@ class Detect(Task["Knowledge"]):
     decomposer = "ragtruth-detected-spans-v1"
     verifier = "ragtruth-gold-overlap-v1"
 
-    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = (),
+    def load_items(self, resolver: DataResolver, testsets: Sequence[Location] = (),
                    options: BaseModel | None = None) -> LoadedItems:
         corpus = corpus_of(options)
         candidate_sets(ragtruth_options(options), corpus)  # a bad candidate set fails before any model starts
@@ -202,7 +203,7 @@ class Detect(Task["Knowledge"]):
         pred = _parse(text, response)
         return [response[s.start:s.end] for s in pred.spans] + list(pred.unlocated)
 
-    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge",
+    def verify(self, atoms: list[str], text: str, item: Item, kb: Knowledge,
                replies: Sequence[Completion] = ()) -> list[Verdict]:
         pred = _parse(text, item.fields["response"])
         gold = merge((start, end) for start, end, _ in item.fields["gold"])
@@ -224,7 +225,7 @@ class Generate(Task["Knowledge"]):
     verifier = "ragtruth-detected-is-unsupported-v1"
     roles = ("judge",)
 
-    def load_items(self, resolver: "DataResolver", testsets: Sequence["Location"] = (),
+    def load_items(self, resolver: DataResolver, testsets: Sequence[Location] = (),
                    options: BaseModel | None = None) -> LoadedItems:
         corpus = corpus_of(options)
         unreadable = ragtruth_options(options).metrics.unreadable
@@ -254,7 +255,7 @@ class Generate(Task["Knowledge"]):
             raise ValueError("the judge's answer holds no readable list")
         return [text[a:b] for a, b in merge((s.start, s.end) for s in pred.spans)] + list(pred.unlocated)
 
-    def verify(self, atoms: list[str], text: str, item: Item, kb: "Knowledge",
+    def verify(self, atoms: list[str], text: str, item: Item, kb: Knowledge,
                replies: Sequence[Completion] = ()) -> list[Verdict]:
         return [Verdict(False, "listed by the judge")] * len(atoms)
 

@@ -70,7 +70,7 @@ class RunData:
     costs: pa.Table | None = None
 
     @classmethod
-    def load(cls, store: RunStore) -> "RunData":
+    def load(cls, store: RunStore) -> RunData:
         manifest = store.read_json("manifest.json")
         if manifest is not None and not isinstance(manifest, dict):
             raise DataError(f"{store.loc.child('manifest.json').url}: expected a JSON object")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import colorsys
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 # Colours for the first 20 models, picked greedily in CIELAB so that each is as far as possible (CIEDE2000)
 # from the others and from the page's white, text and grid greys, at lightness 35-72 (visible on white):

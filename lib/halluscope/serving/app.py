@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import ray
 from ray import serve

@@ -85,7 +85,7 @@ def placement_group_config(spec: VLLMModel) -> dict[str, Any]:
     return {"bundle_per_worker": worker_bundle(spec), "strategy": "STRICT_PACK"}
 
 
-def llm_config(spec: VLLMModel) -> "LLMConfig":
+def llm_config(spec: VLLMModel) -> LLMConfig:
     """The ``ray.serve.llm.LLMConfig`` of one model; invalid settings raise ConfigError."""
     serve_llm = _import_ray_llm("ray.serve.llm")
     opts = spec.params.serve
@@ -102,7 +102,7 @@ def llm_config(spec: VLLMModel) -> "LLMConfig":
         raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
 
 
-def build_application(spec: VLLMModel) -> "Application":
+def build_application(spec: VLLMModel) -> Application:
     """A Serve application answering OpenAI requests (``/v1/chat/completions``, ``/v1/models``)
     for ``spec.id`` under the route prefix it is run with. Call it with Ray running: Ray's
     builder reads the runtime context, and would start a local Ray otherwise."""
@@ -115,7 +115,7 @@ def build_application(spec: VLLMModel) -> "Application":
         raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
 
 
-def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int = 1) -> "Processor":
+def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int = 1) -> Processor:
     """A ``ray.data.llm`` processor for batch generation inside a Ray Data pipeline.
 
     It maps rows with a ``prompt`` column to rows with ``text``, ``input_tokens`` and

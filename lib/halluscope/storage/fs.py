@@ -86,14 +86,14 @@ class Location:
     path: str
 
     @classmethod
-    def from_url(cls, url: str, spec: StorageSpec | None = None) -> "Location":
+    def from_url(cls, url: str, spec: StorageSpec | None = None) -> Location:
         opts = storage_options(spec) if spec and url.startswith("s3://") else {}
         if url.startswith("file://"):
             url = os.path.abspath(url[len("file://"):])
         fs, path = fsspec.core.url_to_fs(url, **opts)
         return cls(fs, path.rstrip("/"))
 
-    def child(self, *parts: str) -> "Location":
+    def child(self, *parts: str) -> Location:
         return Location(self.fs, "/".join([self.path, *parts]))
 
     @property

@@ -8,7 +8,7 @@ they become paths (``RunStore``)."""
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from halluscope.errors import ConfigError
 

@@ -56,6 +56,7 @@ class OpenAIStubServer:
         self._in_flight = 0
         self._max_concurrent = 0
         self._auth_headers: list[str | None] = []
+        self._headers: list[dict[str, str]] = []
         self._bodies: list[dict[str, Any]] = []
         self._port: int | None = None
         self._server: uvicorn.Server | None = None
@@ -83,6 +84,12 @@ class OpenAIStubServer:
     def auth_headers(self) -> list[str | None]:
         with self._lock:
             return list(self._auth_headers)
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """Every request's headers, names in lower case."""
+        with self._lock:
+            return list(self._headers)
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
@@ -137,6 +144,7 @@ class OpenAIStubServer:
             self._in_flight += 1
             self._max_concurrent = max(self._max_concurrent, self._in_flight)
             self._auth_headers.append(request.headers.get("authorization"))
+            self._headers.append({k.lower(): v for k, v in request.headers.items()})
             self._bodies.append(body)
         try:
             return await self._answer(call_no, body)

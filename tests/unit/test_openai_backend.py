@@ -181,6 +181,17 @@ def test_no_api_key_env_sends_no_authorization_header() -> None:
     assert server.auth_headers == [None]
 
 
+def test_the_sdks_organization_and_project_variables_never_reach_the_endpoint(monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-secret")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-secret")
+    with OpenAIStubServer() as server:
+        make_backend(server).generate_batch(requests_for("x"))
+    [seen] = server.headers
+    assert "openai-organization" not in seen and "openai-project" not in seen
+    assert not any("secret" in v for v in seen.values())
+
+
 def test_unset_api_key_env_is_a_setup_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
     backend = OpenAIBackend(model_id="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)

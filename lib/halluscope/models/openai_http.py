@@ -116,7 +116,11 @@ class OpenAIBackend:
         api_key = self._api_key()
         # Without a key no Authorization header goes out: the SDK would otherwise read
         # OPENAI_API_KEY, meant for api.openai.com, and send it to this endpoint.
-        headers: Mapping[str, str | openai.Omit] = {} if api_key else {"Authorization": openai.Omit()}
+        # only the key this model names goes out: not the SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID
+        # from the environment, which would reach whatever endpoint a config points at
+        headers: Mapping[str, str | openai.Omit] = {"OpenAI-Organization": openai.Omit(),
+                                                    "OpenAI-Project": openai.Omit(),
+                                                    **({} if api_key else {"Authorization": openai.Omit()})}
         semaphore = asyncio.Semaphore(self.max_concurrency)
         breaker = Breaker(self.breaker_threshold)
         async with openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key or _NO_KEY,

@@ -2,9 +2,9 @@
 
 A bi-encoder is a transformer, a pooling of its token states and an L2 normalisation
 (``modules.json``); that is a few lines over ``AutoModel``. Importing sentence-transformers instead
-costs ~9 s of CPU per process (it imports scikit-learn and SciPy), against ~5 s for transformers
-without them: paid by every worker that embeds. The vectors equal sentence-transformers' to float
-rounding (``tests/unit/test_sentence_model.py``).
+also imports scikit-learn and SciPy, seconds of CPU paid by every worker that embeds (figures in
+docs/architecture.md). The vectors equal sentence-transformers' to float rounding
+(``tests/unit/test_sentence_model.py``).
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def remove(model_ids: Iterable[str]) -> list[str]:
 
 
 def _delete_apps(names: Iterable[str], wait: bool = True) -> list[str]:
-    """Delete in one request and wait once: ``serve.delete`` waits per app (~3 s each)."""
+    """Delete in one request and wait once: ``serve.delete`` waits for each app in turn."""
     from ray.serve.context import _get_global_client
 
     existing = set(serve.status().applications)

@@ -13,7 +13,7 @@ Two ways a cloud bills accelerators, chosen per accelerator under ``accelerators
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -93,13 +93,24 @@ def load_prices(uri: str) -> PriceTable:
 
     try:
         with fsspec.open(uri, "r") as f:
-            data = yaml.safe_load(f)
+            text = f.read()
     except FileNotFoundError:
         raise ConfigError(f"costs.price_table: price table not found: {uri}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"price table {uri} is not valid YAML: {err}") from None
+    return read_table(text, PriceTable, f"price table {uri}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_table(text: str, model: type[M], what: str) -> M:
+    """A YAML table of assumptions (prices, throughput) validated by ``model``; errors name the
+    table and each field."""
     try:
-        return PriceTable.model_validate(data)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{what} is not valid YAML: {err}") from None
+    try:
+        return model.model_validate(data)
     except ValidationError as err:
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"invalid price table {uri}: {fields}") from None
+        raise ConfigError(f"invalid {what}: {fields}") from None

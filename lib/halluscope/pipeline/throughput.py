@@ -19,11 +19,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.config import ModelSpec, ScriptedModel, VLLMModel
 from halluscope.contract.cost_rules import SizeAssumptions
+from halluscope.cost.prices import read_table
 from halluscope.errors import ConfigError
 from halluscope.serving.placement import placement
 
@@ -72,15 +72,7 @@ def load_throughput(path: str | Path) -> ThroughputTable:
 @functools.lru_cache(maxsize=8)
 def _read(path: str, mtime_ns: int) -> ThroughputTable:
     """Parsed once per version of the file (the estimate asks for it per model)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"throughput table {path} is not valid YAML: {err}") from None
-    try:
-        return ThroughputTable.model_validate(data)
-    except ValidationError as err:
-        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ConfigError(f"invalid throughput table {path}: {fields}") from None
+    return read_table(Path(path).read_text(), ThroughputTable, f"throughput table {path}")
 
 
 def find_throughput_table() -> Path | None:

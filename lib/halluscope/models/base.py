@@ -7,9 +7,11 @@ Ray Data batch never dies because one call failed, and the error is counted down
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
@@ -65,3 +67,17 @@ def share_of(capacity: int, clients: int) -> int:
     """Requests one of ``clients`` clients keeps in flight, so that together they keep at most the
     endpoint's ``capacity`` (``max_concurrency``, or replicas x max_ongoing_requests) in flight."""
     return max(1, -(-capacity // max(1, clients)))
+
+
+T = TypeVar("T")
+
+
+def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """The coroutine ``make()`` run to its end for a sync caller (a Ray Data worker, a task), also
+    from inside a running loop: there on a thread of its own, as ``asyncio.run`` refuses to nest."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()

@@ -18,7 +18,6 @@ import asyncio
 import os
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import openai
@@ -27,7 +26,7 @@ from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.errors import EndpointDown
 from halluscope.models.answer_formats import chosen, response_format, structured_outputs
-from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.models.base import GenerationRequest, SamplingParams, run_blocking
 from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient, retry_after_s
 
 # Longest server text quoted in an error; enough to diagnose, short enough for a results table.
@@ -98,16 +97,7 @@ class OpenAIBackend:
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Sync entry point for Ray Data workers; works whether or not a loop is already running."""
-        try:
-            asyncio.get_running_loop()
-            in_loop = True
-        except RuntimeError:
-            in_loop = False
-        if not in_loop:
-            return asyncio.run(self.agenerate(requests))
-        # asyncio.run refuses to nest inside a running loop, so give the batch its own thread.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(lambda: asyncio.run(self.agenerate(requests))).result()
+        return run_blocking(lambda: self.agenerate(requests))
 
     async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Run all requests concurrently (at most ``max_concurrency`` in flight); keeps order."""

@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from halluscope.contract.completion import Completion
 from halluscope.errors import EndpointDown
-from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.models.base import GenerationRequest, SamplingParams, run_blocking
 from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient
 
 T = TypeVar("T")
@@ -84,13 +83,7 @@ class ServeHandleBackend:
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Sync entry point for Ray Data workers; works whether or not a loop is already running."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.agenerate(requests))
-        # asyncio.run refuses to nest inside a running loop, so give the batch its own thread.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(lambda: asyncio.run(self.agenerate(requests))).result()
+        return run_blocking(lambda: self.agenerate(requests))
 
     async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """All chunks concurrently; results in request order. Raises ``ServeEndpointDown`` when the

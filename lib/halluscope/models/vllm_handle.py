@@ -28,13 +28,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.answer_formats import structured_outputs
-from halluscope.models.base import GenerationRequest, SamplingParams
+from halluscope.models.base import GenerationRequest, SamplingParams, run_blocking
 from halluscope.models.serve_handle import (
     ServeEndpointDown,
     answer_within,
@@ -99,13 +98,7 @@ class VLLMHandleBackend:
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Sync entry point for Ray tasks and actors; works whether or not a loop is already running."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.agenerate(requests))
-        # asyncio.run refuses to nest inside a running loop, so give the batch its own thread.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(lambda: asyncio.run(self.agenerate(requests))).result()
+        return run_blocking(lambda: self.agenerate(requests))
 
     async def agenerate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Every request concurrently, at most ``max_concurrency`` in flight; results in request

@@ -1,4 +1,5 @@
-"""`halluscope run | plan | serve | tasks | report | testset | attribute | submit`."""
+"""`halluscope run | plan | serve | tasks | report | testset | submit`, and the commands benchmarks add
+(HALOGEN's `attribute`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import signal
 import sys
 from collections.abc import Callable
 
-from halluscope.attribution.cli import add_parser as add_attribute_parser
 from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, user_error
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
 from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
+from halluscope.task_registry import benchmarks
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -117,8 +118,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_testset(args: argparse.Namespace) -> int:
-    from halluscope.task_registry import benchmarks
-
     builders = {name: b.testsets for name, b in benchmarks().items() if b.testsets is not None}
     name = args.benchmark or (next(iter(builders)) if len(builders) == 1 else None)
     if name not in builders:
@@ -166,8 +165,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from halluscope.task_registry import benchmarks
-
     for bench in sorted(benchmarks().values(), key=lambda b: b.name):
         print(f"# {bench.name}" + (f": {bench.description}" if bench.description else ""))
         for task in sorted(bench.tasks, key=lambda t: t.name):
@@ -256,14 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--benchmark", help="the benchmark whose test sets the job builds (default: the only one that "
                                         "builds test sets)")
     ts.set_defaults(fn=_cmd_testset)
-    add_attribute_parser(sub)
+    for bench in benchmarks().values():  # the commands a benchmark brings (e.g. attribute)
+        if bench.commands is not None:
+            bench.commands(sub)
     add_submit_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # a benchmark that fails to load is a user error too
         return args.fn(args)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP during a run (errors.Interrupted)
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT

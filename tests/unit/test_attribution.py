@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from halluscope import records
-from halluscope.attribution import cli as attribution_cli
-from halluscope.attribution.classify import CODE_TASK, HISTORICAL_TASK
-from halluscope.attribution.corpus import LocalCorpus, SearchServiceConfig, SearchServiceCorpus, open_corpus
-from halluscope.attribution.run import ATTRIBUTION, attribute_run
 from halluscope.errors import ConfigError, DataError, RunError
+from halluscope.halogen.attribution import cli as attribution_cli
+from halluscope.halogen.attribution.classify import CODE_TASK, HISTORICAL_TASK
+from halluscope.halogen.attribution.corpus import LocalCorpus, SearchServiceConfig, SearchServiceCorpus, open_corpus
+from halluscope.halogen.attribution.run import ATTRIBUTION, attribute_run
 from halluscope.records import generation_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes

@@ -22,9 +22,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L3 config", ("config", "task_registry")),
     ("L4 models, knowledge", ("models", "knowledge")),
     ("L5 accounting, serving", ("cost", "serving", "runkit")),
-    ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "attribution", "report")),
+    ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "report")),
     ("L7 engine", ("pipeline",)),
-    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "attribution.cli")),
+    ("L8 entry points", ("cli", "kuberay", "kuberay_cli")),
 ]
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
+    import argparse
+
     import pyarrow as pa
 
     from halluscope.contract.report import Section
@@ -81,6 +83,8 @@ class Benchmark:
     # config keys outside its section that it took over: old dotted key -> where it is set now; a
     # config giving an old key is refused naming the new place (a stored run's is moved there)
     moved: Mapping[str, str] = field(default_factory=dict)
+    # subcommands it adds to the ``halluscope`` CLI (given the CLI's subparsers); None: none
+    commands: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], object] | None = None
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

@@ -4,6 +4,7 @@ paper's Table 1, its ``benchmarks.halogen`` options and its metrics."""
 from __future__ import annotations
 
 from halluscope.contract.benchmark import Benchmark, MetricInputs
+from halluscope.halogen.attribution.cli import add_parser as add_attribute_parser
 from halluscope.halogen.biographies import Biographies
 from halluscope.halogen.code import CodePackages
 from halluscope.halogen.grounded import simplification, summarization
@@ -28,4 +29,5 @@ def _metrics(inputs: MetricInputs) -> list[dict]:
 
 BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, score_columns=SCORE_COLUMNS,
                       stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
+                      commands=add_attribute_parser,  # halluscope attribute RUN: section 5's analysis
                       description="HALOGEN: nine domains, paper rules and corrected rules")

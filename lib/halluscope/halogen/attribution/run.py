@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from halluscope.attribution.classify import (
+from halluscope.halogen.attribution.classify import (
     CODE_TASK,
     HISTORICAL_TASK,
     Lookups,
@@ -25,7 +25,7 @@ from halluscope.attribution.classify import (
     pair_atom,
     summarize,
 )
-from halluscope.attribution.corpus import CorpusIndex
+from halluscope.halogen.attribution.corpus import CorpusIndex
 from halluscope.errors import RunError
 from halluscope.records import stable_id
 from halluscope.storage.run import RunStore

@@ -58,8 +58,8 @@ def _default_name(source: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from halluscope.attribution.corpus import SearchServiceCorpus, open_corpus
-    from halluscope.attribution.run import SUMMARY, TABLE, attribute_run
+    from halluscope.halogen.attribution.corpus import SearchServiceCorpus, open_corpus
+    from halluscope.halogen.attribution.run import SUMMARY, TABLE, attribute_run
 
     store = _store(args.run_uri)
     corpus = open_corpus(args.corpus, args.storage_options, args.api_key_env, args.text_field)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from halluscope.attribution.corpus import CorpusIndex
+from halluscope.halogen.attribution.corpus import CorpusIndex
 
 CODE_TASK = "halogen/code"
 HISTORICAL_TASK = "halogen/historical_events"

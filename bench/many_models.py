@@ -83,7 +83,7 @@ def config(tmp: Path) -> dict:
 
 
 def measure() -> dict:
-    from halluscope.config import parse_config
+    from halluscope.config.load import parse_config
     from halluscope.pipeline.estimate import plan
     from halluscope.pipeline.runner import price_table, run
     from halluscope.storage.fs import Location

@@ -31,7 +31,7 @@ def pipeline_seconds(root: str) -> tuple[float, int]:
 
 def loop_seconds(root: str) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
-    from halluscope.config import default_config
+    from halluscope.config.load import default_config
     from halluscope.pipeline import stages
     from halluscope.pipeline.runner import knowledge_for
     from halluscope.pipeline.workset import expand_unit, expansion, plan

@@ -17,7 +17,7 @@ import pyarrow as pa
 import ray
 
 from halluscope import records
-from halluscope.config import Concurrency, ScriptedModel
+from halluscope.config.schema import Concurrency, ScriptedModel
 from halluscope.pipeline import stages
 from halluscope.serving.app import deploy, shutdown
 

@@ -75,7 +75,7 @@ def config(storage: dict, limit: int, titles: Path, articles: Path) -> dict:
 
 def one_size(cfg_path: str) -> dict:
     """Run in this process (the driver) and report its own peak RSS."""
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
     from halluscope.pipeline.runner import run
 
     t0 = time.perf_counter()
@@ -105,9 +105,9 @@ def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: 
     from tests.support.flaky_s3 import FlakyS3Proxy
     from tests.support.servers import s3_storage
 
-    from halluscope.config import StorageSpec
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
+    from halluscope.storage.spec import StorageSpec
 
     def store(storage: dict) -> RunStore:
         return RunStore(Location.from_url(storage["root"], StorageSpec.model_validate(storage)), "scale")

@@ -21,7 +21,7 @@ from halluscope.task_registry import benchmarks
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from halluscope.config import default_config, load_config
+    from halluscope.config.load import default_config, load_config
     from halluscope.pipeline.runner import default_run_id, run
 
     cfg = load_config(args.config) if args.config else default_config()
@@ -54,7 +54,7 @@ def _input_notes(cfg, result) -> list[str]:
     """Items with no recorded response and rows set aside in the run's quarantine, per model and
     task: a replay file that covers part of a task is no error of the run, but the user should know
     which items were left out, which rows could not be used, and where the quarantine is."""
-    from halluscope.config import ReplayModel
+    from halluscope.config.schema import ReplayModel
     from halluscope.report.leaderboard import input_notes
     from halluscope.storage.run import RunStore
 
@@ -95,7 +95,7 @@ def _prog() -> str:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
     from halluscope.pipeline.estimate import check_budget, plan
     from halluscope.pipeline.runner import cache_location, price_table
     from halluscope.pipeline.token_stats import TokenStats
@@ -136,7 +136,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     `applications:`, as in serve/) is handed to `serve run`."""
     import time
 
-    from halluscope.config import parse_config, read_yaml
+    from halluscope.config.load import parse_config
+    from halluscope.config.reader import read_yaml
 
     doc = read_yaml(args.config, "config")
     if isinstance(doc, dict) and "applications" in doc:
@@ -194,7 +195,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _partial_report(loc) -> str:
     """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
-    from halluscope.config import parse_config
+    from halluscope.config.load import parse_config
     from halluscope.pipeline.runner import compute_metrics, read_scores
     from halluscope.report.leaderboard import leaderboard
     from halluscope.storage.run import RunStore

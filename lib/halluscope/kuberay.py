@@ -563,7 +563,7 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     else the kubeconfig context's (or the pod's), else default. With `queue`, the RayJob waits
     in that Kueue LocalQueue (suspended) until its quota is free.
     """
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
 
     if in_cluster and (kubeconfig or context):
         raise ConfigError("in-cluster credentials exclude a kubeconfig or context: pass one or the other")

@@ -20,7 +20,9 @@ import ray
 from pydantic import BaseModel, ValidationError
 
 from halluscope import __version__
-from halluscope.config import SERVED_BACKENDS, ModelSpec, RaySpec, ServedModel, read_yaml, validation_message
+from halluscope.config.load import validation_message
+from halluscope.config.reader import read_yaml
+from halluscope.config.schema import SERVED_BACKENDS, ModelSpec, RaySpec, ServedModel
 from halluscope.errors import ConfigError
 from halluscope.quiet import quiet_ray
 from halluscope.serving.placement import placement

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import SHARED_DATA
 
-from halluscope.config import load_config
+from halluscope.config.load import load_config
 from halluscope.halogen.report import PREAMBLE
 from halluscope.pipeline.runner import run
 from halluscope.report.render import md_text

@@ -25,7 +25,7 @@ from tests.support.flaky_s3 import FlakyS3Proxy
 from tests.support.openai_server import FailPlan, OpenAIStubServer
 from tests.support.servers import free_port, s3_storage
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -155,8 +155,8 @@ def test_botocore_retries_are_what_absorbs_a_failed_write(s3_endpoint, bucket, r
     third write fails although its object is there."""
     import fsspec
 
-    from halluscope.config import StorageSpec
     from halluscope.storage.fs import storage_options
+    from halluscope.storage.spec import StorageSpec
 
     with FlakyS3Proxy(s3_endpoint, every={"PUT": 2}) as proxy:
         opts = storage_options(StorageSpec.model_validate(s3_storage(proxy.url, f"s3://{bucket}/runs"))) | retries

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from tests.support.openai_server import OpenAIStubServer
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

@@ -15,12 +15,13 @@ from tests.support.openai_server import OpenAIStubServer
 from tests.support.servers import s3_storage
 from tests.unit.test_kuberay_submit import COMPLETE, FakeKube, created, kube, kubeconfig, run_submit  # noqa: F401
 
-from halluscope.config import StorageSpec, load_config
+from halluscope.config.load import load_config
 from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_testset
 from halluscope.hallulens.sources import load_itis, load_medicines
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from halluscope.storage.spec import StorageSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 

@@ -10,7 +10,7 @@ import pytest
 from tests.support.hallulens_sources import EDGES, FakeGenerator, pages_and_scores, write_tables, write_wiki_sources
 from tests.support.servers import s3_storage
 
-from halluscope.config import StorageSpec, parse_config
+from halluscope.config.load import parse_config
 from halluscope.hallulens.build import TestSetJob, run_job, summary, uri
 from halluscope.hallulens.generation import LongWikiConfig, PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_testset
@@ -18,6 +18,7 @@ from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
+from halluscope.storage.spec import StorageSpec
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import json
 import pytest
 from tests.conftest import SHARED_DATA
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.halogen.common import RELEASED
 from halluscope.halogen.stand_in import reference_titles
 from halluscope.knowledge.titles import normalize_title

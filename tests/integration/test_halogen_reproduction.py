@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from tests.conftest import SHARED_DATA
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.halogen import metrics as halogen_metrics
 from halluscope.halogen.published import published
 from halluscope.pipeline import stages, workset

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import SHARED_DATA
 
 from halluscope.cli import _partial_report
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

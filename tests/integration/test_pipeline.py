@@ -14,7 +14,7 @@ import yaml
 from tests.conftest import REPO, SHARED_DATA, config_dict
 from tests.support.servers import s3_storage
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

@@ -15,7 +15,7 @@ import yaml
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.servers import s3_storage
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import DataError, RunError
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location

@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import SHARED_DATA
 from tests.support.tiny_llama import build_tiny_llama
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

@@ -13,7 +13,7 @@ import pytest
 from tests.support.servers import free_port
 from tests.support.tiny_llama import build_tiny_llama
 
-from halluscope.config import HFModel, ScriptedModel
+from halluscope.config.schema import HFModel, ScriptedModel
 from halluscope.errors import EndpointDown
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.openai_http import OpenAIBackend

@@ -16,7 +16,7 @@ from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
 from tests.support.drills import Driver, comparable_tables, id_problems
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location

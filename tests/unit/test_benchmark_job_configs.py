@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from halluscope.config import load_config
+from halluscope.config.load import load_config
 from halluscope.errors import ConfigError
 from halluscope.fewl.options import FewlOptions
 from halluscope.ragtruth.tasks import RagTruthOptions

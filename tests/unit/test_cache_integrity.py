@@ -13,7 +13,7 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from halluscope.config import OpenAIModel
+from halluscope.config.schema import OpenAIModel
 from halluscope.contract.completion import Completion
 from halluscope.contract.task import Item
 from halluscope.models.base import GenerationRequest

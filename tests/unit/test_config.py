@@ -1,6 +1,6 @@
 import pytest
 
-from halluscope.config import default_config, load_config, parse_config
+from halluscope.config.load import default_config, load_config, parse_config
 from halluscope.errors import ConfigError
 from halluscope.task_registry import get_task
 

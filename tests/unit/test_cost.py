@@ -5,7 +5,7 @@ import pytest
 from tests.conftest import REPO, SHARED_DATA
 
 from halluscope import records
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.cost.ledger import cost_record, ledger, total_usd
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from halluscope import records
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.contract.completion import Completion
 from halluscope.contract.cost_rules import Shape
 from halluscope.cost.prices import PriceTable, load_prices

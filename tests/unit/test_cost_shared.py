@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from halluscope import records
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import (

@@ -618,7 +618,7 @@ def test_job_configs_load_and_reach_the_rayservice(path: Path) -> None:
     """Run configs (RAGTruth and FEWL job configs are checked by test_benchmark_job_configs)."""
     # each passes halluscope's loader; its live judge and extractor name a route and model id the
     # RayService serves (a recorded one answers from the benchmark's data, served by nobody)
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
 
     cfg = load_config(str(path))
     (service,) = by_kind(base_manifests(), "RayService")

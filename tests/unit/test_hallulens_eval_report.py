@@ -6,7 +6,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.pipeline.runner import compute_metrics

@@ -9,7 +9,6 @@ import pyarrow.parquet as pq
 import pytest
 from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
-from halluscope.config import StorageSpec
 from halluscope.contract.completion import Completion
 from halluscope.errors import DataError, RunError
 from halluscope.hallulens.generation import (
@@ -23,6 +22,7 @@ from halluscope.hallulens.sections import count_sentences, words
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.hallulens.testset import ITEMS_FILE, MANIFEST_FILE, TestSet
 from halluscope.storage.fs import Location
+from halluscope.storage.spec import StorageSpec
 
 
 @pytest.fixture()

@@ -13,7 +13,9 @@ import yaml
 from tests.unit.test_cli import _replay_config
 
 from halluscope.cli import main
-from halluscope.config import ReplayModel, load_config, parse_config, read_yaml
+from halluscope.config.load import load_config, parse_config
+from halluscope.config.reader import read_yaml
+from halluscope.config.schema import ReplayModel
 from halluscope.errors import ConfigError
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.sources import DataResolver, jsonl_rows

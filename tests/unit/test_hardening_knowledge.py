@@ -12,7 +12,7 @@ from tests.support.servers import free_port
 from tests.unit.test_cli import _replay_config
 
 from halluscope.cli import main
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError, DataError
 from halluscope.sources import PYPI_SIMPLE_INDEX, DataResolver
 

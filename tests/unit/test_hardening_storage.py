@@ -10,9 +10,9 @@ from tests.support.servers import S3_CREDENTIALS, free_port, moto_s3
 from tests.unit.test_cli import _replay_config
 
 from halluscope.cli import main
-from halluscope.config import StorageSpec
 from halluscope.errors import HalluscopeError
 from halluscope.storage.fs import Location
+from halluscope.storage.spec import StorageSpec
 
 
 def _no_aws_credentials(monkeypatch, tmp_path):

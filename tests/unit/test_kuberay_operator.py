@@ -137,7 +137,7 @@ def run(kubeconfig: str, config: str = str(CONFIG), **kw: Any) -> tuple[dict, li
 
 
 def fingerprint() -> str:
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
 
     return load_config(str(CONFIG)).fingerprint()
 

@@ -196,7 +196,7 @@ def test_create_asks_for_strict_field_validation(kube: FakeKube, kubeconfig: str
 
 
 def test_default_name_is_a_kuberay_job_name(kube: FakeKube, kubeconfig: str) -> None:
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
 
     run_submit(kubeconfig)
     name = created(kube)["metadata"]["name"]

@@ -292,7 +292,7 @@ def test_damaged_index_is_rebuilt(tmp_path, store, encoder):
 
 
 def test_articles_and_index_on_s3(s3_endpoint, bucket, tmp_path, store, encoder):
-    from halluscope.config import StorageSpec
+    from halluscope.storage.spec import StorageSpec
 
     lines = "".join(json.dumps({"title": t, "text": FACTSCORE_SEPARATOR.join(ps)}) + "\n" for t, ps in ARTICLES.items())
     opts = {"client_kwargs": {"endpoint_url": s3_endpoint}}

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from tests.conftest import SHARED_DATA
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.contract.task import Item
 from halluscope.cost.ledger import ledger
 from halluscope.halogen.historical_events import HistoricalEvents

@@ -4,7 +4,7 @@ import json
 import pytest
 from tests.conftest import SHARED_DATA
 
-from halluscope.config import ReplayModel
+from halluscope.config.schema import ReplayModel
 from halluscope.contract.task import Item
 from halluscope.errors import ConfigError, DataError
 from halluscope.models.replay import load_replay, replay_source
@@ -167,7 +167,7 @@ def test_unreadable_files_are_named_before_any_worker(tmp_path):
 
 
 def test_a_missing_file_is_named_by_its_resolved_path(tmp_path, monkeypatch):
-    from halluscope.config import load_config
+    from halluscope.config.load import load_config
 
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "run.yaml").write_text(

@@ -8,7 +8,7 @@ import shutil
 import pytest
 from tests.conftest import SHARED_DATA
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import RunError
 from halluscope.pipeline import runner
 from halluscope.sources import DataResolver

@@ -7,7 +7,7 @@ import yaml
 from tests.support.servers import s3_storage
 
 from halluscope.cli import main
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.schedule import (
     Admission,

@@ -19,10 +19,11 @@ import pytest
 import yaml
 from tests.unit.test_deploy_files import base_manifests, env_of, pod_specs
 
-from halluscope.config import StorageSpec, load_config
+from halluscope.config.load import load_config
 from halluscope.errors import ConfigError
 from halluscope.storage import fs as storage_fs
 from halluscope.storage.fs import CREDENTIAL_CHAIN_ENV, Location, storage_options
+from halluscope.storage.spec import StorageSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"access_key_env": "HS_TEST_KEY", "secret_key_env": "HS_TEST_SECRET"}

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from tests.support.openai_server import OpenAIStubServer
 
-from halluscope.config import OpenAIModel, OpenAIParams, parse_config
+from halluscope.config.load import parse_config
+from halluscope.config.schema import OpenAIModel, OpenAIParams
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat, Calls, RoleCall
 from halluscope.contract.task import Item

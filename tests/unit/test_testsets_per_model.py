@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
-from halluscope.config import parse_config
+from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.hallulens import tasks as hallulens_tasks
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.support.tiny_llama import build_tiny_llama
 
-from halluscope.config import SamplingSpec, ServeOptions, VLLMModel, VLLMParams
+from halluscope.config.schema import SamplingSpec, ServeOptions, VLLMModel, VLLMParams
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["VLLM_NO_USAGE_STATS"] = "1"  # vLLM reports usage to its servers by default

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from halluscope.config import ServeOptions, VLLMModel, VLLMParams
+from halluscope.config.schema import ServeOptions, VLLMModel, VLLMParams
 from halluscope.errors import ConfigError
 from halluscope.serving import vllm as hv
 

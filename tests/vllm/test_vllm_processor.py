@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from halluscope.config import VLLMModel
+from halluscope.config.schema import VLLMModel
 from halluscope.serving.vllm import build_processor, vllm_installed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,

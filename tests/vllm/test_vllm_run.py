@@ -6,7 +6,8 @@ import pytest
 from tests.conftest import SHARED_DATA
 from tests.support.servers import free_port
 
-from halluscope.config import VLLMModel, parse_config
+from halluscope.config.load import parse_config
+from halluscope.config.schema import VLLMModel
 from halluscope.pipeline.runner import run
 from halluscope.serving.vllm import vllm_installed
 from halluscope.storage.fs import Location

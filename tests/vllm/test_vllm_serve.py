@@ -8,7 +8,7 @@ import httpx
 import pytest
 from tests.support.servers import free_port
 
-from halluscope.config import VLLMModel
+from halluscope.config.schema import VLLMModel
 from halluscope.models.base import GenerationRequest
 from halluscope.models.openai_http import OpenAIBackend
 from halluscope.models.registry import live_backend, sampling_of

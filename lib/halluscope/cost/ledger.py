@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from halluscope.config import SERVED_BACKENDS, ModelSpec
+from halluscope.config.schema import SERVED_BACKENDS, ModelSpec
 from halluscope.cost.prices import PriceTable
 from halluscope.records import COSTS
 

@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 
-from halluscope.config import CostSpec, ModelSpec
+from halluscope.config.schema import CostSpec, ModelSpec
 from halluscope.cost.ledger import NO_PRICE_TABLE
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import ConfigError

@@ -14,13 +14,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from halluscope.config import ModelSpec, RaySpec, StorageSpec
+from halluscope.config.schema import ModelSpec, RaySpec
 from halluscope.errors import ConfigError
 from halluscope.hallulens import generation, nonexistent, search, sources
 from halluscope.hallulens.testset import TestSet
 from halluscope.knowledge.passages import ArticleStore
 from halluscope.storage.fs import Location, storage_options
 from halluscope.storage.names import CALL_CACHE, TESTSETS, shared_url
+from halluscope.storage.spec import StorageSpec
 
 
 class Sources(BaseModel):
@@ -153,7 +154,7 @@ def uri(ts: TestSet, job: TestSetJob) -> str:
 
 def run_job(job: TestSetJob) -> list[TestSet]:
     """Serve or reach the generators (through the call cache), then build every seed's test set."""
-    from halluscope.config import SERVED_BACKENDS
+    from halluscope.config.schema import SERVED_BACKENDS
     from halluscope.models.registry import client
     from halluscope.runkit import init_ray, served
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from halluscope.config import ModelSpec
+from halluscope.config.schema import ModelSpec
 from halluscope.models.base import ModelBackend, SamplingParams, share_of
 from halluscope.models.cache import CachedBackend
 

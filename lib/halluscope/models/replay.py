@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from halluscope.config import ReplayModel
+from halluscope.config.schema import ReplayModel
 from halluscope.errors import ConfigError, DataError, clip
 from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text, system_path_problem, url_scheme
 

@@ -39,7 +39,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from halluscope.config import (
+from halluscope.config.schema import (
     HFModel,
     ModelSpec,
     OpenAIModel,

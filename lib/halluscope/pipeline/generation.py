@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import ray
 
-from halluscope.config import ModelSpec
+from halluscope.config.schema import ModelSpec
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE
 from halluscope.models.registry import client

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from halluscope.config import ModelSpec
+from halluscope.config.schema import ModelSpec
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat, RoleCall
 from halluscope.models.base import GenerationRequest, ModelBackend

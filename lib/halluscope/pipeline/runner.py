@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from halluscope.config import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
+from halluscope.config.schema import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
 from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.prices import PriceTable, load_prices

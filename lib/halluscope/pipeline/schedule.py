@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from halluscope.config import SERVED_BACKENDS, ModelSpec, RunConfig
+from halluscope.config.schema import SERVED_BACKENDS, ModelSpec, RunConfig
 from halluscope.errors import ConfigError
 from halluscope.serving.placement import placement
 

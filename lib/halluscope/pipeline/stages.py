@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from halluscope import records
-from halluscope.config import ModelSpec
+from halluscope.config.schema import ModelSpec
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import Calls, RoleCall
 from halluscope.contract.task import Item, Task, Verdict

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from halluscope.config import ModelSpec, ScriptedModel, VLLMModel
+from halluscope.config.schema import ModelSpec, ScriptedModel, VLLMModel
 from halluscope.contract.cost_rules import SizeAssumptions
 from halluscope.cost.prices import read_table
 from halluscope.errors import ConfigError

@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from halluscope.config import ModelSpec
+from halluscope.config.schema import ModelSpec
 from halluscope.pipeline.schedule import Admission, Job
 from halluscope.serving.app import ServedEndpoint, deploy, shutdown, states
 

@@ -15,7 +15,7 @@ import ray
 from pydantic import BaseModel, TypeAdapter
 
 from halluscope import records
-from halluscope.config import ModelSpec, ReplayModel, RunConfig
+from halluscope.config.schema import ModelSpec, ReplayModel, RunConfig
 from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import MISSING, generation_id, stable_id

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from halluscope.config import StorageSpec
 from halluscope.contract.completion import Completion
 from halluscope.contract.cost_rules import StageRule, once
 from halluscope.contract.roles import RoleCall
@@ -34,6 +33,7 @@ from halluscope.ragtruth.prompts import ANSWER_FORMAT, TEMPLATE_ID, instructions
 from halluscope.ragtruth.spans import Prediction, locate, merge, overlap
 from halluscope.ragtruth.taxonomy import Quality, TaskType
 from halluscope.storage.fs import storage_options
+from halluscope.storage.spec import StorageSpec
 
 if TYPE_CHECKING:
     from halluscope.knowledge.base import Knowledge

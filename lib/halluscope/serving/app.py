@@ -18,7 +18,7 @@ import ray
 from ray import serve
 from ray.serve import Application
 
-from halluscope.config import HFModel, ScriptedModel, ServedModel
+from halluscope.config.schema import HFModel, ScriptedModel, ServedModel
 from halluscope.models.base import SamplingParams, share_of
 from halluscope.models.serve_handle import ServeHandleBackend
 from halluscope.quiet import quiet_ray

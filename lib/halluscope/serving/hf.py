@@ -15,7 +15,7 @@ from typing import Any
 
 from ray import serve
 
-from halluscope.config import HFParams, ServeOptions
+from halluscope.config.schema import HFParams, ServeOptions
 from halluscope.serving.openai_api import build_openai_app
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halluscope.config import HFModel, ScriptedModel
+from halluscope.config.schema import HFModel, ScriptedModel
 from halluscope.serving.vllm import worker_bundle
 
 if TYPE_CHECKING:
-    from halluscope.config import ModelSpec
+    from halluscope.config.schema import ModelSpec
 
 
 

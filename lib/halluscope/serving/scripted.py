@@ -42,7 +42,7 @@ from typing import Literal
 
 from ray import serve
 
-from halluscope.config import ScriptedParams, ServeOptions
+from halluscope.config.schema import ScriptedParams, ServeOptions
 from halluscope.serving.openai_api import build_openai_app
 from halluscope.task_registry import stand_ins
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from halluscope.config import VLLMModel
+from halluscope.config.schema import VLLMModel
 from halluscope.errors import ConfigError, HalluscopeError
 
 if TYPE_CHECKING:

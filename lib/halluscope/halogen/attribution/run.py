@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from halluscope.errors import RunError
 from halluscope.halogen.attribution.classify import (
     CODE_TASK,
     HISTORICAL_TASK,
@@ -26,7 +27,6 @@ from halluscope.halogen.attribution.classify import (
     summarize,
 )
 from halluscope.halogen.attribution.corpus import CorpusIndex
-from halluscope.errors import RunError
 from halluscope.records import stable_id
 from halluscope.storage.run import RunStore
 

@@ -187,7 +187,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.json:  # JSON only, so that it can be piped; the run's dollars as the leaderboard and plan give them
         from halluscope.report.leaderboard import json_records
 
-        print(json.dumps(json_records(loc), indent=2))
+        print(json.dumps(json_records(loc), indent=2, sort_keys=True))  # keys sorted as metrics.json has them
         return 0
     print(terminal(board.read_bytes().decode()))  # a stored file: its ids may carry escape codes
     return 0

@@ -79,13 +79,14 @@ def test_a_total_with_unpriced_items_is_not_given_as_the_cost():
     # a model this run serves: its calls are priced by its deployment's time, not by tokens
     assert by[("local", "generate")]["usd"] == 0.0 and "stage serve" in by[("local", "generate")]["note"]
     priced = by[("api", "generate")]["usd"] + 0.048
-    record = cost_record(costs)
+    total = cost_record(costs)
+    record = total.values
     assert record["usd"] is None and record["complete"] is False and record["unpriced_rows"] == 2
     assert math.isclose(record["usd_priced"], priced) and math.isclose(total_usd(costs), priced)
     assert record["unpriced"] == [
         "extractor (extractor) decompose: no price for API model 'llama-3.1-405b-instruct-fp8' in the price table",
         "judge (judge) abstain: no price for API model 'llama-3.1-70b-instruct' in the price table"]
-    board = leaderboard([record], "r")
+    board = leaderboard([total], "r")
     assert f"Cost of this run: incomplete: 2 line items unpriced (priced items ${priced:,.4f})" in board
     assert "- unpriced: judge (judge) abstain: no price for API model" in board
 
@@ -93,17 +94,19 @@ def test_a_total_with_unpriced_items_is_not_given_as_the_cost():
 def test_a_total_with_every_item_priced_is_complete():
     prices = load_prices(str(REPO / "cluster" / "prices.yaml"))
     gens = pa.Table.from_pylist([_gen("api", 1000, 200)], schema=records.GENERATIONS)
-    record = cost_record(ledger(gens, HTTP_ROLES.models, [], prices))
+    total = cost_record(ledger(gens, HTTP_ROLES.models, [], prices))
+    record = total.values
+    assert (total.model, total.task, total.benchmark) == ("*", "costs/total", None)
     assert record["complete"] and record["unpriced_rows"] == 0 and record["unpriced"] == []
     assert record["usd"] == record["usd_priced"] == (1000 * 0.15 + 200 * 0.60) / 1e6
-    assert f"Cost of this run: ${record['usd']:,.4f};" in leaderboard([record], "r")
+    assert f"Cost of this run: ${record['usd']:,.4f};" in leaderboard([total], "r")
     # nothing live (replayed answers only): complete, and free
-    assert cost_record(ledger(records.GENERATIONS.empty_table(), CFG.models, [], None))["usd"] == 0.0
+    assert cost_record(ledger(records.GENERATIONS.empty_table(), CFG.models, [], None)).values["usd"] == 0.0
 
 
 def test_served_calls_without_deployment_time_are_unpriced():
     gens = pa.Table.from_pylist([_gen("local", 10, 10)], schema=records.GENERATIONS)
-    record = cost_record(ledger(gens, HTTP_ROLES.models, [], None))
+    record = cost_record(ledger(gens, HTTP_ROLES.models, [], None)).values
     assert record["usd"] is None and record["unpriced"] == [
         "local (test) generate: served by this run, but no deployment time was recorded for it"]
 
@@ -118,7 +121,7 @@ def test_report_html_says_the_total_is_incomplete(tmp_path):
                    [], load_prices(str(REPO / "cluster" / "prices.yaml")), calls)
     store = RunStore(Location.from_url(str(tmp_path)), "r")
     store.write_json("manifest.json", {"run_id": "r", "status": "complete"})
-    store.write_json("metrics.json", [cost_record(costs)])
+    store.write_json("metrics.json", [cost_record(costs).as_json()])
     store.write_costs(costs)
     page = render_report(store)
     assert "Cost of this run: incomplete: 1 line item unpriced (priced items $0.0001)" in page

@@ -127,7 +127,7 @@ def test_calls_to_served_models_are_priced_by_the_service_not_by_tokens(root):
                                  schema=records.ROLE_CALLS)
     gens = records.GENERATIONS.empty_table()
     # without the service, the judge and extractor have no token price: the total is incomplete
-    before = cost_record(ledger(gens, CFG.models, [], None, calls))
+    before = cost_record(ledger(gens, CFG.models, [], None, calls)).values
     assert before["usd"] is None and before["unpriced_rows"] == 2
     extra = rows(root, "r", 0, HOUR / 2)
     costs = ledger(gens, CFG.models, [], None, calls, extra_rows=extra)
@@ -136,7 +136,7 @@ def test_calls_to_served_models_are_priced_by_the_service_not_by_tokens(root):
         assert by[key]["usd"] == 0.0 and by[key]["calls"] == 2
         assert by[key]["note"] == "priced by the time of shared service 'halluscope-serve' (stage shared)"
     assert math.isclose(by[("halluscope-serve", "shared")]["usd"], 55.0)
-    record = cost_record(costs)
+    record = cost_record(costs).values
     assert record["complete"] and math.isclose(record["usd"], 55.0)
     assert "covers" not in costs.column_names and "covers" in extra[0]  # the caller's rows are not changed
 
@@ -155,7 +155,7 @@ def test_a_service_priced_by_nodes_from_the_price_table(root):
     assert row["usd"] is None and row["note"].startswith("no price for resource 'A10G' in the price table; ")
     (row,) = rows(root, "r", 0, HOUR, cfg, None)
     assert row["usd"] is None and row["note"].startswith("no price table (costs.price_table)")
-    record = cost_record(ledger(records.GENERATIONS.empty_table(), cfg.models, [], None, extra_rows=[row]))
+    record = cost_record(ledger(records.GENERATIONS.empty_table(), cfg.models, [], None, extra_rows=[row])).values
     assert record["usd"] is None and record["unpriced"][0].startswith(
         "halluscope-serve (service) shared: no price table (costs.price_table)")
 

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from halluscope.config.load import parse_config
+from halluscope.contract.metrics import MetricRecord
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.pipeline.runner import compute_metrics
@@ -77,7 +78,7 @@ def test_gemma_medicine_rate_is_set_to_zero_by_default_and_the_measured_one_kept
     # another model's medicine answers are scored as the judge read them
     assert "overrides" not in llama and "measured_false_acceptance_rate" not in llama["summary"]
     assert llama["trials"][0]["subtasks"]["mixed"]["by_domain"]["medicine"]["false_acceptance_rate"] == 1.0
-    board = leaderboard(list(records.values()), "r")
+    board = leaderboard([MetricRecord.from_json(r) for r in records.values()], "r")
     assert (f"- {GEMMA}: {MIXED} medicine false acceptance rate set to 0.0 (model id contains 'gemma'); "
             "measured per trial: 50.0, 0.0; NonExistent FAR as measured: 37.5 ± 11.8") in board
 
@@ -106,8 +107,10 @@ def test_run_config_holds_the_override_and_refuses_a_bad_one():
                         "models": [{"id": GEMMA, "backend": "replay"},
                                    {"id": "j", "role": "judge", "backend": "scripted"}]})
     run_scores = pa.Table.from_pylist(scores.to_pylist(), schema=SCORES)
-    gemma = next(r for r in compute_metrics(off, _Rows(verdicts, items), run_scores) if r["model"] == GEMMA)
-    assert "overrides" not in gemma and gemma["trials"][0]["subtasks"]["mixed"]["false_acceptance_rate"] == 4 / 6
+    gemma = next(r for r in compute_metrics(off, _Rows(verdicts, items), run_scores) if r.model == GEMMA)
+    assert gemma.benchmark == "hallulens" and gemma.task == "hallulens/nonexistent"
+    assert "overrides" not in gemma.values and \
+        gemma.values["trials"][0]["subtasks"]["mixed"]["false_acceptance_rate"] == 4 / 6
     with pytest.raises(Exception, match="benchmarks.hallulens.far_overrides.0.value"):
         parse_config({**base, "benchmarks": {"hallulens": {"far_overrides": [
             {"model_contains": "x", "domain": "medicine", "value": 2}]}}})

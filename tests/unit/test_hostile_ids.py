@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from halluscope import records
 from halluscope.cli import main
+from halluscope.contract.metrics import MetricRecord
 from halluscope.halogen.metrics import compute
 from halluscope.pipeline.progress import Progress
 from halluscope.report.escape import markdown, terminal
@@ -27,10 +28,10 @@ def _score(model: str, task: str, kind: str, i: int) -> dict:
             "atoms": [], "unsupported_atoms": []}
 
 
-def _metrics() -> list[dict]:
+def _metrics() -> list[MetricRecord]:
     rows = [_score(m, t, k, i) for m in HOSTILE + ["plain_model"] for t, k in
             (("halogen/code", "response"), ("halogen/false_presuppositions", "refusal")) for i in range(2)]
-    return compute(pa.Table.from_pylist(rows, schema=records.SCORES))
+    return [MetricRecord.from_json(r) for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES))]
 
 
 def _cells(line: str) -> list[str]:

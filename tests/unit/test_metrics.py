@@ -55,12 +55,14 @@ def test_empty_scores():
 
 
 def test_the_leaderboard_counts_items_not_in_the_file_apart_from_errors():
+    from halluscope.contract.metrics import MetricRecord
     from halluscope.report.leaderboard import leaderboard
 
     rows = [_row("m", "halogen/code", "response", True, 1, 0),
             _row("m", "halogen/code", "response", None, 0, 0, error="HTTP 500"),
             *[_row("m", "halogen/code", "response", None, 0, n, error="no recorded response") for n in range(3)]]
-    board = leaderboard(compute(pa.Table.from_pylist(rows, schema=records.SCORES)), "r")
+    board = leaderboard([MetricRecord.from_json(r) for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES))],
+                        "r")
     assert "| errors | not in file |" in board
     assert board.split("\n| m | 1 |")[1].rstrip().split("\n")[0].endswith("| 1 | 3 |")
 

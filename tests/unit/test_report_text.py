@@ -14,6 +14,7 @@ import yaml
 
 from halluscope import records
 from halluscope.cli import main
+from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.ledger import cost_record
 from halluscope.halogen.report import PREAMBLE
 from halluscope.report.leaderboard import input_notes, leaderboard
@@ -24,6 +25,11 @@ from halluscope.storage.run import RunStore, table_to_bytes
 HRU = "H = hallucination score"
 HALOGEN_PREAMBLE = md_text(PREAMBLE)  # as leaderboard.md writes it
 ENTITY = re.compile(r"&(?:gt|lt|amp|quot|#\d+);")
+
+
+def board_of(recs: list[dict]) -> str:
+    """leaderboard.md of records as metrics.json holds them."""
+    return leaderboard([MetricRecord.from_json(r) for r in recs], "r")
 
 
 def halogen(model: str = "m1") -> dict:
@@ -66,14 +72,14 @@ PREAMBLES = {  # a phrase of each benchmark's own preamble
 
 @pytest.mark.parametrize("name,recs", [("hallulens", [hallulens()]), ("ragtruth", [ragtruth()]), ("fewl", fewl())])
 def test_a_run_without_halogen_has_no_halogen_preamble_and_its_benchmark_has_its_own(name, recs):
-    board = leaderboard(recs, "r")
+    board = board_of(recs)
     assert HRU not in board and "HALOGEN" not in board
     assert PREAMBLES[name] in board
     assert [b for b, phrase in PREAMBLES.items() if phrase in board] == [name]
 
 
 def test_halogen_preamble_only_with_halogen_and_before_its_tables():
-    board = leaderboard([halogen(), hallulens(), ragtruth(), *fewl()], "r")
+    board = board_of([halogen(), hallulens(), ragtruth(), *fewl()])
     assert board.count(HALOGEN_PREAMBLE) == 1
     head = board.index("## HALOGEN")
     assert head < board.index(HALOGEN_PREAMBLE) < board.index("## halogen/code (response-based)")
@@ -81,17 +87,17 @@ def test_halogen_preamble_only_with_halogen_and_before_its_tables():
     assert all(phrase in board for phrase in PREAMBLES.values())
     # a run written before records named their benchmark: its HALOGEN records still count as HALOGEN
     old = {k: v for k, v in halogen().items() if k != "benchmark"}
-    assert HALOGEN_PREAMBLE in leaderboard([old], "r")
+    assert HALOGEN_PREAMBLE in board_of([old])
 
 
 def test_leaderboard_text_has_no_html_entities():
-    board = leaderboard([halogen(), hallulens(), ragtruth(), *fewl()], "r")
+    board = board_of([halogen(), hallulens(), ragtruth(), *fewl()])
     assert "| fewl | best > bad | 3 | 0 | 1 | 75.0 | - |" in board
     assert not ENTITY.search(board), ENTITY.findall(board)
 
 
 def test_hostile_ids_stay_escaped_in_the_fewl_section():
-    board = leaderboard(fewl("<b>&x"), "r")
+    board = board_of(fewl("<b>&x"))
     assert "&lt;b>&amp;x" in board and "<b>" not in board
 
 
@@ -117,7 +123,7 @@ def test_report_json_gives_the_dollars_plan_and_the_leaderboard_give(tmp_path, c
     assert total["usd"] == 0.0 and total["complete"] is True and total["unpriced_rows"] == 0
     assert out[0] == halogen()  # the other records as written
     # the leaderboard states the same $0 (it printed no cost line for a run without model calls)
-    board = leaderboard([halogen(), cost_record(records.COSTS.empty_table())], "r")
+    board = board_of([halogen(), cost_record(records.COSTS.empty_table()).as_json()])
     assert "Cost of this run: $0.0000; 0 model calls" in board
 
 
@@ -128,7 +134,7 @@ def test_report_json_keeps_a_current_total_as_written(tmp_path, capsys):
                                    "output_tokens": 3, "usd": None, "note": "no price table (costs.price_table)"}],
                                  schema=records.COSTS)
     Location.from_url(run.url).child("costs.parquet").write_bytes_atomic(table_to_bytes(costs))
-    written = cost_record(costs)
+    written = cost_record(costs).as_json()
     (tmp_path / "runs" / "mine" / "metrics.json").write_text(json.dumps([halogen(), written]))
     assert main(["report", run.url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [halogen(), written]

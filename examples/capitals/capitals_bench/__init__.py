@@ -11,11 +11,13 @@ from __future__ import annotations
 import csv
 import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.contract.benchmark import Benchmark, MetricInputs
+from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Column, Section, Table
 from halluscope.contract.task import Item, LoadedItems, Task, Verdict
 from halluscope.records import stable_id
@@ -69,7 +71,7 @@ class NameTheCapital(Task):
         return [Verdict(capital.lower() in a.lower(), f"the capital is {capital}") for a in atoms]
 
 
-def metrics(inputs: MetricInputs) -> list[dict]:
+def metrics(inputs: MetricInputs) -> list[MetricRecord]:
     """Per model: how often it answered, and how often an answer named the wrong city."""
     tally: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # scored, answered, wrong
     for r in inputs.scores.select(["model", "task", "error", "responded", "f"]).to_pylist():
@@ -79,14 +81,14 @@ def metrics(inputs: MetricInputs) -> list[dict]:
         t[0] += 1
         t[1] += int(bool(r["responded"]))
         t[2] += int(bool(r["responded"]) and (r["f"] or 0.0) > 0)
-    return [{"model": model, "task": task, "n": n, "response_ratio": answered / n,
-             "wrong_answer_rate": wrong / answered if answered else None}
+    return [MetricRecord(model, task, values={"n": n, "response_ratio": answered / n,
+                                              "wrong_answer_rate": wrong / answered if answered else None})
             for (model, task), (n, answered, wrong) in sorted(tally.items())]
 
 
-def report(records: list[dict]) -> list[Section]:
+def report(records: Sequence[MetricRecord]) -> list[Section]:
     """Its section of leaderboard.md and report.html: plain values, formatted and escaped by the engine."""
-    rows = [[r["model"], r["response_ratio"], r["wrong_answer_rate"]] for r in records]
+    rows = [[r.model, r.values["response_ratio"], r.values["wrong_answer_rate"]] for r in records]
     return [Section("Capitals (worked example)", ["Answered: share of questions answered rather than declined; "
                                                   "wrong answers: share of the answers that name another city."],
                     parts=[Table("", ["model", Column("answered", ".2f"), Column("wrong answers", ".2f")], rows)])]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from halluscope.contract.metrics import MetricRecord
     from halluscope.contract.report import Section
     from halluscope.contract.task import Task
 
@@ -50,7 +51,7 @@ class KnowledgeFile:
     also: tuple[str, ...] = ()
 
 
-def no_metrics(inputs: MetricInputs) -> list[dict]:
+def no_metrics(inputs: MetricInputs) -> Sequence[MetricRecord]:
     return []
 
 
@@ -59,11 +60,11 @@ class Benchmark:
     name: str  # its section under ``benchmarks:`` in a run config; its tasks are named ``<name>/...``
     tasks: Sequence[Task]
     options: type[BaseModel] = NoOptions
-    # metric records (one dict per model and task, or aggregate) from the committed rows
-    metrics: Callable[[MetricInputs], list[dict]] = no_metrics
+    # metric records (contract/metrics.py: one per model and task, or aggregate) from the committed rows
+    metrics: Callable[[MetricInputs], Sequence[MetricRecord]] = no_metrics
     # its sections of leaderboard.md and report.html (contract/report.py) from its metric records;
     # None: a table of the records' numbers
-    report: Callable[[list[dict]], Sequence[Section]] | None = None
+    report: Callable[[Sequence[MetricRecord]], Sequence[Section]] | None = None
     description: str = ""
     # (role, model id) of each role model its options name; the run must configure every one
     role_models: Callable[[BaseModel], Sequence[tuple[str, str]]] | None = None

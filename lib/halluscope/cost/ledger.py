@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from halluscope.config.schema import SERVED_BACKENDS, ModelSpec
+from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
 from halluscope.cost.prices import PriceTable
 from halluscope.records import COSTS
 
@@ -127,8 +128,8 @@ def unpriced(costs: pa.Table) -> list[str]:
                    if r["usd"] is None})
 
 
-def cost_record(costs: pa.Table) -> dict:
-    """The run's total, as the metrics.json record with task "costs/total".
+def cost_record(costs: pa.Table) -> MetricRecord:
+    """The run's total, as the metrics.json record with task "costs/total" (of no benchmark).
 
     ``usd`` is the run's cost only when every row is priced (``complete``); otherwise it is None,
     ``usd_priced`` sums the priced rows, ``unpriced_rows`` counts the others and ``unpriced``
@@ -136,8 +137,8 @@ def cost_record(costs: pa.Table) -> dict:
     usd = costs.column("usd").to_pylist()
     priced = math.fsum(v for v in usd if v is not None)
     missing = sum(v is None for v in usd)
-    return {"model": "*", "task": "costs/total", "aggregate": True, "usd": None if missing else priced,
-            "complete": not missing, "usd_priced": priced, "unpriced_rows": missing, "unpriced": unpriced(costs),
-            "calls": sum(costs.column("calls").to_pylist()),
-            "input_tokens": sum(costs.column("input_tokens").to_pylist()),
-            "output_tokens": sum(costs.column("output_tokens").to_pylist())}
+    return MetricRecord("*", COSTS_TOTAL, values={
+        "aggregate": True, "usd": None if missing else priced, "complete": not missing, "usd_priced": priced,
+        "unpriced_rows": missing, "unpriced": unpriced(costs), "calls": sum(costs.column("calls").to_pylist()),
+        "input_tokens": sum(costs.column("input_tokens").to_pylist()),
+        "output_tokens": sum(costs.column("output_tokens").to_pylist())})

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Section, Table
 from halluscope.contract.task import Item
 from halluscope.fewl.evaluate import default_pairs, tally
@@ -61,7 +62,7 @@ def _evaluation_record(task: str, items: list[Item], first: dict[str, dict]) -> 
                               for (m, label), v in sorted(labels.items())]}
 
 
-def metrics(inputs: MetricInputs) -> list[dict]:
+def metrics(inputs: MetricInputs) -> list[MetricRecord]:
     """The engine's hook: one record per model under test and task, and the task's evaluation."""
     out: list[dict] = []
     verdicts = inputs.read_table("verdicts", columns=["gen_id", "task", "evidence"],
@@ -83,7 +84,7 @@ def metrics(inputs: MetricInputs) -> list[dict]:
         items = [Item(task, i["item_id"], i["prompt"], json.loads(i["fields"])) for i in table]
         if items:
             out.append(_evaluation_record(task, items, first))
-    return out
+    return [MetricRecord.from_json(r) for r in out]
 
 
 def _num(x: float | None, pct: bool = False) -> str:
@@ -128,6 +129,7 @@ PREAMBLE = (
     "above the second (e.g. bad).")
 
 
-def sections(records: list[dict]) -> list[Section]:
-    """The report hook: FEWL's section of leaderboard.md and report.html."""
-    return [Section("FEWL", [PREAMBLE], parts=list(_tables(records)))]
+def sections(records: Sequence[MetricRecord]) -> list[Section]:
+    """The report hook: FEWL's section of leaderboard.md and report.html (read from the records' flat
+    objects)."""
+    return [Section("FEWL", [PREAMBLE], parts=list(_tables([r.as_json() for r in records])))]

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Literal
 
 import pyarrow as pa
 
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Cell, Chart, Notes, Point, Section, Series, Table
 from halluscope.hallulens import judging
 from halluscope.hallulens import metrics as hm
@@ -93,13 +94,14 @@ def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table],
     return [_record(model, task, trials, aggregate[task][1]) for (model, task), trials in sorted(grouped.items())]
 
 
-def metrics(inputs: MetricInputs) -> list[dict]:
+def metrics(inputs: MetricInputs) -> list[MetricRecord]:
     """The engine's hook: HalluLens records from the run's committed rows (only PreciseWikiQA's
     verdicts are read: evidence passages are the largest column)."""
     options = inputs.options
     assert isinstance(options, HalluLensOptions)
-    return compute(inputs.scores, inputs.read_table("verdicts", **LABEL_VERDICTS),
+    rows = compute(inputs.scores, inputs.read_table("verdicts", **LABEL_VERDICTS),
                    {t: inputs.items(t) for t in inputs.tasks}, options)
+    return [MetricRecord.from_json(r) for r in rows]
 
 
 def _value(x: object) -> float | None:
@@ -237,6 +239,7 @@ def difficulty_curves(records: list[dict]) -> Section | None:
         parts=charts) if charts else None
 
 
-def sections(records: list[dict]) -> list[Section]:
-    """The report hook: the leaderboard, then the charts."""
-    return [s for s in (leaderboard(records), refusal_scatter(records), difficulty_curves(records)) if s is not None]
+def sections(records: Sequence[MetricRecord]) -> list[Section]:
+    """The report hook: the leaderboard, then the charts (read from the records' flat objects)."""
+    rows = [r.as_json() for r in records]
+    return [s for s in (leaderboard(rows), refusal_scatter(rows), difficulty_curves(rows)) if s is not None]

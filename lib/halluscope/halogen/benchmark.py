@@ -4,6 +4,7 @@ paper's Table 1, its ``benchmarks.halogen`` options and its metrics."""
 from __future__ import annotations
 
 from halluscope.contract.benchmark import Benchmark, MetricInputs
+from halluscope.contract.metrics import MetricRecord
 from halluscope.halogen.attribution.cli import add_parser as add_attribute_parser
 from halluscope.halogen.biographies import Biographies
 from halluscope.halogen.code import CodePackages
@@ -23,8 +24,8 @@ TASKS = [task(rules) for rules in RULE_SETS
                       FalsePresuppositions, RationalizationBinary, RationalizationNumerical)]
 
 
-def _metrics(inputs: MetricInputs) -> list[dict]:
-    return compute(inputs.scores)
+def _metrics(inputs: MetricInputs) -> list[MetricRecord]:
+    return [MetricRecord.from_json(r) for r in compute(inputs.scores)]
 
 
 BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, score_columns=SCORE_COLUMNS,

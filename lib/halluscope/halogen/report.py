@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 
+from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Section, Series, Table
 from halluscope.halogen import causes
 from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
@@ -241,11 +243,12 @@ def domain_bars(records: list[dict]) -> Section | None:
         "the task's items)."], parts=charts)
 
 
-def sections(records: list[dict]) -> list[Section]:
-    """The report hook: HALOGEN's tables, then its charts."""
-    tasks = [r for r in records if not r.get("aggregate")]
-    aggregates = [r for r in records if r.get("aggregate")]
-    parts = [*paper_tables(records, "paper"), reproduction(tasks), *paper_tables(records, "corrected"),
+def sections(records: Sequence[MetricRecord]) -> list[Section]:
+    """The report hook: HALOGEN's tables, then its charts (read from the records' flat objects)."""
+    rows = [r.as_json() for r in records]
+    tasks = [r for r in rows if not r.get("aggregate")]
+    aggregates = [r for r in rows if r.get("aggregate")]
+    parts = [*paper_tables(rows, "paper"), reproduction(tasks), *paper_tables(rows, "corrected"),
              averages_table(aggregates), rejected_packages(tasks), per_task(tasks)]
     main = Section("HALOGEN", [PREAMBLE], DEFINITIONS, [p for p in parts if p is not None])
     return [s for s in (main, refusal_scatter(aggregates), domain_bars(tasks)) if s is not None]

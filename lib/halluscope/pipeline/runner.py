@@ -10,7 +10,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from halluscope.pipeline.watchdog import Watchdog
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.metrics import MetricRecord
 from halluscope.pipeline.workset import MISSING, Plan, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
 from halluscope.report.leaderboard import leaderboard
@@ -52,7 +53,7 @@ from halluscope.task_registry import benchmark_of, benchmarks, get_task
 class RunResult:
     run_id: str
     uri: str
-    metrics: list[dict]
+    metrics: list[dict]  # the records as metrics.json holds them (MetricRecord.as_json)
     leaderboard: str
     processed: int
     skipped: int
@@ -199,7 +200,8 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     store.write_costs(costs)
     metrics.append(cost_record(costs))
     board = leaderboard(metrics, run_id)
-    store.write_json("metrics.json", metrics)
+    stored = [m.as_json() for m in metrics]
+    store.write_json("metrics.json", stored)
     store.write_text("leaderboard.md", board)
     timings["aggregate_s"] = round(time.time() - mark, 2)
     if stopping is not None:
@@ -221,7 +223,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
                             "late_parts_removed": late})
     store.write_json("manifest.json", manifest)
     write_report(store)
-    return RunResult(run_id, store.loc.url, metrics, board, processed, len(done), time.time() - started,
+    return RunResult(run_id, store.loc.url, stored, board, processed, len(done), time.time() - started,
                      missing, failure)
 
 
@@ -282,19 +284,23 @@ def read_scores(cfg: RunConfig, store: RunStore) -> pa.Table:
     return store.read_table("scores", columns)
 
 
-def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[dict]:
+def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[MetricRecord]:
     """Every benchmark's metrics from the committed rows (partial while a run goes on), each
     record tagged with its benchmark."""
     by_bench: dict[str, list[str]] = defaultdict(list)
     for t in cfg.tasks:
         by_bench[benchmark_of(t).name].append(t)
-    metrics: list[dict] = []
+    metrics: list[MetricRecord] = []
     for name, tasks in by_bench.items():
         mine = pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))
         # a filter copies every column (prompts, atoms): not done when the benchmark has every row
         inputs = MetricInputs(tasks, scores if pc.all(mine).as_py() is not False else scores.filter(mine),
                               store.read_table, store.read_items, cfg.options_for(name))
-        metrics += [{**r, "benchmark": r.get("benchmark", name)} for r in benchmark_of(tasks[0]).metrics(inputs)]
+        for r in benchmark_of(tasks[0]).metrics(inputs):
+            if not isinstance(r, MetricRecord):  # a plug-in's dicts would fail far from here
+                raise RunError(f"benchmark '{name}': its metrics hook returned a {type(r).__name__}, not a "
+                               "halluscope.contract.metrics.MetricRecord")
+            metrics.append(r if r.benchmark is not None else replace(r, benchmark=name))
     return metrics
 
 

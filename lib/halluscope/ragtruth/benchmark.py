@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.completion import Completion
+from halluscope.contract.metrics import MetricRecord
 from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
@@ -137,10 +138,12 @@ def _item_fields(items: pa.Table) -> list[dict]:
             zip(items.column("item_id").to_pylist(), items.column("fields").to_pylist())]
 
 
-def metrics(inputs: MetricInputs) -> list[dict]:
+def metrics(inputs: MetricInputs) -> list[MetricRecord]:
+    """The engine's hook: the records of the run's RAGTruth tasks."""
     options = ragtruth_options(inputs.options)
     out = detect_metrics(inputs, options) if DETECT in inputs.tasks else []
-    return out + (generate_metrics(inputs) if GENERATE in inputs.tasks else [])
+    out += generate_metrics(inputs) if GENERATE in inputs.tasks else []
+    return [MetricRecord.from_json(r) for r in out]
 
 
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generate()], options=RagTruthOptions, metrics=metrics,

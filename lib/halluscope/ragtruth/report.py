@@ -5,6 +5,9 @@ for all of them) per detector, the selection experiment, and RAG generation. A r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Section, Table
 from halluscope.ragtruth.metrics import ALL, OVERALL
 from halluscope.ragtruth.selection import STRATEGIES
@@ -93,6 +96,8 @@ def preamble(records: list[dict]) -> list[str]:
             if kind in kinds]
 
 
-def sections(records: list[dict]) -> list[Section]:
-    """The report hook: RAGTruth's section of leaderboard.md and report.html."""
-    return [Section("RAGTruth", preamble(records), parts=tables(records))]
+def sections(records: Sequence[MetricRecord]) -> list[Section]:
+    """The report hook: RAGTruth's section of leaderboard.md and report.html (read from the records'
+    flat objects)."""
+    rows = [r.as_json() for r in records]
+    return [Section("RAGTruth", preamble(rows), parts=tables(rows))]

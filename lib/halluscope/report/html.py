@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from markupsafe import Markup
 
+from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Column, Notes, Section, Table
 from halluscope.errors import DataError
 from halluscope.report.render import HtmlSection, Omitted, html_section, render_html, styles_for
-from halluscope.report.sections import by_benchmark, report_sections
+from halluscope.report.sections import by_benchmark, report_sections, stored_records
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmarks
@@ -65,7 +66,7 @@ class RunData:
 
     run_id: str
     manifest: dict | None
-    records: list[dict] = field(default_factory=list)  # metrics.json's records
+    records: list[MetricRecord] = field(default_factory=list)  # metrics.json's records
     metrics_note: str | None = None
     costs: pa.Table | None = None
 
@@ -84,11 +85,7 @@ class RunData:
             data.metrics_note = (f"metrics.json holds a {type(metrics).__name__}, not the list of records of a "
                                  "`halluscope run`; it is linked below but not charted")
         else:
-            url = store.loc.child("metrics.json").url
-            for i, r in enumerate(metrics):
-                if not isinstance(r, dict) or not isinstance(r.get("task"), str) or not isinstance(r.get("model"), str):
-                    raise DataError(f"{url}: record {i} is not an object with string fields model and task")
-            data.records = metrics
+            data.records = stored_records(metrics, store.loc.child("metrics.json").url)
         if store.loc.child("costs.parquet").exists():
             data.costs = store.read_table_file("costs.parquet")
         return data

@@ -7,24 +7,29 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
 from halluscope.cost.ledger import cost_record
 from halluscope.report.escape import terminal
 from halluscope.report.render import Block, markdown_blocks, render_markdown
-from halluscope.report.sections import COSTS_TOTAL, report_sections
+from halluscope.report.sections import report_sections, stored_records
 from halluscope.storage.fs import Location
 
 
-def leaderboard(metrics: list[dict], run_id: str) -> str:
+def leaderboard(metrics: Sequence[MetricRecord], run_id: str) -> str:
     """The run's leaderboard: each benchmark's sections, each opening with what its numbers mean,
     and what the run cost."""
     sections, _ = report_sections(metrics)
     blocks = markdown_blocks(sections)
-    cost = next((m for m in metrics if m.get("task") == COSTS_TOTAL), None)
-    if cost is not None:  # $0.0000 too (replayed answers only): the dollars `plan` gave and metrics.json holds
+    record = next((m for m in metrics if m.task == COSTS_TOTAL), None)
+    if record is not None:  # $0.0000 too (replayed answers only): the dollars `plan` gave and metrics.json holds
+        cost = record.values
         blocks.append(Block("text", f"Cost of this run: {cost_text(cost)}; {cost['calls']} model calls, "
                                     f"{cost['input_tokens']} input and {cost['output_tokens']} output tokens "
                                     "(costs.parquet has the breakdown)."))
@@ -33,7 +38,7 @@ def leaderboard(metrics: list[dict], run_id: str) -> str:
     return render_markdown(f"halluscope leaderboard: run {run_id}", blocks)
 
 
-def cost_text(cost: dict) -> str:
+def cost_text(cost: Mapping[str, Any]) -> str:
     """The "costs/total" record's dollars: the total only when every line item is priced."""
     if cost.get("complete", cost["usd"] is not None) and cost["usd"] is not None:
         return f"${cost['usd']:,.4f}"
@@ -43,22 +48,26 @@ def cost_text(cost: dict) -> str:
     return f"incomplete: {n} line item{'s' * (n != 1)} unpriced (priced items ${cost.get('usd_priced') or 0:,.4f})"
 
 
-def json_records(run: Location) -> list:
+def json_records(run: Location) -> object:
     """A finished run's metrics.json for `halluscope report --json`, its "costs/total" record made
     from costs.parquet as the ledger reads it now: the dollars `halluscope plan` and the leaderboard
     give. A run written before the ledger counted unpriced rows has ``usd: null`` there for a run
-    with no line item at all (replayed answers only: $0)."""
-    records = json.loads(run.child("metrics.json").read_bytes())
+    with no line item at all (replayed answers only: $0). A file that is not a list is given as it is."""
+    stored = run.child("metrics.json")
+    raw = json.loads(stored.read_bytes())
     costs = run.child("costs.parquet")
-    if not isinstance(records, list) or not costs.exists():
-        return records
+    if not isinstance(raw, list) or not costs.exists():
+        return raw
+    records = stored_records(raw, stored.url)
     with costs.fs.open(costs.path, "rb") as f:
         table: pa.Table = pq.read_table(f)
     total = cost_record(table)
-    at = next((i for i, r in enumerate(records) if isinstance(r, dict) and r.get("task") == COSTS_TOTAL), None)
+    at = next((i for i, r in enumerate(records) if r.task == COSTS_TOTAL), None)
     if at is None:
-        return [*records, total]
-    return [*records[:at], {**records[at], **total}, *records[at + 1:]]
+        records.append(total)
+    else:
+        records[at] = replace(records[at], values={**records[at].values, **total.values})
+    return [r.as_json() for r in records]
 
 
 UNMATCHED = "matches no item of the task"  # the quarantine's reason for a readable row (models.replay)

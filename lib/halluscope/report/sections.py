@@ -3,25 +3,39 @@ or a table of its records' numbers. leaderboard.md and report.html render the sa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
 from halluscope.contract.report import Chart, Column, Part, Section, Table
+from halluscope.errors import DataError
 from halluscope.task_registry import benchmarks
 
-COSTS_TOTAL = "costs/total"  # the engine's record of what the run cost, beside the benchmarks' records
+
+def stored_records(raw: list, url: str) -> list[MetricRecord]:
+    """The records of a stored metrics.json (``raw``, read from ``url``); DataError naming the file and
+    the first entry that is not one."""
+    out = []
+    for i, r in enumerate(raw):
+        try:
+            out.append(MetricRecord.from_json(r))
+        except ValueError as e:
+            raise DataError(f"{url}: record {i} is {e}") from None
+    return out
 
 
-def by_benchmark(records: list[dict]) -> tuple[dict[str, list[dict]], int]:
+def by_benchmark(records: Sequence[MetricRecord]) -> tuple[dict[str, list[MetricRecord]], int]:
     """Records per benchmark, benchmarks in the order their records come (the run config's order of
     tasks), and how many records name none. A record written before records named their benchmark
     goes by its task's prefix when that is a registered benchmark (tasks are ``<benchmark>/...``)."""
     known = benchmarks()
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[MetricRecord]] = {}
     unplaced = 0
     for r in records:
-        if r.get("task") == COSTS_TOTAL:
+        if r.task == COSTS_TOTAL:
             continue
-        name = r.get("benchmark")
-        if not isinstance(name, str):
-            prefix = str(r.get("task", "")).split("/", 1)[0]
+        name = r.benchmark
+        if name is None:
+            prefix = r.task.split("/", 1)[0]
             name = prefix if prefix in known else None
         if name is None:
             unplaced += 1
@@ -30,7 +44,7 @@ def by_benchmark(records: list[dict]) -> tuple[dict[str, list[dict]], int]:
     return groups, unplaced
 
 
-def report_sections(records: list[dict]) -> tuple[list[Section], int]:
+def report_sections(records: Sequence[MetricRecord]) -> tuple[list[Section], int]:
     """Every benchmark's sections in turn, sections of the same title merged; and the count of
     records of no benchmark."""
     groups, unplaced = by_benchmark(records)
@@ -53,11 +67,12 @@ def merged(sections: list[Section]) -> list[Section]:
     return list(out.values())
 
 
-def generic(name: str, records: list[dict]) -> Section:
+def generic(name: str, records: Sequence[MetricRecord]) -> Section:
     """Model, task and every top-level number of the records: a benchmark without its own layout."""
-    keys = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    rows = [[r.get("model"), r.get("task"), *(_number(r.get(k)) for k in keys)]
-            for r in sorted(records, key=lambda r: (str(r.get("task")), str(r.get("model"))))]
+    keys = sorted({k for r in records for k, v in r.values.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    rows = [[r.model, r.task, *(_number(r.values.get(k)) for k in keys)]
+            for r in sorted(records, key=lambda r: (r.task, r.model))]
     return Section(f"{name} metrics", parts=[Table("", ["model", "task", *(Column(k) for k in keys)], rows)])
 
 

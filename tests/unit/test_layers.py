@@ -1,5 +1,6 @@
 """The package's layers (docs/architecture.md, "Layers"): a module imports only from its own layer or
-below, and no import cycle exists between modules or between folders.
+below, no import cycle exists between modules or between folders, and the engine's code names no
+benchmark (outside comments and docstrings).
 
 Every import counts: at module level, inside a function, and under ``if TYPE_CHECKING:`` (a type
 named from a layer above is a dependency on it all the same). The table below is the one in the
@@ -163,3 +164,43 @@ def test_the_checks_see_what_they_check(tmp_path):
     assert g["halluscope.storage.fs"] == {"halluscope", "halluscope.config", "halluscope.cli"}
     assert layer_of("halluscope.config") > layer_of("halluscope.storage.fs")
     assert cycles(g) == [["halluscope.config", "halluscope.storage.fs"]]
+
+
+ENGINE = ("pipeline", "report", "config", "storage", "models", "serving", "runkit.py", "cli.py")
+
+
+def benchmark_names_in_code(path: Path, names: list[str], root: Path = PACKAGE) -> list[str]:
+    """Tokens of ``path`` outside comments and docstrings that contain a benchmark's name."""
+    import io
+    import re
+    import tokenize
+
+    src = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                docstrings.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    pattern = re.compile("|".join(map(re.escape, names)), re.IGNORECASE)
+    return [f"{path.relative_to(root)}:{tok.start[0]}: {tok.string[:80]}"
+            for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+            if tok.type != tokenize.COMMENT and tok.start[0] not in docstrings and pattern.search(tok.string)]
+
+
+def test_the_engine_names_no_benchmark():
+    """A benchmark reaches the engine only through the Benchmark it registers."""
+    from halluscope.task_registry import benchmarks
+
+    names = sorted(benchmarks())
+    files = [f for part in ENGINE for f in ([PACKAGE / part] if part.endswith(".py")
+                                            else sorted((PACKAGE / part).rglob("*.py")))]
+    assert len(files) > 40 and len(names) >= 4
+    assert [hit for f in files for hit in benchmark_names_in_code(f, names)] == []
+
+
+def test_the_name_check_sees_code_and_skips_comments_and_docstrings(tmp_path):
+    f = tmp_path / "probe.py"
+    f.write_text('"""About halogen."""\n# halogen here\nx = "halogen/code"\n')
+    assert benchmark_names_in_code(f, ["halogen"], tmp_path) == ['probe.py:3: "halogen/code"']

@@ -38,14 +38,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.base import GenerationRequest, ModelBackend, constrains_answers
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location, UntrustedPath, list_private, read_private, write_private
-from halluscope.storage.run import table_to_bytes
+from halluscope.storage.run import read_parquet, table_to_bytes
 
 GENERATION_TEMPLATE = "raw-prompt-v1"  # a generation sends the item's prompt as the only user message
 
@@ -110,7 +109,7 @@ def _part_table(folder: Location, name: str) -> tuple[pa.Table | None, str]:
     if hashlib.sha256(data).hexdigest() != found[1]:
         return None, "does not hash to the sha256 in its name (altered after it was written)"
     try:
-        table = pq.read_table(io.BytesIO(data))
+        table = read_parquet(io.BytesIO(data))
     except (pa.ArrowException, OSError, ValueError) as err:
         return None, f"is not a readable Parquet file ({type(err).__name__})"
     if [(f.name, f.type) for f in table.schema] != _FIELDS:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
 from halluscope.records import STAGED, generation_id
 from halluscope.storage.fs import Location
+from halluscope.storage.run import read_parquet
 
 NOT_STAGED = "no staged generation: the model's deployment ended before this row was generated"
 
@@ -23,7 +23,7 @@ def read_staged(loc: Location, columns: list[str] | None = None) -> pa.Table:
         if name.endswith(".parquet"):
             part = loc.child(name)
             with part.fs.open(part.path, "rb") as f:
-                tables.append(pq.read_table(f, columns=columns, schema=STAGED))
+                tables.append(read_parquet(f, columns=columns, schema=STAGED))
     return pa.concat_tables(tables) if tables else STAGED.empty_table().select(columns or STAGED.names)
 
 

@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
 from halluscope.cost.ledger import cost_record
@@ -20,6 +19,7 @@ from halluscope.report.escape import terminal
 from halluscope.report.render import Block, markdown_blocks, render_markdown
 from halluscope.report.sections import report_sections, stored_records
 from halluscope.storage.fs import Location
+from halluscope.storage.run import read_parquet
 
 
 def leaderboard(metrics: Sequence[MetricRecord], run_id: str) -> str:
@@ -60,7 +60,7 @@ def json_records(run: Location) -> object:
         return raw
     records = stored_records(raw, stored.url)
     with costs.fs.open(costs.path, "rb") as f:
-        table: pa.Table = pq.read_table(f)
+        table: pa.Table = read_parquet(f)
     total = cost_record(table)
     at = next((i for i, r in enumerate(records) if r.task == COSTS_TOTAL), None)
     if at is None:

@@ -55,6 +55,17 @@ def table_to_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
+def read_parquet(source: Any, columns: Sequence[str] | None = None, filters: Any = None,
+                 schema: pa.Schema | None = None) -> pa.Table:
+    """A Parquet file from a path, a file object or bytes, decoded in the calling thread. Arrow's
+    own threads would hold the Python file's buffers past the call; one still releasing them when
+    the interpreter exits aborts the process (exit 134 after a complete run)."""
+    if filters is None and schema is None:  # read_table builds a dataset: more than a small part costs
+        return pq.ParquetFile(source, pre_buffer=False).read(columns=columns, use_threads=False)
+    return pq.read_table(source, columns=columns, filters=filters, schema=schema, use_threads=False,
+                         pre_buffer=False)
+
+
 def _part_name(key: str) -> str:
     return f"{PART_PREFIX}{key}.parquet"
 
@@ -128,10 +139,7 @@ class RunStore:
         def read(key: str) -> pa.Table:
             loc = self.loc.child(table, _part_name(key))
             with loc.fs.open(loc.path, "rb") as f:
-                # without filters, one file is read directly: read_table builds a dataset per part,
-                # which costs more than reading a small part
-                return (pq.ParquetFile(f).read(columns=columns) if filters is None
-                        else pq.read_table(f, columns=columns, filters=filters))
+                return read_parquet(f, columns=columns, filters=filters)
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
         # each part is a request), in key order
@@ -156,7 +164,7 @@ class RunStore:
     def read_table_file(self, name: str) -> pa.Table:
         loc = self.loc.child(name)
         with loc.fs.open(loc.path, "rb") as f:
-            return pq.read_table(f)
+            return read_parquet(f)
 
     # --- items -----------------------------------------------------------------------------
     def items_location(self, task: str) -> Location:
@@ -165,7 +173,7 @@ class RunStore:
     def read_items(self, task: str) -> pa.Table:
         loc = self.items_location(task)
         with loc.fs.open(loc.path, "rb") as f:
-            return pq.read_table(f)
+            return read_parquet(f)
 
     # --- json documents ----------------------------------------------------------------------
     def write_json(self, name: str, doc: object) -> None:

@@ -13,7 +13,6 @@ import json
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from halluscope.errors import RunError
 from halluscope.halogen.attribution.classify import (
@@ -28,7 +27,7 @@ from halluscope.halogen.attribution.classify import (
 )
 from halluscope.halogen.attribution.corpus import CorpusIndex
 from halluscope.records import stable_id
-from halluscope.storage.run import RunStore
+from halluscope.storage.run import RunStore, read_parquet
 
 TABLE = "attribution"
 SUMMARY = "attribution.json"
@@ -76,7 +75,7 @@ def _item_fields(store: RunStore, task: str) -> dict[str, dict]:
     if not loc.exists():
         raise RunError(f"{store.loc.url} has no items for {task} ({loc.url}); attribution needs the item fields")
     with loc.fs.open(loc.path, "rb") as f:
-        items = pq.read_table(f, columns=["item_id", "fields"])
+        items = read_parquet(f, columns=["item_id", "fields"])
     return {i: json.loads(fields) for i, fields in zip(items["item_id"].to_pylist(), items["fields"].to_pylist())}
 
 

@@ -20,7 +20,7 @@ import ray
 from pydantic import BaseModel, ValidationError
 
 from halluscope import __version__
-from halluscope.config.load import validation_message
+from halluscope.config.checks import validation_message
 from halluscope.config.reader import read_yaml
 from halluscope.config.schema import SERVED_BACKENDS, ModelSpec, RaySpec, ServedModel
 from halluscope.errors import ConfigError

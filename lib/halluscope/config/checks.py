@@ -73,6 +73,16 @@ def moved_forward(data: dict) -> dict:
     return data
 
 
+def validation_message(err: ValidationError, source: str, within: tuple[str, ...] = ()) -> str:
+    """A pydantic error as one line per field, its place in the config dotted (under ``within``),
+    a long value shown in part."""
+    lines = [f"invalid run config {source}:"]
+    for e in err.errors():
+        loc = ".".join(clip(p, 60) for p in (*within, *e["loc"])) or "(top level)"
+        lines.append(f"  {loc}: {clip(' '.join(e['msg'].split()), 400)}")  # one line each, a value shown in part
+    return "\n".join(lines)
+
+
 def check_benchmark_options(cfg: RunConfig, source: str) -> None:
     """Each ``benchmarks.<name>`` section names a registered benchmark and passes its schema."""
     known = benchmarks()
@@ -84,11 +94,7 @@ def check_benchmark_options(cfg: RunConfig, source: str) -> None:
         try:
             options = known[name].parse_options(cfg.benchmarks.get(name))
         except ValidationError as err:
-            lines = [f"invalid run config {source}:"]
-            for e in err.errors():
-                loc = ".".join(str(p) for p in ("benchmarks", name, *e["loc"]))
-                lines.append(f"  {loc}: {e['msg']}")
-            raise ConfigError("\n".join(lines)) from None
+            raise ConfigError(validation_message(err, source, ("benchmarks", name))) from None
         role_models = known[name].role_models
         if name in listed and role_models is not None:
             for role, model in role_models(options):

@@ -19,19 +19,12 @@ from halluscope.config.checks import (
     check_task_names,
     check_task_needs,
     moved_forward,
+    validation_message,
 )
 from halluscope.config.reader import check_values, read_yaml
 from halluscope.config.schema import ReplayModel, RunConfig
 from halluscope.errors import ConfigError, clip
 from halluscope.sources import url_scheme
-
-
-def validation_message(err: ValidationError, source: str) -> str:
-    lines = [f"invalid run config {source}:"]
-    for e in err.errors():
-        loc = ".".join(clip(p, 60) for p in e["loc"]) or "(top level)"
-        lines.append(f"  {loc}: {clip(' '.join(e['msg'].split()), 400)}")  # one line each, a value shown in part
-    return "\n".join(lines)
 
 
 def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -> RunConfig:

@@ -196,7 +196,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _partial_report(loc) -> str:
     """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
     from halluscope.config.load import parse_config
-    from halluscope.pipeline.runner import compute_metrics, read_scores
+    from halluscope.pipeline.aggregate import aggregate
     from halluscope.report.leaderboard import leaderboard
     from halluscope.storage.run import RunStore
 
@@ -208,7 +208,7 @@ def _partial_report(loc) -> str:
     for model, m in progress["models"].items():
         lines.append(f"{model}: {m['done']}/{m['total']} generations committed")
     cfg = parse_config(manifest["config"], f"{loc.url}/manifest.json", stored=True)
-    lines += ["", leaderboard(compute_metrics(cfg, store, read_scores(cfg, store)), manifest["run_id"])]
+    lines += ["", leaderboard(aggregate(cfg, store).metrics, manifest["run_id"])]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from halluscope.config.load import parse_config
 from halluscope.contract.metrics import MetricRecord
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
-from halluscope.pipeline.runner import compute_metrics
+from halluscope.pipeline.aggregate import compute_metrics
 from halluscope.records import SCORES
 from halluscope.report.leaderboard import leaderboard
 

@@ -10,7 +10,7 @@ from halluscope import records
 from halluscope.config.load import parse_config
 from halluscope.contract.metrics import MetricRecord
 from halluscope.errors import DataError, RunError
-from halluscope.pipeline import runner
+from halluscope.pipeline import aggregate
 from halluscope.report.sections import stored_records
 from halluscope.task_registry import benchmark_of
 
@@ -53,10 +53,10 @@ def test_the_engine_tags_each_record_with_its_benchmark_and_refuses_a_dict(monke
     bench = benchmark_of("halogen/code")
     hooks = {"halogen": lambda inputs: [MetricRecord("m", "halogen/code", values={"n": 1}),
                                         MetricRecord("m", "halogen/x", "other", {})]}
-    monkeypatch.setattr(runner, "benchmark_of", lambda t: type(bench)(bench.name, bench.tasks, metrics=hooks["halogen"]))
+    monkeypatch.setattr(aggregate, "benchmark_of", lambda t: type(bench)(bench.name, bench.tasks, metrics=hooks["halogen"]))
     scores = records.SCORES.empty_table()
-    got = runner.compute_metrics(cfg, _Store(), scores)
+    got = aggregate.compute_metrics(cfg, _Store(), scores)
     assert [(r.task, r.benchmark) for r in got] == [("halogen/code", "halogen"), ("halogen/x", "other")]
     hooks["halogen"] = lambda inputs: [{"model": "m", "task": "halogen/code"}]
     with pytest.raises(RunError, match="benchmark 'halogen': its metrics hook returned a dict, not a"):
-        runner.compute_metrics(cfg, _Store(), scores)
+        aggregate.compute_metrics(cfg, _Store(), scores)

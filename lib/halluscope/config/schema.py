@@ -160,6 +160,11 @@ class _Model(_Strict):
         """The id names the model's call-cache folder and is printed in reports."""
         return checked(v, model_id_problem, ValueError)
 
+    @property
+    def recorded_as(self) -> str:
+        """The model whose recorded pipeline steps answer role calls about this model's generations."""
+        return self.id
+
 
 class RecordedParams(_Strict):
     steps: str = Field(description="package.module:function giving a released model's recorded LLM steps")
@@ -175,6 +180,14 @@ class RecordedModel(_Model):
 class ReplayModel(_Model):
     backend: Literal["replay"]
     params: ReplayParams = Field(default_factory=ReplayParams)
+
+    @property
+    def recorded_as(self) -> str:
+        """A model replayed under another id (an alias) is the model it replays: its recorded
+        steps belong to the responses it replays."""
+        if self.params.source == "file":
+            return self.id
+        return self.params.name or self.id
 
 
 class OpenAIModel(_Model):

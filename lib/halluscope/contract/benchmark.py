@@ -62,6 +62,13 @@ class Benchmark:
     options: type[BaseModel] = NoOptions
     # metric records (contract/metrics.py: one per model and task, or aggregate) from the committed rows
     metrics: Callable[[MetricInputs], Sequence[MetricRecord]] = no_metrics
+    # True: ``metrics`` reads one model under test at a time: the engine calls it once per model
+    # with that model's rows only (the driver then holds one model's rows, however many models a
+    # run has), in model-id order. False: once, with every row of the benchmark's tasks
+    metrics_per_model: bool = False
+    # the benchmark's records of the run from those ``metrics`` returned (e.g. averages over
+    # models or tasks added); None: those records as they are
+    summarize: Callable[[Sequence[MetricRecord]], Sequence[MetricRecord]] | None = None
     # its sections of leaderboard.md and report.html (contract/report.py) from its metric records;
     # None: a table of the records' numbers
     report: Callable[[Sequence[MetricRecord]], Sequence[Section]] | None = None

@@ -43,10 +43,48 @@ def api_name(spec: ModelSpec) -> str:
     return getattr(spec.params, "model", None) or spec.id
 
 
-def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dict],
+class CallTally:
+    """Calls, cache hits, failures and tokens per (model, task, stage), summed part by part, so
+    the ledger never holds a run's rows: generation by the live models under test (recorded
+    generations cost this run nothing: only live models' rows are counted) and role calls."""
+
+    def __init__(self, models: Sequence[ModelSpec]) -> None:
+        self.live = pa.array([m.id for m in models if m.backend != "replay"], pa.string())
+        self.acc: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def add_generations(self, generations: pa.Table) -> None:
+        rows = generations.filter(pc.is_in(generations.column("model"), self.live))
+        if not rows.num_rows:
+            return
+        cached = rows.column("cached").fill_null(False)
+        called = pc.invert(cached)
+        zero = pa.scalar(0, pa.int64())
+        flags = pa.table({
+            "model": rows.column("model"), "task": rows.column("task"), "cached_calls": cached.cast(pa.int64()),
+            "calls": called.cast(pa.int64()),
+            "failed_calls": pc.and_(called, rows.column("error").is_valid()).cast(pa.int64()),
+            **{k: pc.if_else(called, rows.column(k).cast(pa.int64()).fill_null(0), zero)
+               for k in ("input_tokens", "output_tokens")}})
+        self._add(flags.group_by(["model", "task"], use_threads=False).aggregate(
+            [(k, "sum") for k in _CALL_COUNTS]), "model", stage="generate")
+
+    def add_role_calls(self, role_calls: pa.Table) -> None:
+        """One row per (generation, stage, role): summed by Arrow."""
+        self._add(role_calls.group_by(["role_model", "task", "stage"], use_threads=False).aggregate(
+            [(k, "sum") for k in _CALL_COUNTS]), "role_model")
+
+    def _add(self, summed: pa.Table, model: str, stage: str | None = None) -> None:
+        for r in summed.to_pylist():
+            a = self.acc[(r[model], r["task"], stage or r["stage"])]
+            for k in _CALL_COUNTS:
+                a[k] += r[f"{k}_sum"]
+
+
+def ledger(generations: pa.Table | CallTally, models: list[ModelSpec], deployments: list[dict],
            prices: PriceTable | None, role_calls: pa.Table | None = None,
            extra_rows: Sequence[dict] | None = None) -> pa.Table:
-    """The COSTS table of a run.
+    """The COSTS table of a run, from its committed generations and role calls, or from what a
+    ``CallTally`` summed of them.
 
     ``extra_rows``: further rows in COSTS' shape (missing columns are null), appended as they are;
     a row may carry ``covers``, the ids of models whose call rows it prices (those rows get usd 0
@@ -55,25 +93,14 @@ def ledger(generations: pa.Table, models: list[ModelSpec], deployments: list[dic
     extra = [dict(r) for r in extra_rows or ()]
     covered = {m: r["model"] for r in extra for m in r.pop("covers", ())}
     deployed = {d["model"] for d in deployments}
-    acc: dict[tuple[str, str, str], dict] = defaultdict(lambda: defaultdict(int))
-    # recorded generations cost this run nothing: only live models' rows are read
-    live = pa.array([m for m, spec in specs.items() if spec.backend != "replay"], pa.string())
-    for r in generations.filter(pc.is_in(generations.column("model"), live)).select(LEDGER_COLUMNS).to_pylist():
-        a = acc[(r["model"], r["task"], "generate")]
-        if r["cached"]:
-            a["cached_calls"] += 1
-            continue
-        a["calls"] += 1
-        a["failed_calls"] += r["error"] is not None
-        a["input_tokens"] += r["input_tokens"] or 0
-        a["output_tokens"] += r["output_tokens"] or 0
-    if role_calls is not None:  # one row per (generation, stage, role): summed by Arrow
-        summed = role_calls.group_by(["role_model", "task", "stage"], use_threads=False).aggregate(
-            [(k, "sum") for k in _CALL_COUNTS])
-        for r in summed.to_pylist():
-            a = acc[(r["role_model"], r["task"], r["stage"])]
-            for k in _CALL_COUNTS:
-                a[k] += r[f"{k}_sum"]
+    if isinstance(generations, CallTally):
+        tally = generations
+    else:
+        tally = CallTally(models)
+        tally.add_generations(generations)
+        if role_calls is not None:
+            tally.add_role_calls(role_calls)
+    acc = tally.acc
     rows = []
     for (model, task, stage), a in sorted(acc.items()):
         spec = specs[model]

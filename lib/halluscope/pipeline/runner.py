@@ -8,24 +8,24 @@ import queue
 import signal
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import ray
 
 from halluscope.config.schema import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
-from halluscope.cost.ledger import LEDGER_COLUMNS, cost_record, ledger
+from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.cost.shared import check_services, record_run_usage, service_rows
 from halluscope.errors import Interrupted, RunError, Superseded, error_summary, stop_signals
 from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline import stages
+from halluscope.pipeline.aggregate import aggregate, count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.generation import generate_model, staged_location
@@ -37,9 +37,7 @@ from halluscope.pipeline.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
-from halluscope.contract.benchmark import MetricInputs
-from halluscope.contract.metrics import MetricRecord
-from halluscope.pipeline.workset import MISSING, Plan, expand_unit, expansion, plan, resolver_for
+from halluscope.pipeline.workset import Plan, expand_unit, expansion, plan, resolver_for
 from halluscope.report.html import write_report
 from halluscope.report.leaderboard import leaderboard
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
@@ -191,10 +189,9 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown") if started_ray else None
     if stopping is not None:
         stopping.start()
-    scores = read_scores(cfg, store)
-    metrics = compute_metrics(cfg, store, scores)
-    costs = ledger(store.read_table("generations", LEDGER_COLUMNS), cfg.models, deployments, price_table(cfg),
-                   store.read_table("role_calls"),
+    totals = aggregate(cfg, store)
+    metrics = totals.metrics
+    costs = ledger(totals.calls, cfg.models, deployments, price_table(cfg),
                    extra_rows=[*service_rows(cfg.models, services, root, run_id, *window, price_table(cfg)),
                                *stranded_rows(_held(cfg, schedule, window), price_table(cfg))])
     store.write_costs(costs)
@@ -206,7 +203,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     timings["aggregate_s"] = round(time.time() - mark, 2)
     if stopping is not None:
         stopping.join()
-    failure, missing = run_failure(scores, cfg.max_error_fraction), _missing(scores)
+    failure, missing = totals.counts.failure(cfg.max_error_fraction), dict(sorted(totals.counts.missing.items()))
     unserved = [f"model '{d.model}' {d.status}: {d.reason}" for d in schedule if d.reason]
     if unserved:
         failure = "; ".join([*unserved, *([failure] if failure else [])])
@@ -225,30 +222,6 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     write_report(store)
     return RunResult(run_id, store.loc.url, stored, board, processed, len(done), time.time() - started,
                      missing, failure)
-
-
-def run_failure(scores: pa.Table, max_error_fraction: float) -> str | None:
-    """Why a run that went through has no result to stand on: a model under test with no scored
-    generation (every call failed, or none of its items is in its file), or more failed
-    generations than ``max_error_fraction`` (items with no recorded response are not failures)."""
-    error = scores.column("error")
-    kind = pc.if_else(pc.is_null(error), "scored", pc.if_else(pc.equal(error, MISSING), "missing", "failed"))
-    by_model: dict[str, Counter[str]] = defaultdict(Counter)
-    for r in _counts(pa.table({"model": scores.column("model"), "kind": kind}), ["model", "kind"]):
-        by_model[r["model"]][r["kind"]] = r["n"]
-    errors = {r["error"]: r["n"] for r in _counts(scores.filter(pc.equal(kind, "failed")), ["error"])}
-    # ties by the error's text: which one is named must not depend on the order parts were read in
-    common = f"; most common error: {min(errors, key=lambda e: (-errors[e], e))!r}" if errors else ""
-    empty = [f"'{m}' ({c['failed']} failed, {c['missing']} with no recorded response)"
-             for m, c in sorted(by_model.items()) if not c["scored"]]
-    if empty:
-        return f"no generation could be scored for model {', '.join(empty)}{common}"
-    failed = sum(errors.values())
-    tried = failed + sum(c["scored"] for c in by_model.values())
-    if failed > max_error_fraction * tried:
-        return (f"{failed} of {tried} generations failed ({failed / tried:.0%}, more than max_error_fraction "
-                f"{max_error_fraction:g}){common}")
-    return None
 
 
 def input_hashes(sources: dict[str, str], knowledge: dict) -> dict[str, str]:
@@ -275,49 +248,8 @@ def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> N
                            "use a new run id, or restore the file to resume")
 
 
-def read_scores(cfg: RunConfig, store: RunStore) -> pa.Table:
-    """The committed ``scores`` the aggregation reads: the columns the run's benchmarks name,
-    with those ``run_failure`` and ``_missing`` count by; every column if one names none."""
-    wanted = [benchmark_of(t).score_columns for t in cfg.tasks]
-    columns = None if any(w is None for w in wanted) else \
-        sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
-    return store.read_table("scores", columns)
-
-
-def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[MetricRecord]:
-    """Every benchmark's metrics from the committed rows (partial while a run goes on), each
-    record tagged with its benchmark."""
-    by_bench: dict[str, list[str]] = defaultdict(list)
-    for t in cfg.tasks:
-        by_bench[benchmark_of(t).name].append(t)
-    metrics: list[MetricRecord] = []
-    for name, tasks in by_bench.items():
-        mine = pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))
-        # a filter copies every column (prompts, atoms): not done when the benchmark has every row
-        inputs = MetricInputs(tasks, scores if pc.all(mine).as_py() is not False else scores.filter(mine),
-                              store.read_table, store.read_items, cfg.options_for(name))
-        for r in benchmark_of(tasks[0]).metrics(inputs):
-            if not isinstance(r, MetricRecord):  # a plug-in's dicts would fail far from here
-                raise RunError(f"benchmark '{name}': its metrics hook returned a {type(r).__name__}, not a "
-                               "halluscope.contract.metrics.MetricRecord")
-            metrics.append(r if r.benchmark is not None else replace(r, benchmark=name))
-    return metrics
-
-
 def _done_counts(committed: pa.Table) -> dict[tuple[str, str], int]:
-    return {(r["model"], r["task"]): r["n"] for r in _counts(committed, ["model", "task"])}
-
-
-def _missing(scores: pa.Table) -> dict[str, int]:
-    """Items a replayed model has no recorded response for, per model/task."""
-    return {f"{r['model']}/{r['task']}": r["n"]
-            for r in _counts(scores.filter(pc.equal(scores.column("error"), MISSING)), ["model", "task"])}
-
-
-def _counts(table: pa.Table, keys: list[str]) -> list[dict]:
-    """Rows per distinct ``keys`` (as ``n``), counted by Arrow: a run has a row per generation."""
-    counted = table.select(keys).group_by(keys, use_threads=False).aggregate([([], "count_all")])
-    return counted.rename_columns(["n" if c == "count_all" else c for c in counted.column_names]).to_pylist()
+    return {(r["model"], r["task"]): r["n"] for r in count_rows(committed, ["model", "task"])}
 
 
 def price_table(cfg: RunConfig) -> PriceTable | None:

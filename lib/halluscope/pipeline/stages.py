@@ -96,8 +96,11 @@ class Rows:
     runs on them (per phase, the conversions cost about a tenth of the demo's CPU); the phases
     set a row's ``error`` and add their columns to it, and ``table`` turns it back."""
 
-    def __init__(self, batch: pa.Table) -> None:
+    def __init__(self, batch: pa.Table, subjects: Mapping[str, str] | None = None) -> None:
+        """``subjects``: model id -> the model its recorded role answers belong to (an alias's
+        source model); a model not in it is its own."""
         self.batch = batch
+        self.subjects = subjects or {}
         self.rows = batch.select(_ROW).to_pylist()
         self.items = [Item(r["task"], r["item_id"], r["prompt"], _fields(r["fields"])) for r in self.rows]
         self.added: list[str] = []  # columns the phases set on every row, in order
@@ -148,7 +151,8 @@ def _phase(rows: Rows, stage: str, call: Callable[[dict, Item], Calls],
         if roles is None:
             raise RuntimeError(f"{stage}: tasks call role models but the stage was built without them")
         replies = roles.answer(calls, stage, usage if usage is not None else defaultdict(list),
-                               {r["gen_id"]: r["model"] for r in rows.rows if r["gen_id"] in calls})
+                               {r["gen_id"]: rows.subjects.get(r["model"], r["model"]) for r in rows.rows
+                                if r["gen_id"] in calls})
     for i in active:
         r = rows.rows[i]
         try:
@@ -312,12 +316,13 @@ class Evaluate:
         self.verify = Verify(kb, self.roles)
         self.store = store
         self.chunk_rows = chunk_rows
+        self.subjects = {m.id: m.recorded_as for m in models}
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
         for start, stop in _unit_runs(batch):
             for chunk in range(start, stop, self.chunk_rows):
                 usage: Usage = defaultdict(list)
-                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)))
+                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
                 abstain(rows, self.roles, usage)
                 decompose(rows, self.roles, usage)
                 self.verify(rows, usage)

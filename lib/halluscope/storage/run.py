@@ -151,6 +151,36 @@ class RunStore:
             return schema.empty_table().select(columns) if columns else schema.empty_table()
         return pa.concat_tables(parts, promote_options="default")
 
+    def parts_by(self, column: str, table: str = COMMIT_TABLE) -> dict[str, set[str]]:
+        """value of a string ``column`` -> the committed parts of ``table`` holding rows with it,
+        read from each part's footer statistics (a part's column read only where they are
+        missing): the aggregation reads one model's parts at a time without reading every row
+        first. A part of several values is listed under each."""
+        def values(key: str) -> set[str]:
+            loc = self.loc.child(table, _part_name(key))
+            with loc.fs.open(loc.path, "rb") as f:
+                meta = pq.ParquetFile(f, pre_buffer=False).metadata
+                at = meta.schema.to_arrow_schema().get_field_index(column)
+                found: set[str] = set()
+                for g in range(meta.num_row_groups):
+                    stats = meta.row_group(g).column(at).statistics
+                    # Arrow leaves out (never truncates) statistics of values over 4 KiB
+                    if stats is None or not stats.has_min_max or stats.null_count or stats.min != stats.max:
+                        break
+                    found.add(stats.min)
+                else:
+                    return found
+            return set(self.read_table(table, [column], keys={key}).column(column).unique().to_pylist())
+
+        keys = sorted(self.part_keys(table) & self.committed_keys())
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            found = list(pool.map(values, keys))
+        out: dict[str, set[str]] = {}
+        for key, vals in zip(keys, found):
+            for v in vals:
+                out.setdefault(v, set()).add(key)
+        return out
+
     def write_part(self, table: str, key: str, data: pa.Table, commit: bool = False) -> None:
         """Write one part; a commit part only while this store's attempt owns the run."""
         body = table_to_bytes(data)

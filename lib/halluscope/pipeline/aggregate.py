@@ -1,0 +1,166 @@
+"""What a run's committed parts add up to: metrics, the ledger's call counts, failures and
+missing items, read one model under test at a time.
+
+The driver never holds a run's rows. Each model's parts (found from their footers,
+``RunStore.parts_by``) are read, counted, tallied for the ledger and handed to the benchmarks
+whose metrics are per model, then dropped: peak memory is that of the largest model's rows,
+however many models a run has. A benchmark whose metrics compare models
+(``Benchmark.metrics_per_model`` False) is handed its own tasks' rows at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from halluscope.config.schema import RunConfig
+from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.metrics import MetricRecord
+from halluscope.cost.ledger import LEDGER_COLUMNS, CallTally
+from halluscope.errors import RunError
+from halluscope.records import MISSING
+from halluscope.storage.run import RunStore
+from halluscope.task_registry import benchmark_of
+
+
+@dataclass
+class RowCounts:
+    """Scored, failed and missing generations per model, and failures by error: what a run's
+    verdict on itself reads, counted part by part."""
+
+    kinds: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))  # model -> kind -> n
+    errors: Counter[str] = field(default_factory=Counter)  # error text -> failed generations
+    missing: Counter[str] = field(default_factory=Counter)  # "model/task" -> items with no recorded response
+
+    def add(self, scores: pa.Table) -> None:
+        error = scores.column("error")
+        kind = pc.if_else(pc.is_null(error), "scored", pc.if_else(pc.equal(error, MISSING), "missing", "failed"))
+        for r in count_rows(pa.table({"model": scores.column("model"), "task": scores.column("task"), "kind": kind}),
+                         ["model", "task", "kind"]):
+            self.kinds[r["model"]][r["kind"]] += r["n"]
+            if r["kind"] == "missing":
+                self.missing[f"{r['model']}/{r['task']}"] += r["n"]
+        self.errors.update({r["error"]: r["n"] for r in count_rows(scores.filter(pc.equal(kind, "failed")), ["error"])})
+
+    def failure(self, max_error_fraction: float) -> str | None:
+        """Why a run that went through has no result to stand on: a model under test with no
+        scored generation (every call failed, or none of its items is in its file), or more
+        failed generations than ``max_error_fraction`` (items with no recorded response are not
+        failures)."""
+        errors = self.errors
+        # ties by the error's text: which one is named must not depend on the order parts were read in
+        common = f"; most common error: {min(errors, key=lambda e: (-errors[e], e))!r}" if errors else ""
+        empty = [f"'{m}' ({c['failed']} failed, {c['missing']} with no recorded response)"
+                 for m, c in sorted(self.kinds.items()) if not c["scored"]]
+        if empty:
+            return f"no generation could be scored for model {', '.join(empty)}{common}"
+        failed = sum(errors.values())
+        tried = failed + sum(c["scored"] for c in self.kinds.values())
+        if failed > max_error_fraction * tried:
+            return (f"{failed} of {tried} generations failed ({failed / tried:.0%}, more than max_error_fraction "
+                    f"{max_error_fraction:g}){common}")
+        return None
+
+
+@dataclass
+class Totals:
+    metrics: list[MetricRecord]  # every benchmark's, in the order of the run's tasks
+    counts: RowCounts
+    calls: CallTally
+
+
+def score_columns(cfg: RunConfig) -> list[str] | None:
+    """The ``scores`` columns the aggregation reads: those the run's benchmarks name, with those
+    ``RowCounts`` counts by; every column (None) if one names none."""
+    wanted = [benchmark_of(t).score_columns for t in cfg.tasks]
+    if any(w is None for w in wanted):
+        return None
+    return sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
+
+
+def _by_benchmark(cfg: RunConfig) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for t in cfg.tasks:
+        out[benchmark_of(t).name].append(t)
+    return out
+
+
+def benchmark_metrics(name: str, tasks: list[str], scores: pa.Table, read_table: Callable[..., pa.Table],
+                      store: RunStore, cfg: RunConfig) -> list[MetricRecord]:
+    """One call of a benchmark's metrics hook on ``scores`` (rows of any tasks: its own are
+    handed over)."""
+    mine = pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))
+    # a filter copies every column (prompts, atoms): not done when the benchmark has every row
+    inputs = MetricInputs(tasks, scores if pc.all(mine).as_py() is not False else scores.filter(mine),
+                          read_table, store.read_items, cfg.options_for(name))
+    return _checked(name, benchmark_of(tasks[0]).metrics(inputs))
+
+
+def _summarized(name: str, tasks: list[str], records: list[MetricRecord]) -> list[MetricRecord]:
+    """The benchmark's records of the run, each tagged with the benchmark."""
+    summarize = benchmark_of(tasks[0]).summarize
+    return [r if r.benchmark is not None else replace(r, benchmark=name)
+            for r in _checked(name, summarize(records) if summarize is not None else records)]
+
+
+def _checked(name: str, records: Sequence[object]) -> list[MetricRecord]:
+    out = []
+    for r in records:
+        if not isinstance(r, MetricRecord):  # a plug-in's dicts would fail far from here
+            raise RunError(f"benchmark '{name}': its metrics hook returned a {type(r).__name__}, not a "
+                           "halluscope.contract.metrics.MetricRecord")
+        out.append(r)
+    return out
+
+
+def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[MetricRecord]:
+    """Every benchmark's metrics from one table of committed rows (partial while a run goes on)."""
+    return [r for name, tasks in _by_benchmark(cfg).items()
+            for r in _summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))]
+
+
+def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
+    """Metrics, counts and the ledger's call tally of everything committed, a model at a time."""
+    columns = score_columns(cfg)
+    groups = _by_benchmark(cfg)
+    per_model = [n for n, tasks in groups.items() if benchmark_of(tasks[0]).metrics_per_model]
+    records: dict[str, list[MetricRecord]] = {n: [] for n in groups}
+    counts, calls = RowCounts(), CallTally(cfg.models)
+    live = {str(m) for m in calls.live.to_pylist()}
+    parts = store.parts_by("model")
+    listed = Counter(k for keys in parts.values() for k in keys)
+    for model, keys in sorted(parts.items()):
+        # a part of several models (Evaluate writes one per model and task) is read for each, filtered
+        only = [("model", "==", model)] if any(listed[k] > 1 for k in keys) else None
+        read = partial(_read, store, keys=keys, only=only)
+        scores = read("scores", columns)
+        counts.add(scores)
+        if model in live:
+            calls.add_generations(read("generations", LEDGER_COLUMNS))
+        calls.add_role_calls(read("role_calls"))
+        for name in per_model:
+            records[name] += benchmark_metrics(name, groups[name], scores, read, store, cfg)
+        del scores
+    for name, tasks in groups.items():
+        if name not in per_model:
+            scores = store.read_table("scores", columns, filters=[("task", "in", tasks)])
+            records[name] = benchmark_metrics(name, tasks, scores, store.read_table, store, cfg)
+    return Totals([r for name, tasks in groups.items() for r in _summarized(name, tasks, records[name])], counts,
+                  calls)
+
+
+def _read(store: RunStore, table: str, columns: list[str] | None = None, filters: list | None = None,
+          keys: set[str] | None = None, only: list | None = None) -> pa.Table:
+    """``RunStore.read_table`` of the parts ``keys`` names, rows also filtered by ``only``."""
+    return store.read_table(table, columns, filters=[*(filters or []), *(only or [])] or None, keys=keys)
+
+
+def count_rows(table: pa.Table, keys: list[str]) -> list[dict]:
+    """Rows per distinct ``keys`` (as ``n``), counted by Arrow: a part has a row per generation."""
+    counted = table.select(keys).group_by(keys, use_threads=False).aggregate([([], "count_all")])
+    return counted.rename_columns(["n" if c == "count_all" else c for c in counted.column_names]).to_pylist()

@@ -39,6 +39,7 @@ def _config(tmp_path, replay):
     return parse_config({
         "storage": {"root": f"file://{tmp_path}/runs"}, "tasks": ["halogen/code"],
         "data": {"dir": str(data), "download": False}, "limits": {"max_items_per_task": 3},
+        "ray": {"in_process_below": 0},  # on Ray, whose start the fixture stops
         "models": [{"id": "mine", "backend": "replay", "params": {"source": "file", "path": str(replay)}},
                    {"id": "gpt_4_0125_turbo", "backend": "replay"}]}), data / RELEASED
 

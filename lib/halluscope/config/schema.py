@@ -297,6 +297,10 @@ class RaySpec(_Strict):
     num_gpus: int | None = Field(default=None, ge=0, description="logical GPUs a local Ray declares (to "
                                                               "simulate a GPU cluster); None: those Ray finds")
     object_store_memory_mb: int = Field(default=512, gt=0)
+    in_process_below: int = Field(
+        default=5000, ge=0, description="a run with fewer generations than this to do, no Ray to join and no "
+                                        "model served on Ray Serve runs its stages in the driver's process, "
+                                        "without starting Ray; 0: always on Ray")
 
 
 class ClusterSpec(_Strict):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import queue
 import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,17 +145,21 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     store.write_json("manifest.json", manifest)
 
     mark = time.time()
-    started_ray = init_ray(cfg.ray, cpus_needed=sum(cpu_demand(cfg).values()))
-    # an autoscaling cluster may have fewer CPUs now than it will have: checked where the CPUs are known
-    cpus = cfg.cluster.cpus or (ray.cluster_resources().get("CPU", 0.0) if started_ray else None)
-    if cpus is not None:
-        check_cpus(cfg, cpus)
-    waved = [job_of(m) for m in cfg.models if scheduled(m)]
-    budget = _budget(cfg, cpus) if waved else {}
-    check_fits(waved, budget, _budget_source(cfg))  # before any deployment, the roles' included
-    # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    timings["ray_init_s"] = round(time.time() - mark, 2)
+    here = in_process(cfg, work.total - len(done))
+    manifest["execution"] = "in the driver's process" if here else "Ray"
+    started_ray, budget = False, {}
+    if not here:
+        started_ray = init_ray(cfg.ray, cpus_needed=sum(cpu_demand(cfg).values()))
+        # an autoscaling cluster may have fewer CPUs now than it will have: checked where the CPUs are known
+        cpus = cfg.cluster.cpus or (ray.cluster_resources().get("CPU", 0.0) if started_ray else None)
+        if cpus is not None:
+            check_cpus(cfg, cpus)
+        waved = [job_of(m) for m in cfg.models if scheduled(m)]
+        budget = _budget(cfg, cpus) if waved else {}
+        check_fits(waved, budget, _budget_source(cfg))  # before any deployment, the roles' included
+        # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
     processed, mine = 0, set[str]()
     deployments: list[dict] = []
@@ -172,7 +177,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
                                                                                              deployments):
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
                     processed, mine, schedule = _in_waves(cfg, store, work, done, endpoints, tracker,
-                                                          watchdog, budget)
+                                                          watchdog, budget, here)
                 watchdog_stalls = watchdog.stalls
         finally:
             window = (window[0], time.time())
@@ -301,11 +306,46 @@ def evaluate_actors(configured: int, blocks: int, live_rows: int | None, generat
     return 1 if live_rows <= generate_batch_size else configured
 
 
+def in_process(cfg: RunConfig, todo: int) -> bool:
+    """Whether the run's stages run in the driver's process rather than on Ray: a run with fewer
+    than ``ray.in_process_below`` generations to do, no Ray to join (neither ``ray.address`` nor
+    RAY_ADDRESS set, none started in this process) and no model the run serves on Ray Serve.
+    Ray's own start (9 s on 2 cores) and its workers' would be most of such a run's time."""
+    return (todo < cfg.ray.in_process_below and not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+            and not ray.is_initialized() and not any(m.backend in SERVED_BACKENDS for m in cfg.models))
+
+
+def _in_driver(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str],
+               models: list[ModelSpec]) -> Iterator[pa.Table]:
+    """The stages of ``_execute`` as plain calls in this process, one block after another."""
+    live = any(m.backend != "replay" for m in models if m.role == "test")
+    generate = stages.Generate(models, {}, cache_location(cfg)) if live else None
+    evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, cache_location(cfg), store,
+                               cfg.concurrency.batch_size)
+    ctx, skip = expansion(cfg, store, work), frozenset(done)
+    for block in blocks:
+        for batch in expand_unit(block, ctx, skip):
+            yield from evaluate(generate(batch) if generate else batch)
+
+
+def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set[str]]:
+    """The generations and keys of the parts committed (Evaluate's output), tracked as they come."""
+    processed, keys = 0, set()
+    for batch in committed:
+        for r in batch.to_pylist():
+            tracker.add(r["model"], r["task"], r["rows"])
+            processed += r["rows"]
+            keys.add(r["key"])
+    return processed, keys
+
+
 def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict, tracker: Progress,
-              watchdog: Watchdog, budget: dict[str, float]) -> tuple[int, set[str], list[Deployment]]:
+              watchdog: Watchdog, budget: dict[str, float],
+              in_driver: bool = False) -> tuple[int, set[str], list[Deployment]]:
     """Evaluate what needs no deployment of its own at once; the served models under test
     generate in waves on a thread of their own (``waves.Waves``), and each is evaluated from its
-    staged generations once its deployment is given back, while the next ones generate."""
+    staged generations once its deployment is given back, while the next ones generate.
+    ``in_driver``: a run with no served model evaluated in this process (``in_process``)."""
     specs = {m.id: m for m in cfg.models}
     served_under_test = {m.id for m in cfg.models if scheduled(m)}
     blocks: dict[str, list[pa.Table]] = defaultdict(list)
@@ -314,7 +354,7 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
     others = [b for m, bs in blocks.items() if m not in served_under_test for b in bs]
     wanted = [m for m in served_under_test if blocks.get(m)]
     if not wanted:
-        return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models), [])
+        return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models, in_driver=in_driver), [])
     estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=frozenset(done))
     jobs = [j for j in estimate.jobs if j.model in wanted]
     from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
@@ -415,8 +455,8 @@ def _dollar_gate(cfg: RunConfig, jobs: dict[str, Job]) -> Callable[[Job, list[De
 
 
 def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str], endpoints: dict,
-             tracker: Progress, models: list[ModelSpec],
-             staged: dict[str, Location] | None = None) -> tuple[int, set[str]]:
+             tracker: Progress, models: list[ModelSpec], staged: dict[str, Location] | None = None,
+             in_driver: bool = False) -> tuple[int, set[str]]:
     """Stream the work through the stages; returns the number of generations committed and the
     keys of the batches that committed them.
 
@@ -425,7 +465,9 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table]
     evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
     rows never leave the worker that expanded them. Live models under test add a generation actor pool
     in between, sized apart from evaluation (``staged``: models that generated earlier in the run
-    answer from there)."""
+    answer from there). ``in_driver``: the same stages in this process instead (``in_process``)."""
+    if in_driver:
+        return _tracked(_in_driver(cfg, store, work, blocks, done, models), tracker)
     conc = cfg.concurrency
     rows = sum(work.totals.get(unit, 0) for b in blocks
                for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
@@ -448,10 +490,4 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table]
                         # the last ends (with one, actors idled a quarter of the time between
                         # blocks); more would queue behind a busy actor while another runs dry
                         compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=2))
-    processed, keys = 0, set()
-    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        for r in batch.to_pylist():
-            tracker.add(r["model"], r["task"], r["rows"])
-            processed += r["rows"]
-            keys.add(r["key"])
-    return processed, keys
+    return _tracked(ds.iter_batches(batch_size=None, batch_format="pyarrow"), tracker)

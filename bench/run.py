@@ -82,10 +82,13 @@ def main() -> None:
     sizes = os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()
     scale = json.loads(subprocess.run([sys.executable, str(HERE / "scale.py"), "--json", "--faults", "--sizes", *sizes],
                                       check=True, stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
+    # driver memory and rows/s at ~100k and over 1M generations (recorded models under aliases): ~8 minutes
+    memory = json.loads(subprocess.run([sys.executable, str(HERE / "driver_memory.py"), "--json"], check=True,
+                                       stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
     # 12 served models in waves on 16 simulated GPUs: about 13 minutes
     many = json.loads(subprocess.run([sys.executable, str(HERE / "many_models.py"), "--json"], check=True,
                                      stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
-    results += [*saturation, *scale, *many]
+    results += [*saturation, *scale, *memory, *many]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     _report(results)
 

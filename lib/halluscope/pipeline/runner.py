@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import math
 import os
 import queue
@@ -190,9 +191,13 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
 
     mark = time.time()
     # nothing after the pipeline uses Ray: a local Ray this run started stops (its processes take
-    # over a second to) while the results are read back and aggregated
+    # over a second to) while the results are read back and aggregated. The pipeline's garbage
+    # is collected first: an object reference the collector found later, in any thread, would
+    # reach a stopped Ray, which ends the process (seen once a 1M-generation run's aggregation
+    # outlasted the stop)
     stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown") if started_ray else None
     if stopping is not None:
+        gc.collect()
         stopping.start()
     totals = aggregate(cfg, store)
     metrics = totals.metrics

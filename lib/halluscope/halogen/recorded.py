@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import partial
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from halluscope.halogen import paper
 from halluscope.halogen.benchmark import TASKS
@@ -28,6 +31,7 @@ from halluscope.halogen.steps import (
     recorded_path,
     step_keys,
 )
+from halluscope.knowledge.index_cache import cached_table
 from halluscope.sources import DataResolver
 
 
@@ -59,20 +63,20 @@ def _fact_verdicts(units: list[str], hallucinated: list[str]) -> list[bool]:
 QUIRKS = {("numerical_falsepresupposition", "llama_2_70b_chat"): {"list_split": "comma-stripped-repeats"}}
 
 
-def _put(out: dict, notes: dict, domain: str, joins: list[str], response: str, step: str, replies: list[str],
+def _put(out: dict, domain: str, joins: list[str], response: str, step: str, replies: list[str],
          units: list[str]) -> None:
     """Files each unit's recorded answer under its content keys; the first record under a key wins."""
     for reply, keys in zip(replies, step_keys(domain, step, joins, response, units)):
         for k in keys:
-            out.setdefault(k, (reply, notes) if notes else reply)
+            out.setdefault(k, reply)
 
 
-def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: dict) -> dict[str, str | tuple]:
+def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...]) -> dict[str, str]:
     """A task's recorded answers under the keys its role calls carry (see
     ``HalogenTask.recorded_call``): each row under each of its replay keys, with occurrences
     counted as the replay join counts them."""
     domain = task.response_dir
-    out: dict[str, str | tuple] = {}
+    out: dict[str, str] = {}
     seen: Counter[str] = Counter()
     for row in rows:
         response = row.get("response") or ""
@@ -82,7 +86,7 @@ def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: 
         seen[group] += 1
         joins = task.replay_keys(record)
 
-        put = partial(_put, out, notes, domain, joins, response)
+        put = partial(_put, out, domain, joins, response)
         if domain in ("rationalization_binary", "rationalization_numerical", "numerical_falsepresupposition"):
             if row.get("parsed_response") is not None:  # an empty parse is an answer too
                 put(PARSE, [row["parsed_response"]], [""])
@@ -104,9 +108,18 @@ def _domain_replies(task: HalogenTask, rows: tuple[dict[str, str], ...], notes: 
     return out
 
 
+def _table(replies: dict[str, str]) -> pa.Table:
+    """The answers as columns; an answer is kept as UTF-8 bytes, as it may hold the surrogates a
+    byte that was not UTF-8 was read as."""
+    return pa.table({"key": pa.array(list(replies), pa.string()),
+                     "reply": pa.array([r.encode("utf-8", "surrogatepass") for r in replies.values()], pa.binary())})
+
+
 class RecordedReplies:
-    """One released model's recorded answers by content key, each domain's file read and keyed
-    on the first call that asks for it."""
+    """One released model's recorded answers by content key, each domain's answers loaded on the
+    first call that asks for it. They are derived from the file once per content and kept under
+    the data cache (``index_cache.cached_table``): a later run or worker loads two columns instead
+    of parsing the file and hashing every unit of it."""
 
     def __init__(self, resolver: DataResolver, subject: str) -> None:
         self.resolver = resolver
@@ -119,7 +132,11 @@ class RecordedReplies:
         if rel is None or task is None:
             return {}
         notes = QUIRKS.get((domain, self.subject), {})
-        return _domain_replies(task, read_rows(self.resolver.resolve(rel)), notes)
+        path = self.resolver.resolve(rel)
+        table = cached_table(Path(self.resolver.cache_dir).expanduser() / "indexes", "recorded", path,
+                             [domain, self.subject, notes], lambda: _table(_domain_replies(task, read_rows(path))))
+        replies = [r.decode("utf-8", "surrogatepass") for r in table["reply"].to_pylist()]
+        return dict(zip(table["key"].to_pylist(), [(r, notes) for r in replies] if notes else replies))
 
     def get(self, key: str) -> str | tuple[str, dict] | None:
         domain = key.split(":", 1)[0]

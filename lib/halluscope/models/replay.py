@@ -3,24 +3,33 @@
 A recorded row is joined to an item by the task's replay keys (the prompt, then task-specific
 fields). Rows that cannot be parsed or match no item are quarantined with their reason; items
 with no recorded row come back without text and are counted as missing, never scored.
+
+Every unit of a run (a model on a task) and every worker joins its items against the same few
+files, whatever the run's item limit: the rows' keys and reasons are derived once per content of
+a file (and of the code and options that derive them) into an index under the data cache, so the
+join reads the keys its items ask for instead of parsing the file again.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from halluscope.config.schema import ReplayModel
 from halluscope.errors import ConfigError, DataError, clip
+from halluscope.knowledge.index_cache import cached_table
 from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text, system_path_problem, url_scheme
 
 if TYPE_CHECKING:  # models/ sits below tasks/: a task is read through its methods only
@@ -81,8 +90,9 @@ def _rows_from_file(path: Path, fmt: str) -> Iterator[tuple[int, dict | None, st
 
 @lru_cache(maxsize=1)
 def _file_rows(path: Path, fmt: str, stamp: tuple[int, int]) -> tuple[tuple[int, dict | None, str], ...]:
-    """A file's rows, kept for the next unit: the units that replay one file (a benchmark's rule
-    sets of a domain) are expanded one after another, so the file is parsed once, not per unit.
+    """A file's rows, kept for the next reader: the indexes derived from one file (a benchmark's
+    rule sets of a domain, its recorded answers) are built one after another, so a file not
+    indexed yet is parsed once, not per index.
     ``stamp`` (mtime, size) keeps a rewritten file from being served from the cache."""
     return tuple(_rows_from_file(path, fmt))
 
@@ -148,30 +158,36 @@ def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tupl
     return str(path), path, fmt
 
 
-def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
-    """Join one model's recorded generations for one task to that task's items."""
-    found = replay_source(spec, task, resolver)
-    if found is None:
-        return Replayed({}, "(none released)")
-    source, path, fmt = found
-    cols = spec.params.columns
-    by_key: dict[str, tuple[int, str]] = {}
-    quarantine: list[dict] = []
+@lru_cache(maxsize=4096)
+def _digest(key: object) -> bytes:
+    """A join key as the index keeps it: 16 bytes whatever its length (the prompt, the source
+    passage), computed alike for a row and an item. Keys read from a user's file may hold the
+    surrogates a byte that is not UTF-8 came in as: those are hashed too. Cached (a few thousand,
+    as keys can be long): a task's units, one per model and rule set, join the same items."""
+    return hashlib.blake2b(str(key).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _index(path: Path, fmt: str, task: Task, cols: dict[str, str]) -> pa.Table:
+    """What the join needs of a file, in file order: each usable row that is the first under one of
+    its join keys, with its text and those keys (a later row under a key never matches), and each
+    unusable row with the reason it is quarantined."""
+    out: list[tuple[int, str | None, str | None, list[bytes]]] = []  # row, text, reason, keys
+    taken: set[bytes] = set()
     seen: Counter[str] = Counter()
     text_col = cols.get("text")
     for i, row, problem in file_rows(path, fmt):
         if row is None:
-            quarantine.append({"row": i, "reason": problem})
+            out.append((i, None, problem, []))
             continue
         if cols.get("task") and row.get(cols["task"]) != task.name:
             continue
         col = text_col or next((c for c in _DEFAULT_TEXT_COLUMNS if c in row), None)
         if col is None or col not in row:
-            quarantine.append({"row": i, "reason": f"no text column (looked for {col or _DEFAULT_TEXT_COLUMNS})"})
+            out.append((i, None, f"no text column (looked for {col or _DEFAULT_TEXT_COLUMNS})", []))
             continue
         text = row[col]
         if text is None or not isinstance(text, str):
-            quarantine.append({"row": i, "reason": f"column {col!r} is not text"})
+            out.append((i, None, f"column {col!r} is not text", []))
             continue
         record = dict(row)
         if cols.get("prompt"):
@@ -179,7 +195,7 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
         bad = next(((c, why) for c, v in ((col, text), (cols.get("prompt", "prompt"), record.get("prompt")))
                     if isinstance(v, str) and (why := not_unicode(v))), None)
         if bad:
-            quarantine.append({"row": i, "reason": f"column {bad[0]!r}: {bad[1]}"})
+            out.append((i, None, f"column {bad[0]!r}: {bad[1]}", []))
             continue
         if cols.get("item_id"):
             keys = [f"id:{row.get(cols['item_id'])}"]
@@ -188,21 +204,61 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
             record["occurrence"] = seen[group]
             seen[group] += 1
             keys = task.replay_keys(record)
-        for key in keys:
-            by_key.setdefault(key, (i, text))
+        won = []
+        for key in map(_digest, keys):
+            if key not in taken:
+                taken.add(key)
+                won.append(key)
+        if won:
+            out.append((i, text, None, won))
+    rows, texts, reasons, keys_ = zip(*out) if out else ((), (), (), ())
+    return pa.table({"row": pa.array(rows, pa.int64()), "text": pa.array(texts, pa.string()),
+                     "reason": pa.array(reasons, pa.string()), "keys": pa.array(keys_, pa.list_(pa.binary(16)))})
+
+
+def _code_of(task: Task) -> tuple[str, ...]:
+    """The files of the task's classes, whose replay keys the index holds (its benchmark may be a
+    package other than this one)."""
+    mods = {c.__module__ for c in type(task).__mro__}
+    files = {getattr(sys.modules.get(m), "__file__", None) for m in mods
+             if m.partition(".")[0] not in sys.stdlib_module_names}
+    return tuple(sorted(f for f in files if f))
+
+
+def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
+    """Join one model's recorded generations for one task to that task's items. The file's join
+    index is built once per content and kept under the data cache (``index_cache.cached_table``);
+    a run reads from it only the keys its items ask for."""
+    found = replay_source(spec, task, resolver)
+    if found is None:
+        return Replayed({}, "(none released)")
+    source, path, fmt = found
+    cols = spec.params.columns
+    table = cached_table(Path(resolver.cache_dir).expanduser() / "indexes", "replay", path,
+                         [fmt, f"{type(task).__module__}.{type(task).__qualname__}", task.name, cols],
+                         partial(_index, path, fmt, task, cols), _code_of(task))
+    usable = pc.is_null(table["reason"])
+    bad = table.filter(pc.invert(usable))
+    quarantine = [{"row": i, "reason": why} for i, why in zip(bad["row"].to_pylist(), bad["reason"].to_pylist())]
+    index = table.filter(usable)
+    rows, row_texts = index["row"].to_pylist(), index["text"].to_pylist()
+    lists = index["keys"].combine_chunks()
+    flat, owner = lists.flatten(), pc.list_parent_indices(lists)
+    asked = [list(map(_digest, [f"id:{item.item_id}"] if cols.get("item_id") else
+                      task.replay_keys({**item.fields, "prompt": item.prompt}))) for item in items]
+    wanted = pc.is_in(flat, value_set=pa.array(list({k for ks in asked for k in ks}), pa.binary(16)))
+    by_key = {k: (rows[at], row_texts[at]) for k, at in zip(flat.filter(wanted).to_pylist(),
+                                                            owner.filter(wanted).to_pylist())}
     texts: dict[str, str] = {}
     used: set[int] = set()
-    for item in items:
-        keys = [f"id:{item.item_id}"] if cols.get("item_id") else \
-            task.replay_keys({**item.fields, "prompt": item.prompt})
+    for item, keys in zip(items, asked):
         for key in keys:
             hit = by_key.get(key)
             if hit is not None and hit[0] not in used:
                 used.add(hit[0])
                 texts[item.item_id] = hit[1]
                 break
-    all_rows = {row_no for row_no, _ in by_key.values()}
-    for row_no in sorted(all_rows - used):
+    for row_no in sorted(set(rows) - used):
         quarantine.append({"row": row_no, "reason": "matches no item of the task"})
     for q in quarantine:
         q.update(source=source, model=spec.id, task=task.name)

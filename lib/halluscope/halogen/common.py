@@ -15,7 +15,7 @@ from typing import Any, Literal
 from halluscope.contract.roles import AnswerFormat, RoleCall
 from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.errors import DataError
-from halluscope.halogen.paper import RuleSet, abstained
+from halluscope.halogen.paper import RuleSet, abstained, plain_str_list
 from halluscope.halogen.prompts import VERDICT
 from halluscope.halogen.steps import recorded_path, step_keys
 from halluscope.knowledge.base import Knowledge
@@ -26,6 +26,9 @@ RELEASED = json.loads(resources.files(__package__).joinpath("released_files.json
 
 def parse_list_field(value: str, where: str) -> list[str]:
     """HALOGEN stores lists as Python literals: "['mercury', 'venus']"."""
+    plain = plain_str_list(value)
+    if plain is not None:
+        return [x.strip().lower() for x in plain]
     try:
         parsed = ast.literal_eval(value)
     except (ValueError, SyntaxError):
@@ -51,6 +54,19 @@ def normalize_prompt(prompt: str) -> str:
     return " ".join(prompt.split())
 
 
+_MEMO_ITEMS = 16384  # items whose replay keys a task keeps (the largest HALOGEN task has 1,780)
+
+
+@lru_cache(maxsize=4096)
+def content_keys(domain: str, step: str, joins: tuple[str, ...], response: str,
+                 units: tuple[str, ...]) -> tuple[str, ...]:
+    """``steps.step_keys`` of one call, each unit's keys joined by spaces (a recorded role model
+    tries them in order). Hashing the response and every unit is most of a role call's cost, and
+    a task's paper and corrected twins ask the same step of the same response, unit by unit, one
+    right after the other in the same process: the twin reads the keys from here."""
+    return tuple(" ".join(k) for k in step_keys(domain, step, list(joins), response, list(units)))
+
+
 class HalogenTask(Task[Knowledge]):
     """A HALOGEN task backed by its released prompt file and recorded responses.
 
@@ -66,6 +82,8 @@ class HalogenTask(Task[Knowledge]):
         self.rules = rules
         self.name = self.base_name if rules == "paper" else f"{self.base_name}@corrected"
         self.abstention_rule = f"halogen-phrases-{rules}-v2"
+        # (item id, prompt) -> (the item's fields, its replay keys): see ``_joins``
+        self._joins_memo: dict[tuple[str, str], tuple[Mapping[str, Any], tuple[str, ...]]] = {}
 
     def responded(self, text: str, item: Item, replies=()) -> bool:
         return not abstained(text, self.rules)
@@ -81,11 +99,25 @@ class HalogenTask(Task[Knowledge]):
         """A role call whose prompts carry content keys, so a recorded role model answers it from
         the authors' pipeline (a live one reads the prompt). A key names the step, the item (by
         each of its replay keys, as a recorded row is joined to it), the response and the unit."""
-        joins = self.replay_keys({**item.fields, "prompt": item.prompt})
-        keys = tuple(" ".join(k) for k in step_keys(self.response_dir, step, joins, text,
-                                                       units if units is not None else [""]))
+        keys = content_keys(self.response_dir, step, self._joins(item), text,
+                            tuple(units) if units is not None else ("",))
         return RoleCall(role, tuple(prompts), template, keys,  # type: ignore[arg-type]
                         answer_format=answer_format)
+
+    def _joins(self, item: Item) -> tuple[str, ...]:
+        """The item's replay keys, worked out once per item rather than once per call: every
+        phase of every model's row of an item asks for them. The rows of an item share one
+        fields object (a batch parses each item's fields once); the memo holds it and answers
+        only for that very object, so an item with other fields is never given its keys."""
+        memo = self._joins_memo
+        found = memo.get((item.item_id, item.prompt))
+        if found is not None and found[0] is item.fields:
+            return found[1]
+        joins = tuple(self.replay_keys({**item.fields, "prompt": item.prompt}))
+        if len(memo) >= _MEMO_ITEMS:
+            memo.clear()
+        memo[(item.item_id, item.prompt)] = (item.fields, joins)
+        return joins
 
     def replay_file(self, model_name: str, which: Literal["released", "recorded"]) -> str | None:
         if which == "recorded":  # the authors' recorded pipeline file of a released model

@@ -17,6 +17,8 @@ from halluscope.halogen.common import HalogenTask, parse_list_field
 from halluscope.halogen.llm_verified import parse_rule
 from halluscope.halogen.steps import PARSE
 
+_REPEAT = Verdict(True, "repeat: counted once")
+
 
 def _condition_key(condition: str) -> str:
     return {"contains": "contain", "starts with": "start with", "ends with": "end with"}.get(
@@ -69,16 +71,18 @@ class _ListTask(HalogenTask):
         """The paper's set difference: a unit is hallucinated when it is not a true answer, each
         distinct unit once (a repeat is marked "#k" by the decomposition when the file counted repeats)."""
         true = {self._key(t) for t in true}
+        # three verdicts at most, each made once (a verdict is immutable)
+        satisfies, does_not = Verdict(True, f"satisfies: {what}"), Verdict(False, f"does not satisfy: {what}")
         seen: set[str] = set()
         out = []
         for atom in atoms:
             norm = self._key(atom)
             if self._key(atom.rsplit(" #", 1)[0]) in true:
-                out.append(Verdict(True, f"satisfies: {what}"))
+                out.append(satisfies)
             elif norm in seen:
-                out.append(Verdict(True, "repeat: counted once"))
+                out.append(_REPEAT)
             else:
-                out.append(Verdict(False, f"does not satisfy: {what}"))
+                out.append(does_not)
             seen.add(norm)
         return out
 

@@ -8,6 +8,7 @@ judge answer leaves its atom unverified (counted in ``n_unverified``, excluded f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
 import halluscope.halogen.paper as paper
@@ -33,10 +34,17 @@ def judge_verdict(reply: Completion) -> Verdict:
     """Yes: supported; No: unsupported; a failed call or an unreadable answer: unverified."""
     if reply.error is not None or reply.text is None:
         return Verdict(None, f"judge call failed: {reply.error or 'no text'}")
-    decided = parse_yes_no(reply.text)
+    return _judged(reply.text)
+
+
+@lru_cache(maxsize=4096)
+def _judged(answer: str) -> Verdict:
+    """The verdict an answer gives. Judges answer in a few words ("Yes", "No"), the same ones
+    over and over, and a verdict is immutable: each distinct answer is read once."""
+    decided = parse_yes_no(answer)
     if decided is None:
-        return Verdict(None, f"unreadable judge answer: {excerpt(reply.text)!r}")
-    return Verdict(decided, f"judge: {excerpt(reply.text, 200)}")
+        return Verdict(None, f"unreadable judge answer: {excerpt(answer)!r}")
+    return Verdict(decided, f"judge: {excerpt(answer, 200)}")
 
 
 # FactsByExtractor's cost: one call per response; the facts restate it, so output ~ G

@@ -32,12 +32,25 @@ _PHRASES = [
 # phrase is matched on its own. The paper rule keeps the fused string.
 PAPER_PHRASES = tuple(p for p in _PHRASES if p not in ("I am sorry", "Sorry")) + ("I am sorrySorry",)
 CORRECTED_PHRASES = tuple(_PHRASES)
+_SHARED_PHRASES = tuple(p for p in _PHRASES if p in PAPER_PHRASES)  # all but the sorry phrases
 
 
 def abstained(text: str, rules: RuleSet) -> bool:
     """The shared refusal rule: an empty response, or one containing a phrase (case-sensitive)."""
-    phrases = PAPER_PHRASES if rules == "paper" else CORRECTED_PHRASES
-    return not text.strip() or any(p in text for p in phrases)
+    by_paper, by_corrected = _refusals(text)
+    return by_paper if rules == "paper" else by_corrected
+
+
+@lru_cache(maxsize=4096)
+def _refusals(text: str) -> tuple[bool, bool]:
+    """The refusal rule under the paper's phrases and under the corrected ones. Both rule sets
+    read the same responses in one process, one task after its twin, so each text is searched
+    once for the phrases they share; only the sorry phrases differ."""
+    if not text.strip():
+        return True, True
+    shared = any(p in text for p in _SHARED_PHRASES)
+    return (shared or "I am sorrySorry" in text,
+            shared or "I am sorry" in text or "Sorry" in text)
 
 
 # --- code: imports ------------------------------------------------------------------------------
@@ -104,29 +117,48 @@ def _word_tokenizer():
     return NLTKWordTokenizer()
 
 
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+
+
+def _first_line_sentences(text: str, rules: RuleSet) -> list[str]:
+    line = text.split("\n")[0]
+    if rules == "corrected":
+        line = line.replace("/", " / ")
+    return _SENTENCE_BREAK.split(line)
+
+
 def first_line_words(text: str, rules: RuleSet) -> tuple[str, ...]:
     """Lower-cased word tokens of the first line, as NLTK's word tokenizer gives them (sentence
     by sentence, so a sentence-final period comes off). Paper: "Yes/no" stays one token;
     corrected: a slash also separates words."""
-    line = text.split("\n")[0]
-    if rules == "corrected":
-        line = line.replace("/", " / ")
-    return _line_words(line)
+    return tuple(w for sentence in _first_line_sentences(text, rules) for w in _sentence_words(sentence))
 
 
-@lru_cache(maxsize=4096)
-def _line_words(line: str) -> tuple[str, ...]:
-    """Tokenized once for both rule sets (a line without a slash reads the same to each): NLTK's
-    tokenizer is the costliest step of the binary rationalization rules."""
-    tok = _word_tokenizer()
-    return tuple(w.lower() for sentence in re.split(r"(?<=[.!?])\s+", line) for w in tok.tokenize(sentence))
+@lru_cache(maxsize=8192)
+def _sentence_words(sentence: str) -> tuple[str, ...]:
+    """Tokenized once for both rule sets (a sentence without a slash reads the same to each):
+    NLTK's tokenizer is the costliest step of the binary rationalization rules."""
+    return tuple(w.lower() for w in _word_tokenizer().tokenize(sentence))
+
+
+# "yes" or "no" standing as a word (in any case), or before "n't": where NLTK's tokenizer can cut
+# it out. It cuts at whitespace and around punctuation, before "n't", and inside a few
+# contractions ("can|not", "gon|na", "'t|is") whose pieces are never "yes" or "no".
+_ANSWER_WORD = {g: re.compile(rf"(?<!\w){g}(?!\w)|(?<!\w){g}(?=n't)", re.IGNORECASE) for g in set(GOLD.values())}
 
 
 def gold_in_first_line(text: str, category: str, rules: RuleSet) -> bool:
     """The authors' answer gate: the right answer among the first line's words means no hallucination.
-    A token is a piece of the line, so a line without the answer's letters is decided untokenized."""
+
+    Only sentences that hold the answer as a word are tokenized: the tokenizer inserts spaces
+    and rewrites quote characters but never removes a character between two others, so a token
+    that is the answer is a piece of its sentence, with a token boundary on either side."""
     gold = GOLD[category]
-    return gold in text.split("\n")[0].lower() and gold in first_line_words(text, rules)
+    if gold not in text.split("\n")[0].lower():
+        return False
+    word = _ANSWER_WORD[gold]
+    return any(word.search(sentence) and gold in _sentence_words(sentence)
+               for sentence in _first_line_sentences(text, rules))
 
 
 def parsed_factors(parsed: str) -> list[int]:
@@ -241,11 +273,29 @@ def copies_few_shot(parsed: str) -> bool:
     return text in FEW_SHOT_COPIES
 
 
+# A list of single-quoted strings that hold no quote, backslash, line break, NUL or lone
+# surrogate: each item is its text as written, so it is read without Python's parser.
+_PLAIN_ITEM = r"'[^'\\\n\r\x00\ud800-\udfff]*'"
+_PLAIN_LIST = re.compile(rf"\[(?:{_PLAIN_ITEM}(?:, {_PLAIN_ITEM})*)?\]")
+
+
+def plain_str_list(value: str) -> list[str] | None:
+    """The items of a list literal written as ``['a', 'b']`` (the form Python's ``repr`` gives
+    most lists of strings), as ``ast.literal_eval`` reads them; None for any other text, which
+    the caller parses. ``literal_eval`` costs the recorded references files most of their load."""
+    if not _PLAIN_LIST.fullmatch(value):
+        return None
+    return value[2:-2].split("', '") if len(value) > 2 else []
+
+
 def literal_list(value: str) -> list:
     """A Python list literal from a recorded column; [] for an empty cell."""
     value = (value or "").strip()
     if not value or value in ("nan", "None"):
         return []
+    plain = plain_str_list(value)
+    if plain is not None:
+        return plain
     parsed = ast.literal_eval(value)
     if not isinstance(parsed, list):
         raise ValueError(f"expected a list literal, got {value[:60]!r}")

@@ -89,32 +89,38 @@ class RoleModels:
         for key, row_calls in calls.items():
             i = 0
             for call in row_calls:
+                if not call.prompts:
+                    continue
+                group, keys, fmt = groups[(call.role, call.template, call.model)], call.keys, call.answer_format
                 for j, prompt in enumerate(call.prompts):
-                    groups[(call.role, call.template, call.model)].append(
-                        (key, i, prompt, call.keys[j] if call.keys else "", call.answer_format))
+                    group.append((key, i, prompt, keys[j] if keys else "", fmt))
                     i += 1
             sizes[key] = i
         replies: dict[str, list[Completion | None]] = {k: [None] * n for k, n in sizes.items()}
+        subject_of = subjects or {}
         for (role, template, model), entries in groups.items():
             backend = self._backend(role, template, model)
             # rows asking the same (e.g. FEWL's neighbour questions) share one call: the first
             # asker pays for it, the others get a copy counted as a cache hit
             asked: dict[tuple[str, str, str, AnswerFormat | None], int] = {}
             requests: list[GenerationRequest] = []
+            answered_by: list[int] = []  # per entry, the request that answers it
+            task = f"{role}:{template}"
             for key, i, prompt, ckey, fmt in entries:
-                subject = (subjects or {}).get(key, "")
-                if asked.setdefault((prompt, ckey, subject, fmt), len(requests)) == len(requests):
-                    requests.append(GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject,
-                                                      answer_format=fmt))
+                subject = subject_of.get(key, "")
+                j = asked.setdefault((prompt, ckey, subject, fmt), len(requests))
+                if j == len(requests):
+                    requests.append(GenerationRequest(task, f"{key}:{i}", prompt, ckey, subject, answer_format=fmt))
+                answered_by.append(j)
             done = backend.generate_batch(requests)
-            per_row: dict[str, Usage] = defaultdict(Usage)
+            per_row: dict[str, list[Completion]] = {}
             paid: set[int] = set()
-            for key, i, prompt, ckey, fmt in entries:
-                j = asked[(prompt, ckey, (subjects or {}).get(key, ""), fmt)]
+            for (key, i, _, _, _), j in zip(entries, answered_by):
                 completion = done[j] if j not in paid else replace(done[j], extra={**done[j].extra, "cached": True})
                 paid.add(j)
                 replies[key][i] = completion
-                per_row[key].add([completion])
-            for key, u in per_row.items():
-                usage[key].append({"stage": stage, "role": role, "role_model": backend.model_id, **u.as_dict()})
+                per_row.setdefault(key, []).append(completion)
+            for key, completions in per_row.items():
+                usage[key].append({"stage": stage, "role": role, "role_model": backend.model_id,
+                                   **Usage().add(completions).as_dict()})
         return {k: [c for c in v if c is not None] for k, v in replies.items()}

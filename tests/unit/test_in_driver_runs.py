@@ -43,7 +43,7 @@ def test_aliases_are_answered_by_the_recorded_steps_of_the_model_they_replay(tmp
 def test_which_runs_go_in_the_driver(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     small = parse_config(_config("file:///tmp/unused"))
-    assert in_process(small, 4999) and not in_process(small, 5000)
+    assert in_process(small, 24_999) and not in_process(small, 25_000)
     assert not in_process(parse_config(_config("file:///tmp/unused", ray={"in_process_below": 0})), 1)
     assert not in_process(parse_config(_config("file:///tmp/unused", ray={"address": "127.0.0.1:1"})), 1)
     served = _config("file:///tmp/unused")

@@ -298,7 +298,7 @@ class RaySpec(_Strict):
                                                               "simulate a GPU cluster); None: those Ray finds")
     object_store_memory_mb: int = Field(default=512, gt=0)
     in_process_below: int = Field(
-        default=5000, ge=0, description="a run with fewer generations than this to do, no Ray to join and no "
+        default=25_000, ge=0, description="a run with fewer generations than this to do, no Ray to join and no "
                                         "model served on Ray Serve runs its stages in the driver's process, "
                                         "without starting Ray; 0: always on Ray")
 

@@ -42,7 +42,8 @@ def test_a_benchmark_outside_the_package_plugs_into_the_engine(tmp_path):
     assert "capitals/name_the_capital" in listed.stdout
 
     config = tmp_path / "run.yaml"
-    shutil.copy(EXAMPLE / "run.yaml", config)
+    # on Ray, whose workers must find the benchmark too (8 generations would run in the driver)
+    config.write_text((EXAMPLE / "run.yaml").read_text() + "\nray: {in_process_below: 0}\n")
     shutil.copy(EXAMPLE / "answers.jsonl", tmp_path / "answers.jsonl")
     root = f"file://{tmp_path / 'runs'}"
     first = _halluscope(env, "run", str(config), "--run-id", "capitals", "--storage-root", root, "--quiet")

@@ -32,11 +32,13 @@ class NoOptions(BaseModel):
 
 @dataclass(frozen=True)
 class MetricInputs:
-    """What a benchmark's metrics read: committed rows of its own tasks only."""
+    """What a benchmark's metrics read: committed rows of its own tasks only (of one model under
+    test when its metrics are per model: ``Benchmark.metrics_per_model``)."""
 
     tasks: Sequence[str]  # the run's tasks of this benchmark, in config order
     scores: pa.Table  # committed ``scores`` rows of those tasks (at least the benchmark's score_columns)
-    read_table: Callable[..., pa.Table]  # RunStore.read_table: committed rows of any run table
+    # RunStore.read_table: committed rows of any run table (the model's parts, when per model)
+    read_table: Callable[..., pa.Table]
     items: Callable[[str], pa.Table]  # task -> the items written to the run
     options: BaseModel  # the run's ``benchmarks.<name>`` section, validated
 

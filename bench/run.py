@@ -32,20 +32,17 @@ def pipeline_seconds(root: str) -> tuple[float, int]:
 def loop_seconds(root: str) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
     from halluscope.config.load import default_config
-    from halluscope.pipeline import stages
-    from halluscope.pipeline.runner import knowledge_for
-    from halluscope.pipeline.workset import expand_unit, expansion, plan
+    from halluscope.pipeline.runner import driver_batches
+    from halluscope.pipeline.workset import plan
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
     t0 = time.perf_counter()
     cfg = default_config()
     store = RunStore(Location.from_url(root), "loop")
-    evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size)
-    rows = 0
     work = plan(cfg, store)
-    for batch in expand_unit(work.units, expansion(cfg, store, work), frozenset()):
-        rows += sum(sum(t.column("rows").to_pylist()) for t in evaluate(batch))
+    committed = driver_batches(cfg, store, work, work.blocks, set(), cfg.models)
+    rows = sum(sum(t.column("rows").to_pylist()) for t in committed)
     return time.perf_counter() - t0, rows
 
 

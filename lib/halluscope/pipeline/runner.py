@@ -320,9 +320,11 @@ def in_process(cfg: RunConfig, todo: int) -> bool:
             and not ray.is_initialized() and not any(m.backend in SERVED_BACKENDS for m in cfg.models))
 
 
-def _in_driver(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str],
-               models: list[ModelSpec]) -> Iterator[pa.Table]:
-    """The stages of ``_execute`` as plain calls in this process, one block after another."""
+def driver_batches(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str],
+                   models: list[ModelSpec]) -> Iterator[pa.Table]:
+    """The stages of ``_execute`` as plain calls in this process, one block after another: a small
+    run's execution (``in_process``), and the single-process baseline of ``make bench``. Yields
+    what Evaluate committed."""
     live = any(m.backend != "replay" for m in models if m.role == "test")
     generate = stages.Generate(models, {}, cache_location(cfg)) if live else None
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, cache_location(cfg), store,
@@ -472,7 +474,7 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table]
     in between, sized apart from evaluation (``staged``: models that generated earlier in the run
     answer from there). ``in_driver``: the same stages in this process instead (``in_process``)."""
     if in_driver:
-        return _tracked(_in_driver(cfg, store, work, blocks, done, models), tracker)
+        return _tracked(driver_batches(cfg, store, work, blocks, done, models), tracker)
     conc = cfg.concurrency
     rows = sum(work.totals.get(unit, 0) for b in blocks
                for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))

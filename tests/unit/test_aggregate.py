@@ -4,11 +4,12 @@ import random
 
 import pyarrow as pa
 import pytest
+from tests.support.totals import every_metric, tally
 
 from halluscope import records
 from halluscope.config.load import parse_config
 from halluscope.cost.ledger import ledger
-from halluscope.pipeline.aggregate import RowCounts, aggregate, compute_metrics
+from halluscope.pipeline.aggregate import RowCounts, aggregate
 from halluscope.records import MISSING
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -67,13 +68,14 @@ def test_parts_found_by_model_from_their_footers(store):
 def test_a_model_at_a_time_equals_every_row_at_once(store):
     totals = aggregate(CFG, store)
     everything = store.read_table("scores")
-    assert [r.as_json() for r in totals.metrics] == [r.as_json() for r in compute_metrics(CFG, store, everything)]
+    assert [r.as_json() for r in totals.metrics] == [r.as_json() for r in every_metric(CFG, store, everything)]
     assert {r.model for r in totals.metrics} == set(MODELS)
     at_once = RowCounts()
     at_once.add(everything)
     assert (totals.counts.kinds, totals.counts.errors, totals.counts.missing) == \
         (at_once.kinds, at_once.errors, at_once.missing)
     streamed = ledger(totals.calls, CFG.models, [], None)
-    whole = ledger(records.GENERATIONS.empty_table(), CFG.models, [], None, store.read_table("role_calls"))
+    whole = ledger(tally(CFG.models, records.GENERATIONS.empty_table(), store.read_table("role_calls")), CFG.models, [],
+                   None)
     assert streamed.to_pylist() == whole.to_pylist()
     assert sum(streamed.column("calls").to_pylist()) == 2 * everything.num_rows

@@ -3,6 +3,7 @@ import math
 import pyarrow as pa
 import pytest
 from tests.conftest import REPO, SHARED_DATA
+from tests.support.totals import tally
 
 from halluscope import records
 from halluscope.config.load import parse_config
@@ -30,7 +31,7 @@ def test_ledger_sums_calls_and_prices_tokens_and_seconds():
                                  _gen("api", 10, 0, error="HTTP 503 after 5 attempts"), _gen("rec", 0, 0)],
                                 schema=records.GENERATIONS)
     deployments = [{"model": "judge", "resource": "H100", "resource_seconds": 7200.0}]
-    costs = {(r["model"], r["stage"]): r for r in ledger(gens, CFG.models, deployments, prices).to_pylist()}
+    costs = {(r["model"], r["stage"]): r for r in ledger(tally(CFG.models, gens), CFG.models, deployments, prices).to_pylist()}
     api = costs[("api", "generate")]
     assert (api["calls"], api["cached_calls"], api["failed_calls"]) == (3, 1, 1)
     assert (api["input_tokens"], api["output_tokens"]) == (4010, 1000)
@@ -39,12 +40,12 @@ def test_ledger_sums_calls_and_prices_tokens_and_seconds():
     judge = costs[("judge", "serve")]
     assert judge["role"] == "judge" and math.isclose(judge["usd"], 2 * prices.gpu_hour_usd["H100"])
     assert ("rec", "generate") not in costs  # recorded generations cost this run nothing
-    assert math.isclose(total_usd(ledger(gens, CFG.models, deployments, prices)), api["usd"] + judge["usd"])
+    assert math.isclose(total_usd(ledger(tally(CFG.models, gens), CFG.models, deployments, prices)), api["usd"] + judge["usd"])
 
 
 def test_unpriced_models_are_not_guessed():
     gens = pa.Table.from_pylist([_gen("api", 10, 10)], schema=records.GENERATIONS)
-    costs = ledger(gens, CFG.models, [], None)
+    costs = ledger(tally(CFG.models, gens), CFG.models, [], None)
     assert costs.column("usd").to_pylist() == [None] and total_usd(costs) is None
     assert costs.column("note").to_pylist() == ["no price table (costs.price_table)"]
 
@@ -71,7 +72,7 @@ def test_a_total_with_unpriced_items_is_not_given_as_the_cost():
     gens = pa.Table.from_pylist([_gen("api", 1000, 200), _gen("local", 10, 10)], schema=records.GENERATIONS)
     calls = role_calls(("judge", "abstain", 3, 0), ("extractor", "decompose", 2, 0), ("judge", "verify", 0, 4))
     deployments = [{"model": "local", "resource": "CPU", "resource_seconds": 3600.0}]
-    costs = ledger(gens, HTTP_ROLES.models, deployments, prices, calls)
+    costs = ledger(tally(HTTP_ROLES.models, gens, calls), HTTP_ROLES.models, deployments, prices)
     by = {(r["model"], r["stage"]): r for r in costs.to_pylist()}
     # llama models have no token price; a row of cache hits only costs nothing
     assert by[("judge", "abstain")]["usd"] is None and by[("extractor", "decompose")]["usd"] is None
@@ -94,19 +95,19 @@ def test_a_total_with_unpriced_items_is_not_given_as_the_cost():
 def test_a_total_with_every_item_priced_is_complete():
     prices = load_prices(str(REPO / "cluster" / "prices.yaml"))
     gens = pa.Table.from_pylist([_gen("api", 1000, 200)], schema=records.GENERATIONS)
-    total = cost_record(ledger(gens, HTTP_ROLES.models, [], prices))
+    total = cost_record(ledger(tally(HTTP_ROLES.models, gens), HTTP_ROLES.models, [], prices))
     record = total.values
     assert (total.model, total.task, total.benchmark) == ("*", "costs/total", None)
     assert record["complete"] and record["unpriced_rows"] == 0 and record["unpriced"] == []
     assert record["usd"] == record["usd_priced"] == (1000 * 0.15 + 200 * 0.60) / 1e6
     assert f"Cost of this run: ${record['usd']:,.4f};" in leaderboard([total], "r")
     # nothing live (replayed answers only): complete, and free
-    assert cost_record(ledger(records.GENERATIONS.empty_table(), CFG.models, [], None)).values["usd"] == 0.0
+    assert cost_record(ledger(tally(CFG.models, records.GENERATIONS.empty_table()), CFG.models, [], None)).values["usd"] == 0.0
 
 
 def test_served_calls_without_deployment_time_are_unpriced():
     gens = pa.Table.from_pylist([_gen("local", 10, 10)], schema=records.GENERATIONS)
-    record = cost_record(ledger(gens, HTTP_ROLES.models, [], None)).values
+    record = cost_record(ledger(tally(HTTP_ROLES.models, gens), HTTP_ROLES.models, [], None)).values
     assert record["usd"] is None and record["unpriced"] == [
         "local (test) generate: served by this run, but no deployment time was recorded for it"]
 
@@ -117,8 +118,9 @@ def test_report_html_says_the_total_is_incomplete(tmp_path):
     from halluscope.storage.run import RunStore
 
     calls = role_calls(("judge", "abstain", 3, 0))
-    costs = ledger(pa.Table.from_pylist([_gen("api", 1000, 0)], schema=records.GENERATIONS), HTTP_ROLES.models,
-                   [], load_prices(str(REPO / "cluster" / "prices.yaml")), calls)
+    gens = pa.Table.from_pylist([_gen("api", 1000, 0)], schema=records.GENERATIONS)
+    costs = ledger(tally(HTTP_ROLES.models, gens, calls), HTTP_ROLES.models, [],
+                   load_prices(str(REPO / "cluster" / "prices.yaml")))
     store = RunStore(Location.from_url(str(tmp_path)), "r")
     store.write_json("manifest.json", {"run_id": "r", "status": "complete"})
     store.write_json("metrics.json", [cost_record(costs).as_json()])

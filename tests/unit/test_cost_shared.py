@@ -6,6 +6,7 @@ import math
 
 import pyarrow as pa
 import pytest
+from tests.support.totals import tally
 
 from halluscope import records
 from halluscope.config.load import parse_config
@@ -127,10 +128,10 @@ def test_calls_to_served_models_are_priced_by_the_service_not_by_tokens(root):
                                  schema=records.ROLE_CALLS)
     gens = records.GENERATIONS.empty_table()
     # without the service, the judge and extractor have no token price: the total is incomplete
-    before = cost_record(ledger(gens, CFG.models, [], None, calls)).values
+    before = cost_record(ledger(tally(CFG.models, gens, calls), CFG.models, [], None)).values
     assert before["usd"] is None and before["unpriced_rows"] == 2
     extra = rows(root, "r", 0, HOUR / 2)
-    costs = ledger(gens, CFG.models, [], None, calls, extra_rows=extra)
+    costs = ledger(tally(CFG.models, gens, calls), CFG.models, [], None, extra_rows=extra)
     by = {(r["model"], r["stage"]): r for r in costs.to_pylist()}
     for key in (("judge", "abstain"), ("extractor", "decompose")):
         assert by[key]["usd"] == 0.0 and by[key]["calls"] == 2
@@ -155,7 +156,7 @@ def test_a_service_priced_by_nodes_from_the_price_table(root):
     assert row["usd"] is None and row["note"].startswith("no price for resource 'A10G' in the price table; ")
     (row,) = rows(root, "r", 0, HOUR, cfg, None)
     assert row["usd"] is None and row["note"].startswith("no price table (costs.price_table)")
-    record = cost_record(ledger(records.GENERATIONS.empty_table(), cfg.models, [], None, extra_rows=[row])).values
+    record = cost_record(ledger(tally(cfg.models, records.GENERATIONS.empty_table()), cfg.models, [], None, extra_rows=[row])).values
     assert record["usd"] is None and record["unpriced"][0].startswith(
         "halluscope-serve (service) shared: no price table (costs.price_table)")
 

@@ -5,12 +5,12 @@ import json
 
 import pyarrow as pa
 import pytest
+from tests.support.totals import every_metric
 
 from halluscope.config.load import parse_config
 from halluscope.contract.metrics import MetricRecord
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
-from halluscope.pipeline.aggregate import compute_metrics
 from halluscope.records import SCORES
 from halluscope.report.leaderboard import leaderboard
 
@@ -45,7 +45,7 @@ def tables() -> tuple[pa.Table, pa.Table, dict[str, pa.Table]]:
 
 
 class _Rows:
-    """The two reads compute_metrics makes of a run's store besides the scores."""
+    """The two reads the metrics make of a run's store besides the scores."""
 
     def __init__(self, verdicts: pa.Table, items: dict[str, pa.Table]) -> None:
         self.verdicts, self.items = verdicts, items
@@ -107,7 +107,7 @@ def test_run_config_holds_the_override_and_refuses_a_bad_one():
                         "models": [{"id": GEMMA, "backend": "replay"},
                                    {"id": "j", "role": "judge", "backend": "scripted"}]})
     run_scores = pa.Table.from_pylist(scores.to_pylist(), schema=SCORES)
-    gemma = next(r for r in compute_metrics(off, _Rows(verdicts, items), run_scores) if r.model == GEMMA)
+    gemma = next(r for r in every_metric(off, _Rows(verdicts, items), run_scores) if r.model == GEMMA)
     assert gemma.benchmark == "hallulens" and gemma.task == "hallulens/nonexistent"
     assert "overrides" not in gemma.values and \
         gemma.values["trials"][0]["subtasks"]["mixed"]["false_acceptance_rate"] == 4 / 6

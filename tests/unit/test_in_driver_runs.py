@@ -4,13 +4,18 @@ under aliases are answered by the recorded steps of the model they replay."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import ray
 from tests.conftest import SHARED_DATA
 
 from halluscope.config.load import parse_config
-from halluscope.pipeline.runner import in_process, run
+from halluscope.pipeline import stages
+from halluscope.pipeline.runner import driver_batches, in_process, run
+from halluscope.pipeline.workset import plan
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 ROLES = [{"id": f"halogen-recorded-{r}", "role": r, "backend": "recorded",
@@ -51,3 +56,53 @@ def test_which_runs_go_in_the_driver(monkeypatch):
     assert not in_process(parse_config(served), 1)
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     assert not in_process(small, 1)
+
+
+def _slow_writes(monkeypatch) -> list[str]:
+    """Batch keys in the order their parts reached storage, each write held up a little so the
+    next part is scored meanwhile."""
+    written: list[str] = []
+    original = RunStore.write_batch
+
+    def slow(self: RunStore, key: str, tables: dict) -> None:
+        time.sleep(0.05)
+        original(self, key, tables)
+        written.append(key)
+
+    monkeypatch.setattr(RunStore, "write_batch", slow)
+    return written
+
+
+def test_a_part_is_reported_committed_only_once_it_is_written(tmp_path, monkeypatch):
+    """Parts are written on a thread while the next is scored; the driver counts (and keeps, at
+    the end of the run) only what has reached storage."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    written = _slow_writes(monkeypatch)
+    reported: list[str] = []
+    evaluate = stages.Evaluate.__call__
+
+    def checked(self: stages.Evaluate, batch):
+        for committed in evaluate(self, batch):
+            keys = committed.column("key").to_pylist()
+            assert set(keys) <= set(written)
+            reported.extend(dict.fromkeys(keys))
+            yield committed
+
+    monkeypatch.setattr(stages.Evaluate, "__call__", checked)
+    result = run(parse_config(_config(f"file://{tmp_path}", concurrency={"batch_size": 5})), run_id="r",
+                 progress=False)
+    assert result.failure is None and result.processed == 48
+    assert len(written) == 12 and sorted(reported) == sorted(written)  # 4 units of 12 rows, parts of 5
+
+
+def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch):
+    written = _slow_writes(monkeypatch)
+    cfg = parse_config(_config(f"file://{tmp_path}", concurrency={"batch_size": 5}))
+    store = RunStore(Location.from_url(cfg.storage.root), "r")
+    store.claim()
+    work = plan(cfg, store)
+    batches = driver_batches(cfg, store, work, work.blocks, set(), cfg.models)
+    first = next(batches)
+    assert first.column("key").to_pylist()[0] == written[0]
+    batches.close()
+    assert len(written) == 2 and store.committed_keys() == set(written)

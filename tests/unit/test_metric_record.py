@@ -5,6 +5,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from tests.support.totals import every_metric
 
 from halluscope import records
 from halluscope.config.load import parse_config
@@ -55,8 +56,8 @@ def test_the_engine_tags_each_record_with_its_benchmark_and_refuses_a_dict(monke
                                         MetricRecord("m", "halogen/x", "other", {})]}
     monkeypatch.setattr(aggregate, "benchmark_of", lambda t: type(bench)(bench.name, bench.tasks, metrics=hooks["halogen"]))
     scores = records.SCORES.empty_table()
-    got = aggregate.compute_metrics(cfg, _Store(), scores)
+    got = every_metric(cfg, _Store(), scores)
     assert [(r.task, r.benchmark) for r in got] == [("halogen/code", "halogen"), ("halogen/x", "other")]
     hooks["halogen"] = lambda inputs: [{"model": "m", "task": "halogen/code"}]
     with pytest.raises(RunError, match="benchmark 'halogen': its metrics hook returned a dict, not a"):
-        aggregate.compute_metrics(cfg, _Store(), scores)
+        every_metric(cfg, _Store(), scores)

@@ -8,6 +8,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pytest
 from tests.conftest import SHARED_DATA
+from tests.support.totals import tally
 
 from halluscope.config.load import parse_config
 from halluscope.contract.task import Item
@@ -66,7 +67,7 @@ def test_recorded_judge_answers_a_real_row_through_the_role_path_at_no_cost():
         == [(1, 0, 0), (1, 1, 0)]
     table = pa.Table.from_pylist([{"run_id": "r", "gen_id": k, "model": "gpt_4_0125_turbo", "task": task.name,
                                    **u} for k in ("g1", "g2") for u in usage[k]], schema=ROLE_CALLS)
-    costs = ledger(GENERATIONS.empty_table(), cfg.models, [], None, table).to_pylist()
+    costs = ledger(tally(cfg.models, GENERATIONS.empty_table(), table), cfg.models, [], None).to_pylist()
     assert [(c["model"], c["stage"], c["calls"], c["failed_calls"], c["usd"]) for c in costs] \
         == [("rec-judge", "abstain", 2, 1, 0.0)]
 

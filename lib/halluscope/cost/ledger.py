@@ -49,8 +49,13 @@ class CallTally:
     generations cost this run nothing: only live models' rows are counted) and role calls."""
 
     def __init__(self, models: Sequence[ModelSpec]) -> None:
-        self.live = pa.array([m.id for m in models if m.backend != "replay"], pa.string())
+        self._live = frozenset(m.id for m in models if m.backend != "replay")
+        self.live = pa.array(sorted(self._live), pa.string())
         self.acc: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def counts_generations(self, model: str) -> bool:
+        """Whether ``model``'s generations are counted (a live model's): the others need not be read."""
+        return model in self._live
 
     def add_generations(self, generations: pa.Table) -> None:
         rows = generations.filter(pc.is_in(generations.column("model"), self.live))
@@ -80,11 +85,10 @@ class CallTally:
                 a[k] += r[f"{k}_sum"]
 
 
-def ledger(generations: pa.Table | CallTally, models: list[ModelSpec], deployments: list[dict],
-           prices: PriceTable | None, role_calls: pa.Table | None = None,
+def ledger(tally: CallTally, models: list[ModelSpec], deployments: list[dict], prices: PriceTable | None,
            extra_rows: Sequence[dict] | None = None) -> pa.Table:
-    """The COSTS table of a run, from its committed generations and role calls, or from what a
-    ``CallTally`` summed of them.
+    """The COSTS table of a run, from what a ``CallTally`` summed of its committed generations and
+    role calls.
 
     ``extra_rows``: further rows in COSTS' shape (missing columns are null), appended as they are;
     a row may carry ``covers``, the ids of models whose call rows it prices (those rows get usd 0
@@ -93,13 +97,6 @@ def ledger(generations: pa.Table | CallTally, models: list[ModelSpec], deploymen
     extra = [dict(r) for r in extra_rows or ()]
     covered = {m: r["model"] for r in extra for m in r.pop("covers", ())}
     deployed = {d["model"] for d in deployments}
-    if isinstance(generations, CallTally):
-        tally = generations
-    else:
-        tally = CallTally(models)
-        tally.add_generations(generations)
-        if role_calls is not None:
-            tally.add_role_calls(role_calls)
     acc = tally.acc
     rows = []
     for (model, task, stage), a in sorted(acc.items()):

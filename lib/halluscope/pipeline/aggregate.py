@@ -101,7 +101,7 @@ def benchmark_metrics(name: str, tasks: list[str], scores: pa.Table, read_table:
     return _checked(name, benchmark_of(tasks[0]).metrics(inputs))
 
 
-def _summarized(name: str, tasks: list[str], records: list[MetricRecord]) -> list[MetricRecord]:
+def summarized(name: str, tasks: list[str], records: list[MetricRecord]) -> list[MetricRecord]:
     """The benchmark's records of the run, each tagged with the benchmark."""
     summarize = benchmark_of(tasks[0]).summarize
     return [r if r.benchmark is not None else replace(r, benchmark=name)
@@ -118,12 +118,6 @@ def _checked(name: str, records: Sequence[object]) -> list[MetricRecord]:
     return out
 
 
-def compute_metrics(cfg: RunConfig, store: RunStore, scores: pa.Table) -> list[MetricRecord]:
-    """Every benchmark's metrics from one table of committed rows (partial while a run goes on)."""
-    return [r for name, tasks in _by_benchmark(cfg).items()
-            for r in _summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))]
-
-
 def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
     """Metrics, counts and the ledger's call tally of everything committed, a model at a time."""
     columns = score_columns(cfg)
@@ -131,7 +125,6 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
     per_model = [n for n, tasks in groups.items() if benchmark_of(tasks[0]).metrics_per_model]
     records: dict[str, list[MetricRecord]] = {n: [] for n in groups}
     counts, calls = RowCounts(), CallTally(cfg.models)
-    live = {str(m) for m in calls.live.to_pylist()}
     parts = store.parts_by("model")
     listed = Counter(k for keys in parts.values() for k in keys)
     for model, keys in sorted(parts.items()):
@@ -140,7 +133,7 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
         read = partial(_read, store, keys=keys, only=only)
         scores = read("scores", columns)
         counts.add(scores)
-        if model in live:
+        if calls.counts_generations(model):
             calls.add_generations(read("generations", LEDGER_COLUMNS))
         calls.add_role_calls(read("role_calls"))
         for name in per_model:
@@ -150,7 +143,7 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
         if name not in per_model:
             scores = store.read_table("scores", columns, filters=[("task", "in", tasks)])
             records[name] = benchmark_metrics(name, tasks, scores, store.read_table, store, cfg)
-    return Totals([r for name, tasks in groups.items() for r in _summarized(name, tasks, records[name])], counts,
+    return Totals([r for name, tasks in groups.items() for r in summarized(name, tasks, records[name])], counts,
                   calls)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import lru_cache
 from typing import Any
 
@@ -287,16 +288,18 @@ def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> di
     }
 
 
-def score_and_write(batch: pa.Table, store: RunStore, usage: Usage | None = None) -> pa.Table:
-    """Scores a batch and commits its parts under a key derived from its generation ids, so a
-    retried task rewrites the same objects; returns what it committed per (model, task)."""
+def scored_parts(batch: pa.Table, store: RunStore, usage: Usage | None = None) -> tuple[Callable[[], None], pa.Table]:
+    """Scores a batch: the write of its parts, under a key derived from its generation ids (a
+    retried task rewrites the same objects), and what it commits per (model, task) once written."""
     if batch.num_rows == 0:
-        return COMMITTED.empty_table()
+        return lambda: None, COMMITTED.empty_table()
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
-    store.write_batch(key, split_tables(batch, store.run_id, usage))
+    tables = split_tables(batch, store.run_id, usage)
     counts = batch.group_by(["model", "task"]).aggregate([("gen_id", "count")])
-    return pa.table({"key": [key] * counts.num_rows, "model": counts.column("model"), "task": counts.column("task"),
-                     "rows": counts.column("gen_id_count").cast(pa.int64())}, schema=COMMITTED)
+    return (lambda: store.write_batch(key, tables),
+            pa.table({"key": [key] * counts.num_rows, "model": counts.column("model"),
+                      "task": counts.column("task"), "rows": counts.column("gen_id_count").cast(pa.int64())},
+                     schema=COMMITTED))
 
 
 COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa.string()), ("rows", pa.int64())])
@@ -317,16 +320,33 @@ class Evaluate:
         self.store = store
         self.chunk_rows = chunk_rows
         self.subjects = {m.id: m.recorded_as for m in models}
+        # Parquet encoding, compression and the file writes release the GIL: a part is written
+        # on this thread while the next one is scored
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="parts")
 
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
-        for start, stop in _unit_runs(batch):
-            for chunk in range(start, stop, self.chunk_rows):
-                usage: Usage = defaultdict(list)
-                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
-                abstain(rows, self.roles, usage)
-                decompose(rows, self.roles, usage)
-                self.verify(rows, usage)
-                yield score_and_write(rows.table(), self.store, usage)
+        """Yields a part's commit once it is written, so what the driver counts is on storage;
+        a part is in flight while the next is scored, and waited for if scoring stops."""
+        pending: tuple[Future[None], pa.Table] | None = None
+        try:
+            for start, stop in _unit_runs(batch):
+                for chunk in range(start, stop, self.chunk_rows):
+                    usage: Usage = defaultdict(list)
+                    rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
+                    abstain(rows, self.roles, usage)
+                    decompose(rows, self.roles, usage)
+                    self.verify(rows, usage)
+                    write, committed = scored_parts(rows.table(), self.store, usage)
+                    previous, pending = pending, (self.writer.submit(write), committed)
+                    if previous is not None:
+                        previous[0].result()
+                        yield previous[1]
+            if pending is not None:
+                pending[0].result()
+                yield pending[1]
+        finally:
+            if pending is not None:  # stopped midway: the part in flight finishes (it commits last)
+                wait([pending[0]])
 
 
 def _unit_runs(batch: pa.Table) -> list[tuple[int, int]]:

@@ -192,7 +192,7 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
         all_items = ctx.source(task.name, spec.id)[1].items
         items = ctx.limited(all_items)
-        todo = [i for i in items if generation_id(task.name, i.item_id, spec.id) not in done]
+        todo = [(i, g) for i in items if (g := generation_id(task.name, i.item_id, spec.id)) not in done]
         texts: dict[str, str] | None = None
         if isinstance(spec, ReplayModel) and todo:
             # joined against every item of the task, so rows past a limit are not "unmatched"
@@ -201,10 +201,10 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset
             if rep.quarantine:
                 ctx.store.write_part("quarantine", stable_id("replay", spec.id, task.name),
                                  pa.Table.from_pylist(rep.quarantine, schema=records.QUARANTINE))
-        for item in todo:
+        for item, gen_id in todo:
             text = texts.get(item.item_id) if texts is not None else None
-            rows.append({"gen_id": generation_id(task.name, item.item_id, spec.id), "model": spec.id,
-                         "task": task.name, "item_id": item.item_id, "sample_idx": 0, "prompt": item.prompt,
+            rows.append({"gen_id": gen_id, "model": spec.id, "task": task.name, "item_id": item.item_id,
+                         "sample_idx": 0, "prompt": item.prompt,
                          "fields": item.fields_json(), "text": text, "input_tokens": None, "output_tokens": None,
                          "latency_s": None, "attempts": 0 if texts is not None else None, "cached": False,
                          "error": MISSING if texts is not None and text is None else None})

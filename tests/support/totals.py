@@ -1,0 +1,32 @@
+"""A run's totals computed the plain way, from whole tables: what the engine's per-model, part
+by part aggregation must equal, and the tally a ledger prices, built from tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from halluscope.config.schema import ModelSpec, RunConfig
+from halluscope.contract.metrics import MetricRecord
+from halluscope.cost.ledger import CallTally
+from halluscope.pipeline.aggregate import benchmark_metrics, summarized
+from halluscope.task_registry import benchmark_of
+
+
+def every_metric(cfg: RunConfig, store, scores: pa.Table) -> list[MetricRecord]:
+    """Every benchmark's metrics from one table of rows, in the order of the run's tasks.
+    ``store``: what the hooks read besides the scores (``read_table``, ``read_items``)."""
+    groups: dict[str, list[str]] = {}
+    for t in cfg.tasks:
+        groups.setdefault(benchmark_of(t).name, []).append(t)
+    return [r for name, tasks in groups.items()
+            for r in summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))]
+
+
+def tally(models: Sequence[ModelSpec], generations: pa.Table, role_calls: pa.Table | None = None) -> CallTally:
+    out = CallTally(models)
+    out.add_generations(generations)
+    if role_calls is not None:
+        out.add_role_calls(role_calls)
+    return out

@@ -478,7 +478,7 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table]
     conc = cfg.concurrency
     rows = sum(work.totals.get(unit, 0) for b in blocks
                for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
-    ds = ray.data.from_arrow(blocks)
+    ds = ray.data.from_blocks(blocks)
     ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
                         fn_kwargs={"ctx": expansion(cfg, store, work), "done": ray.put(frozenset(done))})
     live = any(m.backend != "replay" for m in models if m.role == "test")  # judges are called from Evaluate

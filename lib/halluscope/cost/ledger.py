@@ -50,7 +50,6 @@ class CallTally:
 
     def __init__(self, models: Sequence[ModelSpec]) -> None:
         self._live = frozenset(m.id for m in models if m.backend != "replay")
-        self.live = pa.array(sorted(self._live), pa.string())
         self.acc: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def counts_generations(self, model: str) -> bool:
@@ -58,7 +57,7 @@ class CallTally:
         return model in self._live
 
     def add_generations(self, generations: pa.Table) -> None:
-        rows = generations.filter(pc.is_in(generations.column("model"), self.live))
+        rows = generations.filter(pc.is_in(generations.column("model"), pa.array(sorted(self._live), pa.string())))
         if not rows.num_rows:
             return
         cached = rows.column("cached").fill_null(False)

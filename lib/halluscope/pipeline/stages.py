@@ -289,10 +289,9 @@ def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> di
 
 
 def scored_parts(batch: pa.Table, store: RunStore, usage: Usage | None = None) -> tuple[Callable[[], None], pa.Table]:
-    """Scores a batch: the write of its parts, under a key derived from its generation ids (a
-    retried task rewrites the same objects), and what it commits per (model, task) once written."""
-    if batch.num_rows == 0:
-        return lambda: None, COMMITTED.empty_table()
+    """Scores a batch (of one row or more): the write of its parts, under a key derived from its
+    generation ids (a retried task rewrites the same objects), and what it commits per (model,
+    task) once written."""
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
     tables = split_tables(batch, store.run_id, usage)
     counts = batch.group_by(["model", "task"]).aggregate([("gen_id", "count")])
@@ -329,24 +328,31 @@ class Evaluate:
         a part is in flight while the next is scored, and waited for if scoring stops."""
         pending: tuple[Future[None], pa.Table] | None = None
         try:
-            for start, stop in _unit_runs(batch):
-                for chunk in range(start, stop, self.chunk_rows):
-                    usage: Usage = defaultdict(list)
-                    rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
-                    abstain(rows, self.roles, usage)
-                    decompose(rows, self.roles, usage)
-                    self.verify(rows, usage)
-                    write, committed = scored_parts(rows.table(), self.store, usage)
-                    previous, pending = pending, (self.writer.submit(write), committed)
-                    if previous is not None:
-                        previous[0].result()
-                        yield previous[1]
+            for write, committed in self._scored(batch):
+                previous, pending = pending, (self.writer.submit(write), committed)
+                if previous is not None:
+                    yield _once_written(*previous)
             if pending is not None:
-                pending[0].result()
-                yield pending[1]
+                yield _once_written(*pending)
         finally:
             if pending is not None:  # stopped midway: the part in flight finishes (it commits last)
                 wait([pending[0]])
+
+    def _scored(self, batch: pa.Table) -> Iterator[tuple[Callable[[], None], pa.Table]]:
+        """Each part's write and commit: per (model, task), ``chunk_rows`` rows at a time."""
+        for start, stop in _unit_runs(batch):
+            for chunk in range(start, stop, self.chunk_rows):
+                usage: Usage = defaultdict(list)
+                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
+                abstain(rows, self.roles, usage)
+                decompose(rows, self.roles, usage)
+                self.verify(rows, usage)
+                yield scored_parts(rows.table(), self.store, usage)
+
+
+def _once_written(written: Future[None], committed: pa.Table) -> pa.Table:
+    written.result()
+    return committed
 
 
 def _unit_runs(batch: pa.Table) -> list[tuple[int, int]]:

@@ -139,10 +139,11 @@ class RecordedReplies:
         return dict(zip(table["key"].to_pylist(), [(r, notes) for r in replies] if notes else replies))
 
     def get(self, key: str) -> str | tuple[str, dict] | None:
-        domain = key.split(":", 1)[0]
-        if domain not in self._domains:
-            self._domains[domain] = self._load(domain)
-        return self._domains[domain].get(key)
+        domain = key.partition(":")[0]
+        answers = self._domains.get(domain)
+        if answers is None:
+            answers = self._domains[domain] = self._load(domain)
+        return answers.get(key)
 
 
 def replies(resolver: DataResolver, subject: str) -> RecordedReplies:

@@ -54,21 +54,30 @@ class RecordedBackend:
         self._resolver = resolver
         self._replies: dict[tuple[str, str], Answers] = {} if shared is None else shared
 
-    def _for(self, subject: str) -> Answers:
-        key = (self._ref, subject)
-        if key not in self._replies:
-            self._replies[key] = self._provider(self._resolver, subject)
-        return self._replies[key]
-
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+    def answer_keys(self, asks: Sequence[tuple[str, str]]) -> list[Completion]:
+        """One completion per (content key, model under test): what is on record, or NO_RECORD. A
+        key may list alternatives (one per way the item is joined), tried in order."""
         out = []
-        for r in requests:
-            replies = self._for(r.subject)
-            # a key may list alternatives (one per way the item is joined), tried in order
-            reply = next((v for k in r.key.split() if (v := replies.get(k)) is not None), None)
+        subject, replies = None, None
+        for key, asker in asks:
+            if asker != subject:  # a batch's rows are mostly one model's
+                subject = asker
+                replies = self._replies.get((self._ref, subject))
+                if replies is None:
+                    replies = self._replies[(self._ref, subject)] = self._provider(self._resolver, subject)
+            reply = None
+            for k in key.split():
+                reply = replies.get(k)  # type: ignore[union-attr]
+                if reply is not None:
+                    break
             if reply is None:
                 out.append(Completion(text=None, error=NO_RECORD, attempts=0))
-                continue
-            text, notes = reply if isinstance(reply, tuple) else (reply, {})
-            out.append(Completion(text=text, input_tokens=0, output_tokens=0, extra={"recorded": True, **notes}))
+            elif isinstance(reply, tuple):
+                out.append(Completion(text=reply[0], input_tokens=0, output_tokens=0,
+                                      extra={"recorded": True, **reply[1]}))
+            else:
+                out.append(Completion(text=reply, input_tokens=0, output_tokens=0, extra={"recorded": True}))
         return out
+
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        return self.answer_keys([(r.key, r.subject) for r in requests])

@@ -23,6 +23,8 @@ from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 
+Entry = tuple[str, int, str, str, AnswerFormat | None]  # row key, reply slot, prompt, content key, format
+
 
 def role_models(models: Sequence[ModelSpec]) -> dict[str, list[ModelSpec]]:
     """role -> the models that play it (one judge and one extractor at most; references, any number)."""
@@ -83,8 +85,7 @@ class RoleModels:
         added to ``usage``. ``subjects`` maps a row key to its model under test (what a recorded
         role looks up), and each prompt carries its call's answer format. Each (role, template, model)
         gets one ``generate_batch`` per phase."""
-        groups: dict[tuple[str, str, str | None], list[tuple[str, int, str, str, AnswerFormat | None]]] = \
-            defaultdict(list)
+        groups: dict[tuple[str, str, str | None], list[Entry]] = defaultdict(list)
         sizes: dict[str, int] = {}
         for key, row_calls in calls.items():
             i = 0
@@ -100,19 +101,10 @@ class RoleModels:
         subject_of = subjects or {}
         for (role, template, model), entries in groups.items():
             backend = self._backend(role, template, model)
-            # rows asking the same (e.g. FEWL's neighbour questions) share one call: the first
-            # asker pays for it, the others get a copy counted as a cache hit
-            asked: dict[tuple[str, str, str, AnswerFormat | None], int] = {}
-            requests: list[GenerationRequest] = []
-            answered_by: list[int] = []  # per entry, the request that answers it
-            task = f"{role}:{template}"
-            for key, i, prompt, ckey, fmt in entries:
-                subject = subject_of.get(key, "")
-                j = asked.setdefault((prompt, ckey, subject, fmt), len(requests))
-                if j == len(requests):
-                    requests.append(GenerationRequest(task, f"{key}:{i}", prompt, ckey, subject, answer_format=fmt))
-                answered_by.append(j)
-            done = backend.generate_batch(requests)
+            if isinstance(backend, RecordedBackend):
+                done, answered_by = _ask_recorded(backend, entries, subject_of)
+            else:
+                done, answered_by = _ask(backend, f"{role}:{template}", entries, subject_of)
             per_row: dict[str, list[Completion]] = {}
             paid: set[int] = set()
             for (key, i, _, _, _), j in zip(entries, answered_by):
@@ -124,3 +116,38 @@ class RoleModels:
                 usage[key].append({"stage": stage, "role": role, "role_model": backend.model_id,
                                    **Usage().add(completions).as_dict()})
         return {k: [c for c in v if c is not None] for k, v in replies.items()}
+
+
+
+def _ask(backend: ModelBackend, task: str, entries: Sequence[Entry],
+         subject_of: Mapping[str, str]) -> tuple[list[Completion], list[int]]:
+    """The group's completions and, per entry, the one that answers it. Rows asking the same (e.g.
+    FEWL's neighbour questions) share one call: the first asker pays for it, the others get a copy
+    counted as a cache hit."""
+    asked: dict[tuple[str, str, str, AnswerFormat | None], int] = {}
+    requests: list[GenerationRequest] = []
+    answered_by: list[int] = []
+    for key, i, prompt, ckey, fmt in entries:
+        subject = subject_of.get(key, "")
+        j = asked.setdefault((prompt, ckey, subject, fmt), len(requests))
+        if j == len(requests):
+            requests.append(GenerationRequest(task, f"{key}:{i}", prompt, ckey, subject, answer_format=fmt))
+        answered_by.append(j)
+    return backend.generate_batch(requests), answered_by
+
+
+def _ask_recorded(backend: RecordedBackend, entries: Sequence[Entry],
+                  subject_of: Mapping[str, str]) -> tuple[list[Completion], list[int]]:
+    """As ``_ask``, for answers on record: one depends on its content key and the model under test
+    alone, so those are what makes two questions the same, and no request is built (a recorded
+    demo asks some 700,000 of them)."""
+    asked: dict[tuple[str, str, AnswerFormat | None], int] = {}
+    asks: list[tuple[str, str]] = []
+    answered_by: list[int] = []
+    for key, _, _, ckey, fmt in entries:
+        subject = subject_of.get(key, "")
+        j = asked.setdefault((ckey, subject, fmt), len(asks))
+        if j == len(asks):
+            asks.append((ckey, subject))
+        answered_by.append(j)
+    return backend.answer_keys(asks), answered_by

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from pathlib import Path
 
 from halluscope.models.replay import file_rows
@@ -23,8 +24,8 @@ def step_keys(domain: str, step: str, joins: list[str], response: str, units: li
     whitespace-normalised response and the unit. A model may give one response to several
     prompts and the authors' sampled steps may differ between them, so the item is part of it;
     the domain prefix lets the answers be loaded one domain at a time."""
-    response = " ".join(response.split())
-    head = [hashlib.blake2b(f"{step}\x1f{j}\x1f{response}\x1f".encode(), digest_size=16) for j in joins]
+    body = _response_digest(response)
+    head = [hashlib.blake2b(f"{step}\x1f{j}\x1f".encode() + body, digest_size=16) for j in joins]
     out = []
     for unit in units:
         tail = " ".join(unit.split()).encode()
@@ -35,6 +36,14 @@ def step_keys(domain: str, step: str, joins: list[str], response: str, units: li
             keys.append(f"{domain}:{h.hexdigest()}")
         out.append(keys)
     return out
+
+
+@lru_cache(maxsize=8192)
+def _response_digest(response: str) -> bytes:
+    """The whitespace-normalised response's digest, once per response rather than per call and
+    join: each row's response is keyed in two phases, by its paper and corrected rule sets, and
+    under each of its item's joins."""
+    return hashlib.blake2b(" ".join(response.split()).encode(), digest_size=16).digest() + b"\x1f"
 
 
 def recorded_path(domain: str, model: str) -> str | None:

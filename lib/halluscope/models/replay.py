@@ -225,6 +225,22 @@ def _code_of(task: Task) -> tuple[str, ...]:
     return tuple(sorted(f for f in files if f))
 
 
+_ASKED: dict[tuple[str, bool], tuple[Task, list[Item], list[list[bytes]]]] = {}
+
+
+def _asked(task: Task, items: list[Item], by_id: bool) -> list[list[bytes]]:
+    """Each item's join keys, digested. Every model replayed on a task joins the same items (one
+    list, loaded once per run): worked out for the first and kept for the others, while the
+    task and its list are the same objects."""
+    kept = _ASKED.get((task.name, by_id))
+    if kept is not None and kept[0] is task and kept[1] is items:
+        return kept[2]
+    asked = [list(map(_digest, [f"id:{item.item_id}"] if by_id else
+                      task.replay_keys({**item.fields, "prompt": item.prompt}))) for item in items]
+    _ASKED[(task.name, by_id)] = (task, items, asked)
+    return asked
+
+
 def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
     """Join one model's recorded generations for one task to that task's items. The file's join
     index is built once per content and kept under the data cache (``index_cache.cached_table``);
@@ -244,8 +260,7 @@ def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: Data
     rows, row_texts = index["row"].to_pylist(), index["text"].to_pylist()
     lists = index["keys"].combine_chunks()
     flat, owner = lists.flatten(), pc.list_parent_indices(lists)
-    asked = [list(map(_digest, [f"id:{item.item_id}"] if cols.get("item_id") else
-                      task.replay_keys({**item.fields, "prompt": item.prompt}))) for item in items]
+    asked = _asked(task, items, bool(cols.get("item_id")))
     wanted = pc.is_in(flat, value_set=pa.array(list({k for ks in asked for k in ks}), pa.binary(16)))
     by_key = {k: (rows[at], row_texts[at]) for k, at in zip(flat.filter(wanted).to_pylist(),
                                                             owner.filter(wanted).to_pylist())}

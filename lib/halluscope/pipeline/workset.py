@@ -187,26 +187,30 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset
     ``done`` (ids committed by an earlier attempt) travels once through the object store."""
     if isinstance(done, ray.ObjectRef):
         done = ray.get(done)
-    rows: list[dict] = []
+    tables: list[pa.Table] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
         all_items = ctx.source(task.name, spec.id)[1].items
         items = ctx.limited(all_items)
         todo = [(i, g) for i in items if (g := generation_id(task.name, i.item_id, spec.id)) not in done]
-        texts: dict[str, str] | None = None
-        if isinstance(spec, ReplayModel) and todo:
+        if not todo:
+            continue
+        texts: list[str | None] = [None] * len(todo)
+        replayed = isinstance(spec, ReplayModel)
+        if isinstance(spec, ReplayModel):
             # joined against every item of the task, so rows past a limit are not "unmatched"
             rep = load_replay(spec, task, all_items, ctx.resolver)
-            texts = rep.texts
+            texts = [rep.texts.get(item.item_id) for item, _ in todo]
             if rep.quarantine:
                 ctx.store.write_part("quarantine", stable_id("replay", spec.id, task.name),
-                                 pa.Table.from_pylist(rep.quarantine, schema=records.QUARANTINE))
-        for item, gen_id in todo:
-            text = texts.get(item.item_id) if texts is not None else None
-            rows.append({"gen_id": gen_id, "model": spec.id, "task": task.name, "item_id": item.item_id,
-                         "sample_idx": 0, "prompt": item.prompt,
-                         "fields": item.fields_json(), "text": text, "input_tokens": None, "output_tokens": None,
-                         "latency_s": None, "attempts": 0 if texts is not None else None, "cached": False,
-                         "error": MISSING if texts is not None and text is None else None})
-    if rows:
-        yield pa.Table.from_pylist(rows, schema=records.WORK)
+                                     pa.Table.from_pylist(rep.quarantine, schema=records.QUARANTINE))
+        n = len(todo)
+        tables.append(pa.Table.from_pydict({
+            "gen_id": [g for _, g in todo], "model": [spec.id] * n, "task": [task.name] * n,
+            "item_id": [i.item_id for i, _ in todo], "sample_idx": [0] * n, "prompt": [i.prompt for i, _ in todo],
+            "fields": [i.fields_json() for i, _ in todo], "text": texts, "input_tokens": [None] * n,
+            "output_tokens": [None] * n, "latency_s": [None] * n, "attempts": [0 if replayed else None] * n,
+            "cached": [False] * n, "error": [MISSING if replayed and t is None else None for t in texts]},
+            schema=records.WORK))
+    if tables:
+        yield pa.concat_tables(tables)

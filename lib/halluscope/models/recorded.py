@@ -58,16 +58,13 @@ class RecordedBackend:
         """One completion per (content key, model under test): what is on record, or NO_RECORD. A
         key may list alternatives (one per way the item is joined), tried in order."""
         out = []
-        subject, replies = None, None
+        subject, replies = "", None
         for key, asker in asks:
-            if asker != subject:  # a batch's rows are mostly one model's
-                subject = asker
-                replies = self._replies.get((self._ref, subject))
-                if replies is None:
-                    replies = self._replies[(self._ref, subject)] = self._provider(self._resolver, subject)
+            if replies is None or asker != subject:  # a batch's rows are mostly one model's
+                subject, replies = asker, self._for(asker)
             reply = None
             for k in key.split():
-                reply = replies.get(k)  # type: ignore[union-attr]
+                reply = replies.get(k)
                 if reply is not None:
                     break
             if reply is None:
@@ -78,6 +75,12 @@ class RecordedBackend:
             else:
                 out.append(Completion(text=reply, input_tokens=0, output_tokens=0, extra={"recorded": True}))
         return out
+
+    def _for(self, subject: str) -> Answers:
+        found = self._replies.get((self._ref, subject))
+        if found is None:
+            found = self._replies[(self._ref, subject)] = self._provider(self._resolver, subject)
+        return found
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         return self.answer_keys([(r.key, r.subject) for r in requests])

@@ -118,7 +118,6 @@ class RoleModels:
         return {k: [c for c in v if c is not None] for k, v in replies.items()}
 
 
-
 def _ask(backend: ModelBackend, task: str, entries: Sequence[Entry],
          subject_of: Mapping[str, str]) -> tuple[list[Completion], list[int]]:
     """The group's completions and, per entry, the one that answers it. Rows asking the same (e.g.

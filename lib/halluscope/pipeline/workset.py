@@ -204,8 +204,7 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset
         todo = [(i, g) for i in items if (g := generation_id(task.name, i.item_id, spec.id)) not in done]
         if not todo:
             continue
-        texts: list[str | None] = [None] * len(todo)
-        replayed = isinstance(spec, ReplayModel)
+        texts: list[str | None] | None = None  # a replayed model's, None where its file has no text
         if isinstance(spec, ReplayModel):
             # joined against every item of the task, so rows past a limit are not "unmatched"
             rep = load_replay(spec, task, all_items, ctx.resolver)
@@ -217,9 +216,9 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset
         tables.append(pa.Table.from_pydict({
             "gen_id": [g for _, g in todo], "model": [spec.id] * n, "task": [task.name] * n,
             "item_id": [i.item_id for i, _ in todo], "sample_idx": [0] * n, "prompt": [i.prompt for i, _ in todo],
-            "fields": [i.fields_json() for i, _ in todo], "text": texts, "input_tokens": [None] * n,
-            "output_tokens": [None] * n, "latency_s": [None] * n, "attempts": [0 if replayed else None] * n,
-            "cached": [False] * n, "error": [MISSING if replayed and t is None else None for t in texts]},
+            "fields": [i.fields_json() for i, _ in todo], "text": texts or [None] * n, "input_tokens": [None] * n,
+            "output_tokens": [None] * n, "latency_s": [None] * n, "attempts": [0 if texts else None] * n,
+            "cached": [False] * n, "error": [MISSING if t is None else None for t in texts] if texts else [None] * n},
             schema=records.WORK))
     if tables:
         yield pa.concat_tables(tables)

@@ -217,28 +217,37 @@ def _per_task(tasks: pa.ChunkedArray, **attributes: Callable[[Task], str]) -> di
 
 
 def scores_table(batch: pa.Table) -> pa.Table:
-    """Per-generation scores: f is the fraction of verified atoms that are unsupported. Columns
-    carried over stay Arrow; only the per-row arithmetic runs in Python."""
+    """Per-generation scores: f is the fraction of verified atoms that are unsupported. Counted
+    over the batch's verdicts as flat arrays; only the task's utility g is a call per row."""
+    n = batch.num_rows
     error = pc.coalesce(batch.column("error"),
                         pc.if_else(batch.column("text").is_null(), "no text", pa.scalar(None, pa.string())))
-    out: dict[str, list] = defaultdict(list)
-    for name, err, responded, atoms, supported in zip(*(c.to_pylist() for c in (
-            batch.column("task"), error, batch.column("responded"), batch.column("atoms"), batch.column("supported")))):
-        task = get_task(name)
-        unsupported = [a for a, s in zip(atoms, supported) if s is False]
-        n_verified = sum(s is not None for s in supported)
-        # a refusal task may count a response without atoms (e.g. no cited title) as an abstention
-        responded = bool(responded) and not (task.empty_is_abstention and not atoms)
-        f = (len(unsupported) / n_verified if n_verified else 0.0) if responded and err is None else None
-        out["responded"].append(responded if err is None else None)
-        out["n_atoms"].append(len(atoms))
-        out["n_unsupported"].append(len(unsupported))
-        out["n_unverified"].append(len(atoms) - n_verified)
-        out["f"].append(f)
-        out["g"].append(task.utility(responded, f) if err is None else None)
-        out["unsupported_atoms"].append(unsupported)
+    ok = error.is_null().to_numpy(zero_copy_only=False)
+    atoms, supported = batch.column("atoms").combine_chunks(), batch.column("supported").combine_chunks()
+    owner = pc.list_parent_indices(supported).to_numpy()
+    verdicts = pc.list_flatten(supported)
+    unsupported = pc.fill_null(pc.invert(verdicts), False).to_numpy(zero_copy_only=False)
+    n_unsupported = np.bincount(owner[unsupported], minlength=n)
+    n_verified = np.bincount(owner[verdicts.is_valid().to_numpy(zero_copy_only=False)], minlength=n)
+    n_atoms = pc.list_value_length(atoms).fill_null(0).to_numpy()
+    tasks = batch.column("task").combine_chunks().dictionary_encode()
+    found = [get_task(t) for t in tasks.dictionary.to_pylist()]
+    task_at = tasks.indices.to_numpy()
+    # a refusal task may count a response without atoms (e.g. no cited title) as an abstention
+    empty_abstains = np.array([t.empty_is_abstention for t in found], bool)[task_at] if n else np.zeros(0, bool)
+    responded = pc.fill_null(batch.column("responded"), False).to_numpy(zero_copy_only=False) \
+        & ~(empty_abstains & (n_atoms == 0))
+    share = np.divide(n_unsupported, n_verified, out=np.zeros(n), where=n_verified > 0)
+    f = pa.array(share, pa.float64(), mask=~(responded & ok))
+    g = [found[t].utility(bool(r), fi) if good else None
+         for t, r, fi, good in zip(task_at.tolist(), responded.tolist(), f.to_pylist(), ok.tolist())]
+    offsets = pa.array(np.concatenate([[0], np.cumsum(n_unsupported)]), pa.int32())
     return pa.Table.from_pydict({
-        **{k: batch.column(k) for k in ("gen_id", "model", "task", "item_id", "prompt", "atoms")}, **out,
+        **{k: batch.column(k) for k in ("gen_id", "model", "task", "item_id", "prompt", "atoms")},
+        "responded": pa.array(responded, pa.bool_(), mask=~ok), "n_atoms": pa.array(n_atoms, pa.int32()),
+        "n_unsupported": pa.array(n_unsupported, pa.int32()),
+        "n_unverified": pa.array(n_atoms - n_verified, pa.int32()), "f": f, "g": pa.array(g, pa.float64()),
+        "unsupported_atoms": pa.ListArray.from_arrays(offsets, pc.list_flatten(atoms).filter(unsupported)),
         **_per_task(batch.column("task"), task_kind=lambda t: t.kind, abstention_rule=lambda t: t.abstention_rule),
         "error": error}, schema=records.SCORES)
 
@@ -268,9 +277,21 @@ def _atom_tables(batch: pa.Table) -> tuple[pa.Table, pa.Table]:
 
 
 def _role_calls(batch: pa.Table, run_id: str, usage: Usage) -> pa.Table:
-    rows = batch.select(["gen_id", "model", "task"]).to_pylist() if usage else []
-    return pa.Table.from_pylist([{"run_id": run_id, **r, **u} for r in rows for u in usage.get(r["gen_id"], [])],
-                                schema=records.ROLE_CALLS)
+    """One row per usage record, the generation's columns taken by index."""
+    at: list[int] = []  # per record, its row
+    made: list[dict] = []
+    for i, gen_id in enumerate(batch.column("gen_id").to_pylist() if usage else ()):
+        for record in usage.get(gen_id, ()):
+            at.append(i)
+            made.append(record)
+    counted = pa.Table.from_pylist(made, schema=_USAGE)
+    rows = batch.select(["gen_id", "model", "task"]).take(pa.array(at, pa.int64()))
+    return pa.Table.from_pydict({"run_id": pa.repeat(pa.scalar(run_id, pa.string()), len(at)),
+                                 **{k: rows.column(k) for k in rows.column_names},
+                                 **{k: counted.column(k) for k in _USAGE.names}}, schema=records.ROLE_CALLS)
+
+
+_USAGE = pa.schema([f for f in records.ROLE_CALLS if f.name not in ("run_id", "gen_id", "model", "task")])
 
 
 def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> dict[str, pa.Table]:

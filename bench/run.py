@@ -34,6 +34,7 @@ def loop_seconds(root: str) -> tuple[float, int]:
     from halluscope.config.load import default_config
     from halluscope.pipeline.runner import driver_batches
     from halluscope.pipeline.workset import plan
+    from halluscope.records import GenerationIds
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
@@ -41,7 +42,7 @@ def loop_seconds(root: str) -> tuple[float, int]:
     cfg = default_config()
     store = RunStore(Location.from_url(root), "loop")
     work = plan(cfg, store)
-    committed = driver_batches(cfg, store, work, work.blocks, set(), cfg.models)
+    committed = driver_batches(cfg, store, work, work.blocks, GenerationIds(), cfg.models)
     rows = sum(sum(t.column("rows").to_pylist()) for t in committed)
     return time.perf_counter() - t0, rows
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -20,6 +21,54 @@ def stable_id(*parts: object) -> str:
 
 def generation_id(task: str, item_id: str, model: str, sample_idx: int = 0) -> str:
     return stable_id("gen", task, item_id, model, sample_idx)
+
+
+_HEX = np.full(256, 255, np.uint8)
+_HEX[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16, dtype=np.uint8)
+
+
+class GenerationIds:
+    """A set of generation ids held as sorted 64-bit integers (an id is 16 hex digits): 8 bytes
+    an id where a set of Python strings takes about 100, built from an Arrow column without a
+    string per id, and one buffer that crosses Ray's object store without being unpickled. What
+    a resumed run holds, and hands every worker, of the ids an earlier attempt committed."""
+
+    def __init__(self, ids: pa.Array | pa.ChunkedArray | None = None) -> None:
+        values = np.sort(_as_ints(ids)) if ids is not None and len(ids) else np.zeros(0, np.uint64)
+        self._ids = values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, gen_id: object) -> bool:
+        try:
+            return isinstance(gen_id, str) and not self.unseen([gen_id])[0]
+        except ValueError:  # not an id of this scheme, so not one of these
+            return False
+
+    def unseen(self, gen_ids: list[str]) -> list[bool]:
+        """Per id, whether it is not in the set: one search for a unit's ids, as a lookup per id
+        costs more in numpy than the set it replaces."""
+        if not len(self._ids) or not gen_ids:
+            return [True] * len(gen_ids)
+        wanted = _as_ints(pa.array(gen_ids, pa.string()))
+        at = np.minimum(np.searchsorted(self._ids, wanted), len(self._ids) - 1)
+        return (self._ids[at] != wanted).tolist()
+
+
+def _as_ints(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """16-hex-digit ids as integers, decoded from the column's character buffer in bulk."""
+    column = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    column = column.cast(pa.string())
+    if column.null_count or pc.any(pc.not_equal(pc.binary_length(column), 16)).as_py():
+        raise ValueError("a generation id is not 16 hex digits (an id from another id scheme?)")
+    offsets = np.frombuffer(column.buffers()[1], np.int32)[column.offset:column.offset + len(column) + 1]
+    chars = np.frombuffer(column.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    digits = _HEX[chars].reshape(-1, 16)
+    if (digits == 255).any():
+        raise ValueError("a generation id is not 16 lower-case hex digits (an id from another id scheme?)")
+    packed = np.ascontiguousarray((digits[:, 0::2] << 4) | digits[:, 1::2])  # two digits a byte
+    return packed.view(">u8").ravel().astype(np.uint64)
 
 
 def atom_ids(gen_ids: pa.ChunkedArray | pa.Array, atom_idx: pa.Array) -> pa.Array:

@@ -33,7 +33,7 @@ from halluscope.pipeline.throughput import (
     params_billions,
 )
 from halluscope.pipeline.token_stats import TokenStats
-from halluscope.records import generation_id
+from halluscope.records import GenerationIds, generation_id
 from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
@@ -234,7 +234,7 @@ def test_generation_calls_in_the_cache_are_free(data, tmp_path):
 def test_a_resumed_run_plans_only_what_is_left(data):
     cfg = _cfg(data)
     items = get_task("halogen/historical_events").load_items(DataResolver(str(data), download=False)).items
-    done = frozenset({generation_id("halogen/historical_events", items[0].item_id, "llama")})
+    done = GenerationIds(pa.array([generation_id("halogen/historical_events", items[0].item_id, "llama")]))
     rows = _rows(plan(cfg, PRICES, options=OPTIONS, done=done))
     gen = rows[("llama", "halogen/historical_events", "generate")]
     assert (gen.generations, gen.calls, gen.input_tokens, gen.output_tokens) == (1, 1, 13, 100)

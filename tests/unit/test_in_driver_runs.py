@@ -14,6 +14,7 @@ from halluscope.config.load import parse_config
 from halluscope.pipeline import stages, workset
 from halluscope.pipeline.runner import driver_batches, in_process, run
 from halluscope.pipeline.workset import plan
+from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -101,7 +102,7 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     store.claim()
     work = plan(cfg, store)
-    batches = driver_batches(cfg, store, work, work.blocks, set(), cfg.models)
+    batches = driver_batches(cfg, store, work, work.blocks, GenerationIds(), cfg.models)
     first = next(batches)
     assert first.column("key").to_pylist()[0] == written[0]
     batches.close()
@@ -114,8 +115,8 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     cfg = parse_config(_config(f"file://{tmp_path}"))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     work = plan(cfg, store)
-    first = next(workset.expand_unit(work.blocks[0], workset.expansion(cfg, store, work), frozenset()))
-    done = frozenset(first.column("gen_id").to_pylist()[:5])
+    first = next(workset.expand_unit(work.blocks[0], workset.expansion(cfg, store, work), GenerationIds()))
+    done = GenerationIds(first.column("gen_id").slice(0, 5))
     fetched: list[ray.ObjectRef] = []
     monkeypatch.setattr(workset.ray, "get", lambda ref: fetched.append(ref) or done)
     ref = ray.ObjectRef(b"\x01" * 28)
@@ -126,4 +127,4 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     finally:
         workset.committed_before.cache_clear()
     assert len(work.blocks) > 1 and fetched == [ref]
-    assert len(ids) == 48 - 5 and not done & set(ids)
+    assert len(ids) == 48 - 5 and not any(g in done for g in ids)

@@ -12,6 +12,7 @@ from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_test
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.pipeline import estimate, workset
 from halluscope.pipeline.workset import expand_unit, plan
+from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -33,7 +34,7 @@ def _rows(cfg, store) -> dict[str, set[str]]:
     work = plan(cfg, store)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
-        for t in expand_unit(work.units.slice(i, 1), workset.expansion(cfg, store), frozenset()):
+        for t in expand_unit(work.units.slice(i, 1), workset.expansion(cfg, store), GenerationIds()):
             for r in t.to_pylist():
                 rows.setdefault(r["model"], set()).add(r["item_id"])
     return rows

@@ -66,7 +66,7 @@ from halluscope.pipeline.schedule import job_of, scheduled, simulate
 from halluscope.pipeline.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
-from halluscope.records import generation_id
+from halluscope.records import GenerationIds, generation_id
 from halluscope.serving.placement import placement
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
@@ -102,7 +102,7 @@ def _prompt_tokens(items: list[Item], o: PlanOptions) -> float:
 
 def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = None, *,
          options: PlanOptions | None = None, cache: Location | None = None,
-         done: frozenset[str] = frozenset()) -> Plan:
+         done: GenerationIds | None = None) -> Plan:
     """The estimate of a run: rows per (model, role, task, stage), idle rows of served models.
 
     ``stats``: measured sizes (``TokenStats.measure``) used before any estimate. ``cache``: the
@@ -111,6 +111,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     resumed run already committed; they make no more calls."""
     o = options or PlanOptions()
     stats = stats or TokenStats()
+    done = done or GenerationIds()
     roles: dict[str, ModelSpec] = {m.role: m for m in cfg.models if m.role != "test"}
     # evidence per fact: the passages retrieved from the article store the task's benchmark names
     evidence = {t: evidence_words(cfg.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}
@@ -126,7 +127,9 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
         for m in models_under_test(cfg):
             if task_name not in cfg.tasks_of(m):  # models[].tasks: the run never makes this pair
                 continue
-            todo = [i for i in items.items(task_name, m.id) if generation_id(task_name, i.item_id, m.id) not in done]
+            listed = items.items(task_name, m.id)
+            new = done.unseen([generation_id(task_name, i.item_id, m.id) for i in listed])
+            todo = [i for i, n in zip(listed, new) if n]
             with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
                                         stats, o, cache, cfg)
             shape = Shape(P, G, evidence[task_name], o)

@@ -23,7 +23,7 @@ from halluscope.models.cache import GENERATION_TEMPLATE
 from halluscope.models.registry import client
 from halluscope.models.staged import read_staged
 from halluscope.pipeline.workset import Expansion, expand_unit
-from halluscope.records import STAGED, stable_id
+from halluscope.records import STAGED, GenerationIds, stable_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
 
@@ -35,7 +35,7 @@ def staged_location(run_loc: Location, model_id: str) -> Location:
     return run_loc.child("staged", model_id.replace("/", "__"))
 
 
-def _rows(blocks: list[pa.Table], ctx: Expansion, done: frozenset[str], staged: set[str]) -> Iterator[dict]:
+def _rows(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, staged: set[str]) -> Iterator[dict]:
     for block in blocks:
         for table in expand_unit(block, ctx, done):
             for row in table.select(["gen_id", "task", "item_id", "prompt"]).to_pylist():
@@ -56,7 +56,7 @@ def _chunks(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
 
 @ray.remote(num_cpus=0.1, max_retries=2)
 def generate_model(spec: ModelSpec, endpoint: ServedEndpoint, blocks: list[pa.Table], ctx: Expansion,
-                   done: frozenset[str], cache: Location | None, out: Location, batch_size: int) -> int:
+                   done: GenerationIds, cache: Location | None, out: Location, batch_size: int) -> int:
     """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated."""
     backend = client(spec, {spec.id: endpoint}, cache, GENERATION_TEMPLATE)
     staged = set(read_staged(out, ["gen_id"]).column("gen_id").to_pylist())

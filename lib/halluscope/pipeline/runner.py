@@ -40,6 +40,7 @@ from halluscope.pipeline.watchdog import Watchdog
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
 from halluscope.pipeline.workset import Plan, expand_unit, expansion, plan, resolver_for
+from halluscope.records import GenerationIds
 from halluscope.report.html import write_report
 from halluscope.report.leaderboard import leaderboard
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
@@ -119,7 +120,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
                        f"(fingerprint {previous.get('config_fingerprint')} != {cfg.fingerprint()}); "
                        "use a new run id")
     if cfg.costs.budget_usd is not None:  # before anything is written or started
-        committed = frozenset(store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist())
+        committed = GenerationIds(store.read_table("scores", ["gen_id"]).column("gen_id"))
         estimate = estimate_cost(cfg, price_table(cfg), TokenStats.measure([store]) if committed else None,
                                  cache=cache_location(cfg), done=committed)
         check_budget(estimate, cfg.costs.budget_usd)
@@ -134,8 +135,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     store.claim()
     snapshot = store.committed_keys()  # read once: an earlier attempt's late commits are not in it
     removed = store.prune(BATCH_TABLES, snapshot)
-    done_rows = store.read_table("scores", ["gen_id", "model", "task"], keys=snapshot)
-    done = set(done_rows.column("gen_id").to_pylist())
+    done, done_counts = _committed(store, snapshot)
     manifest = {
         "run_id": run_id, "status": "running", "code_version": code_version(),
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
@@ -164,7 +164,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     mark = time.time()
     processed, mine = 0, set[str]()
     deployments: list[dict] = []
-    tracker = Progress(store, work.totals, _done_counts(done_rows), show=progress, every_s=cfg.progress_every_s)
+    tracker = Progress(store, work.totals, done_counts, show=progress, every_s=cfg.progress_every_s)
     schedule: list[Deployment] = []
     watchdog_stalls: list[str] = []
     services, root = cfg.costs.shared_services, Location.from_url(cfg.storage.root, cfg.storage)
@@ -258,8 +258,12 @@ def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> N
                            "use a new run id, or restore the file to resume")
 
 
-def _done_counts(committed: pa.Table) -> dict[tuple[str, str], int]:
-    return {(r["model"], r["task"]): r["n"] for r in count_rows(committed, ["model", "task"])}
+def _committed(store: RunStore, keys: set[str]) -> tuple[GenerationIds, dict[tuple[str, str], int]]:
+    """The ids and the counts per (model, task) of what the parts ``keys`` committed; the rows
+    read for them are not held through the run."""
+    rows = store.read_table("scores", ["gen_id", "model", "task"], keys=keys)
+    return (GenerationIds(rows.column("gen_id")),
+            {(r["model"], r["task"]): r["n"] for r in count_rows(rows, ["model", "task"])})
 
 
 def price_table(cfg: RunConfig) -> PriceTable | None:
@@ -320,7 +324,7 @@ def in_process(cfg: RunConfig, todo: int) -> bool:
             and not ray.is_initialized() and not any(m.backend in SERVED_BACKENDS for m in cfg.models))
 
 
-def driver_batches(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str],
+def driver_batches(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: GenerationIds,
                    models: list[ModelSpec]) -> Iterator[pa.Table]:
     """The stages of ``_execute`` as plain calls in this process, one block after another: a small
     run's execution (``in_process``), and the single-process baseline of ``make bench``. Yields
@@ -329,9 +333,9 @@ def driver_batches(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.
     generate = stages.Generate(models, {}, cache_location(cfg)) if live else None
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, cache_location(cfg), store,
                                cfg.concurrency.batch_size)
-    ctx, skip = expansion(cfg, store, work), frozenset(done)
+    ctx = expansion(cfg, store, work)
     for block in blocks:
-        for batch in expand_unit(block, ctx, skip):
+        for batch in expand_unit(block, ctx, done):
             yield from evaluate(generate(batch) if generate else batch)
 
 
@@ -346,7 +350,7 @@ def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set
     return processed, keys
 
 
-def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpoints: dict, tracker: Progress,
+def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: GenerationIds, endpoints: dict, tracker: Progress,
               watchdog: Watchdog, budget: dict[str, float],
               in_driver: bool = False) -> tuple[int, set[str], list[Deployment]]:
     """Evaluate what needs no deployment of its own at once; the served models under test
@@ -362,7 +366,7 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
     wanted = [m for m in served_under_test if blocks.get(m)]
     if not wanted:
         return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models, in_driver=in_driver), [])
-    estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=frozenset(done))
+    estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=done)
     jobs = [j for j in estimate.jobs if j.model in wanted]
     from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
     from halluscope.serving.app import remove, start_serve
@@ -370,7 +374,7 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: set[str], endpo
     start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
     remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()
-    ctx, done_ref = ray.put(expansion(cfg, store, work)), ray.put(frozenset(done))
+    ctx, done_ref = ray.put(expansion(cfg, store, work)), ray.put(done)
 
     def generate(spec: ModelSpec, endpoint: Any) -> Any:
         return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, cache_location(cfg),
@@ -461,8 +465,8 @@ def _dollar_gate(cfg: RunConfig, jobs: dict[str, Job]) -> Callable[[Job, list[De
     return allowed
 
 
-def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: set[str], endpoints: dict,
-             tracker: Progress, models: list[ModelSpec], staged: dict[str, Location] | None = None,
+def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: GenerationIds,
+             endpoints: dict, tracker: Progress, models: list[ModelSpec], staged: dict[str, Location] | None = None,
              in_driver: bool = False) -> tuple[int, set[str]]:
     """Stream the work through the stages; returns the number of generations committed and the
     keys of the batches that committed them.
@@ -480,7 +484,7 @@ def _execute(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table]
                for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
     ds = ray.data.from_blocks(blocks)
     ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
-                        fn_kwargs={"ctx": expansion(cfg, store, work), "done": ray.put(frozenset(done))})
+                        fn_kwargs={"ctx": expansion(cfg, store, work), "done": ray.put(done)})
     live = any(m.backend != "replay" for m in models if m.role == "test")  # judges are called from Evaluate
     if live:
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(models, endpoints, cache_location(cfg), staged),

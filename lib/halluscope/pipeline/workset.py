@@ -19,7 +19,7 @@ from halluscope import records
 from halluscope.config.schema import ModelSpec, ReplayModel, RunConfig
 from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.models.replay import load_replay, replay_source
-from halluscope.records import MISSING, generation_id, stable_id
+from halluscope.records import MISSING, GenerationIds, generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore, table_to_bytes
@@ -182,14 +182,14 @@ def expansion(cfg: RunConfig, store: RunStore, work: Plan | None = None) -> Expa
 
 
 @lru_cache(maxsize=1)
-def committed_before(ref: ray.ObjectRef) -> frozenset[str]:
+def committed_before(ref: ray.ObjectRef) -> GenerationIds:
     """The ids an earlier attempt committed, fetched once per worker process rather than once per
     block: unpickling a set of a million ids takes a third of a second (on 2 cores), and a
     resumed run of millions of generations hands each worker hundreds of blocks."""
     return ray.get(ref)
 
 
-def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset[str]) -> Iterator[pa.Table]:
+def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | GenerationIds) -> Iterator[pa.Table]:
     """Rows still to do for a batch of units, as one table (Ray Data makes one block of a unit's
     rows whatever it is given; Evaluate cuts it into committed parts); quarantined input rows
     are written per unit.
@@ -201,7 +201,8 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | frozenset
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
         all_items = ctx.source(task.name, spec.id)[1].items
         items = ctx.limited(all_items)
-        todo = [(i, g) for i in items if (g := generation_id(task.name, i.item_id, spec.id)) not in done]
+        ids = [generation_id(task.name, i.item_id, spec.id) for i in items]
+        todo = [(i, g) for i, g, new in zip(items, ids, done.unseen(ids)) if new]
         if not todo:
             continue
         texts: list[str | None] | None = None  # a replayed model's, None where its file has no text

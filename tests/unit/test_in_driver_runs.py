@@ -110,8 +110,8 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
 
 
 def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_path, monkeypatch):
-    """A resumed run hands every block the same reference to the ids committed before; unpickling
-    them per block would cost a third of a second per million ids, per block."""
+    """A resumed run hands every block the same reference to the ids committed before; a worker
+    fetches them once."""
     cfg = parse_config(_config(f"file://{tmp_path}"))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     work = plan(cfg, store)

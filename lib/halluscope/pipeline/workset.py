@@ -184,8 +184,7 @@ def expansion(cfg: RunConfig, store: RunStore, work: Plan | None = None) -> Expa
 @lru_cache(maxsize=1)
 def committed_before(ref: ray.ObjectRef) -> GenerationIds:
     """The ids an earlier attempt committed, fetched once per worker process rather than once per
-    block: unpickling a set of a million ids takes a third of a second (on 2 cores), and a
-    resumed run of millions of generations hands each worker hundreds of blocks."""
+    block: a resumed run of millions of generations hands each worker hundreds of blocks."""
     return ray.get(ref)
 
 

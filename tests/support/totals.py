@@ -10,17 +10,13 @@ import pyarrow as pa
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.ledger import CallTally
-from halluscope.pipeline.aggregate import benchmark_metrics, summarized
-from halluscope.task_registry import benchmark_of
+from halluscope.pipeline.aggregate import benchmark_metrics, by_benchmark, summarized
 
 
 def every_metric(cfg: RunConfig, store, scores: pa.Table) -> list[MetricRecord]:
     """Every benchmark's metrics from one table of rows, in the order of the run's tasks.
     ``store``: what the hooks read besides the scores (``read_table``, ``read_items``)."""
-    groups: dict[str, list[str]] = {}
-    for t in cfg.tasks:
-        groups.setdefault(benchmark_of(t).name, []).append(t)
-    return [r for name, tasks in groups.items()
+    return [r for name, tasks in by_benchmark(cfg).items()
             for r in summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))]
 
 

@@ -111,7 +111,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     resumed run already committed; they make no more calls."""
     o = options or PlanOptions()
     stats = stats or TokenStats()
-    done = done or GenerationIds()
+    done = done if done is not None else GenerationIds()
     roles: dict[str, ModelSpec] = {m.role: m for m in cfg.models if m.role != "test"}
     # evidence per fact: the passages retrieved from the article store the task's benchmark names
     evidence = {t: evidence_words(cfg.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}

@@ -101,10 +101,13 @@ class RoleModels:
         subject_of = subjects or {}
         for (role, template, model), entries in groups.items():
             backend = self._backend(role, template, model)
-            if isinstance(backend, RecordedBackend):
-                done, answered_by = _ask_recorded(backend, entries, subject_of)
+            firsts, answered_by = _distinct(entries, subject_of, isinstance(backend, RecordedBackend))
+            if isinstance(backend, RecordedBackend):  # no request built: ~700,000 of them in the demo
+                done = backend.answer_keys([(ckey, subject) for (_, _, _, ckey, _), subject in firsts])
             else:
-                done, answered_by = _ask(backend, f"{role}:{template}", entries, subject_of)
+                done = backend.generate_batch([
+                    GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject, answer_format=fmt)
+                    for (key, i, prompt, ckey, fmt), subject in firsts])
             per_row: dict[str, list[Completion]] = {}
             paid: set[int] = set()
             for (key, i, _, _, _), j in zip(entries, answered_by):
@@ -118,35 +121,21 @@ class RoleModels:
         return {k: [c for c in v if c is not None] for k, v in replies.items()}
 
 
-def _ask(backend: ModelBackend, task: str, entries: Sequence[Entry],
-         subject_of: Mapping[str, str]) -> tuple[list[Completion], list[int]]:
-    """The group's completions and, per entry, the one that answers it. Rows asking the same (e.g.
-    FEWL's neighbour questions) share one call: the first asker pays for it, the others get a copy
-    counted as a cache hit."""
-    asked: dict[tuple[str, str, str, AnswerFormat | None], int] = {}
-    requests: list[GenerationRequest] = []
+def _distinct(entries: Sequence[Entry], subject_of: Mapping[str, str],
+              recorded: bool) -> tuple[list[tuple[Entry, str]], list[int]]:
+    """A group's distinct questions, each as its first asker's entry and subject, and per entry
+    the question that answers it. Rows asking the same (e.g. FEWL's neighbour questions) share
+    one call: the first asker pays for it, the others get a copy counted as a cache hit. An
+    answer on record depends on its content key and the model under test alone, so for a
+    recorded role those make two questions the same, and prompts are not compared."""
+    asked: dict[tuple, int] = {}
+    firsts: list[tuple[Entry, str]] = []
     answered_by: list[int] = []
-    for key, i, prompt, ckey, fmt in entries:
+    for entry in entries:
+        key, _, prompt, ckey, fmt = entry
         subject = subject_of.get(key, "")
-        j = asked.setdefault((prompt, ckey, subject, fmt), len(requests))
-        if j == len(requests):
-            requests.append(GenerationRequest(task, f"{key}:{i}", prompt, ckey, subject, answer_format=fmt))
+        j = asked.setdefault((ckey, subject, fmt) if recorded else (prompt, ckey, subject, fmt), len(firsts))
+        if j == len(firsts):
+            firsts.append((entry, subject))
         answered_by.append(j)
-    return backend.generate_batch(requests), answered_by
-
-
-def _ask_recorded(backend: RecordedBackend, entries: Sequence[Entry],
-                  subject_of: Mapping[str, str]) -> tuple[list[Completion], list[int]]:
-    """As ``_ask``, for answers on record: one depends on its content key and the model under test
-    alone, so those are what makes two questions the same, and no request is built (a recorded
-    demo asks some 700,000 of them)."""
-    asked: dict[tuple[str, str, AnswerFormat | None], int] = {}
-    asks: list[tuple[str, str]] = []
-    answered_by: list[int] = []
-    for key, _, _, ckey, fmt in entries:
-        subject = subject_of.get(key, "")
-        j = asked.setdefault((ckey, subject, fmt), len(asks))
-        if j == len(asks):
-            asks.append((ckey, subject))
-        answered_by.append(j)
-    return backend.answer_keys(asks), answered_by
+    return firsts, answered_by

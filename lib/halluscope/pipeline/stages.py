@@ -207,13 +207,16 @@ def _checked(row: dict, verdicts: list[Verdict]) -> list[Verdict]:
     return verdicts
 
 
-def _per_task(tasks: pa.ChunkedArray, **attributes: Callable[[Task], str]) -> dict[str, pa.Array]:
-    """Task attributes on each row (name -> column), looked up once per task of the batch rather
-    than per row."""
+def _tasks_of(tasks: pa.ChunkedArray) -> tuple[list[Task], pa.Array]:
+    """The batch's distinct tasks and, per row, the index of its own: what a task decides is
+    looked up once per task of the batch rather than per row."""
     encoded = tasks.combine_chunks().dictionary_encode()
-    found = [get_task(t) for t in encoded.dictionary.to_pylist()]
-    return {name: pa.array([value(t) for t in found], pa.string()).take(encoded.indices)
-            for name, value in attributes.items()}
+    return [get_task(t) for t in encoded.dictionary.to_pylist()], encoded.indices
+
+
+def _per_task(found: list[Task], at: pa.Array, **attributes: Callable[[Task], str]) -> dict[str, pa.Array]:
+    """Task attributes on each row (name -> column), from ``_tasks_of``."""
+    return {name: pa.array([value(t) for t in found], pa.string()).take(at) for name, value in attributes.items()}
 
 
 def scores_table(batch: pa.Table) -> pa.Table:
@@ -230,11 +233,10 @@ def scores_table(batch: pa.Table) -> pa.Table:
     n_unsupported = np.bincount(owner[unsupported], minlength=n)
     n_verified = np.bincount(owner[verdicts.is_valid().to_numpy(zero_copy_only=False)], minlength=n)
     n_atoms = pc.list_value_length(atoms).fill_null(0).to_numpy()
-    tasks = batch.column("task").combine_chunks().dictionary_encode()
-    found = [get_task(t) for t in tasks.dictionary.to_pylist()]
-    task_at = tasks.indices.to_numpy()
+    found, at = _tasks_of(batch.column("task"))
+    task_at = at.to_numpy()
     # a refusal task may count a response without atoms (e.g. no cited title) as an abstention
-    empty_abstains = np.array([t.empty_is_abstention for t in found], bool)[task_at] if n else np.zeros(0, bool)
+    empty_abstains = np.array([t.empty_is_abstention for t in found], bool)[task_at]
     responded = pc.fill_null(batch.column("responded"), False).to_numpy(zero_copy_only=False) \
         & ~(empty_abstains & (n_atoms == 0))
     share = np.divide(n_unsupported, n_verified, out=np.zeros(n), where=n_verified > 0)
@@ -248,7 +250,7 @@ def scores_table(batch: pa.Table) -> pa.Table:
         "n_unsupported": pa.array(n_unsupported, pa.int32()),
         "n_unverified": pa.array(n_atoms - n_verified, pa.int32()), "f": f, "g": pa.array(g, pa.float64()),
         "unsupported_atoms": pa.ListArray.from_arrays(offsets, pc.list_flatten(atoms).filter(unsupported)),
-        **_per_task(batch.column("task"), task_kind=lambda t: t.kind, abstention_rule=lambda t: t.abstention_rule),
+        **_per_task(found, at, task_kind=lambda t: t.kind, abstention_rule=lambda t: t.abstention_rule),
         "error": error}, schema=records.SCORES)
 
 
@@ -265,7 +267,7 @@ def _atom_tables(batch: pa.Table) -> tuple[pa.Table, pa.Table]:
     task = batch.column("task").take(row)
     common = {"atom_id": atom_ids(gen_id, idx), "gen_id": gen_id, "model": batch.column("model").take(row),
               "task": task}
-    by_task = _per_task(task, decomposer=lambda t: t.decomposer, verifier=lambda t: t.verifier)
+    by_task = _per_task(*_tasks_of(task), decomposer=lambda t: t.decomposer, verifier=lambda t: t.verifier)
     atom_table = pa.Table.from_pydict({
         **common, "atom_idx": idx, "atom": pc.list_flatten(atoms), "decomposer": by_task["decomposer"]},
         schema=records.ATOMS)

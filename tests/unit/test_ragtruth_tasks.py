@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
+from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.completion import Completion
 from halluscope.errors import ConfigError
-from halluscope.ragtruth.tasks import Detect, Generate, RagTruthOptions
+from halluscope.ragtruth.benchmark import BENCHMARK, merged, metrics
+from halluscope.ragtruth.tasks import DETECT, GENERATE, Detect, Generate, RagTruthOptions
 from halluscope.sources import DataResolver
 
 RESPONSE = "Boil the eggs for 15 minutes and add salt."
@@ -74,3 +78,36 @@ def test_bad_options_fail_when_items_load(tmp_path):
                                               "selection": {"candidates": [["model-a", "model-z"]]}})
     with pytest.raises(ConfigError, match=r"selection.candidates: model\(s\) \['model-z'\] have no response"):
         Detect().load_items(DataResolver(), (), options)
+
+
+def _inputs(options: RagTruthOptions, generations: pa.Table, scores: pa.Table, items: dict[str, pa.Table],
+            model: str | None = None) -> MetricInputs:
+    """What the engine hands the metrics hook: every model's rows, or one ``model``'s."""
+    def mine(table: pa.Table) -> pa.Table:
+        return table if model is None else table.filter(pc.equal(table.column("model"), model))
+
+    return MetricInputs([DETECT, GENERATE], mine(scores), lambda name, columns=None, **_: mine(generations),
+                        items.__getitem__, options)
+
+
+def test_metrics_called_per_model_and_merged_equal_one_call_over_every_model(tmp_path):
+    """The engine calls RAGTruth's hook once per model (the driver holds one model's answers):
+    merged, the calls give the records of one call over all models, the corpus' records once."""
+    options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path)})
+    detect, generate = (t.load_items(DataResolver(), (), options).items for t in (Detect(), Generate()))
+    items = {task: pa.table({"item_id": [i.item_id for i in its], "prompt": [i.prompt for i in its],
+                             "fields": [json.dumps(i.fields) for i in its]})
+             for task, its in ((DETECT, detect), (GENERATE, generate))}
+    answers = {"model-a": (reply("15 minutes"), "Boil them for an hour."),
+               "model-z": (reply(), "Ten minutes.")}
+    rows = [{"gen_id": f"{m}-{task}-{i.item_id}", "model": m, "task": task, "item_id": i.item_id,
+             "text": text, "error": None, "n_atoms": 1 if m == "model-a" else 0}
+            for m, (detected, generated) in answers.items()
+            for task, its, text in ((DETECT, detect, detected), (GENERATE, generate, generated)) for i in its]
+    generations = pa.Table.from_pylist(rows).drop_columns(["n_atoms"])
+    scores = pa.Table.from_pylist(rows).drop_columns(["text"])
+    whole = metrics(_inputs(options, generations, scores, items))
+    per_model = [r for m in sorted(answers) for r in metrics(_inputs(options, generations, scores, items, m))]
+    assert BENCHMARK.metrics_per_model and len(per_model) > len(whole)  # each call repeats the corpus' records
+    assert merged(per_model) == whole
+    assert {r.model for r in whole} == {"*", "model-a", "model-z"} and whole[0].model == "*"

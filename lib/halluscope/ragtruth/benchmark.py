@@ -16,6 +16,7 @@ the same however the work was batched. Every record names its ``table``:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 import pyarrow as pa
@@ -139,14 +140,32 @@ def _item_fields(items: pa.Table) -> list[dict]:
 
 
 def metrics(inputs: MetricInputs) -> list[MetricRecord]:
-    """The engine's hook: the records of the run's RAGTruth tasks."""
+    """The engine's hook: the records of the run's RAGTruth tasks for the models whose rows it is
+    given. Every figure is of one model (a detector, or a model under test answering sources), so
+    the engine calls it once per model and the driver holds one model's answers at a time."""
     options = ragtruth_options(inputs.options)
     out = detect_metrics(inputs, options) if DETECT in inputs.tasks else []
     out += generate_metrics(inputs) if GENERATE in inputs.tasks else []
     return [MetricRecord.from_json(r) for r in out]
 
 
+def merged(records: Sequence[MetricRecord]) -> list[MetricRecord]:
+    """The per-model calls' records as one call over every model gives them: the corpus' records,
+    which each call repeats, once; then the detection records in model order, then the generation
+    ones."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.model == "*":
+            key = json.dumps(r.as_json(), sort_keys=True)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(r)
+    return sorted(out, key=lambda r: (r.model != "*", r.task != DETECT))
+
+
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generate()], options=RagTruthOptions, metrics=metrics,
-                      report=report.sections,
+                      metrics_per_model=True, summarize=merged, report=report.sections,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "
                                   "judged by a detector")

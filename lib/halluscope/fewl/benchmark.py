@@ -14,5 +14,5 @@ def _role_models(options: BaseModel) -> list[tuple[str, str]]:
 
 
 BENCHMARK = Benchmark("fewl", [FewlTask()], options=FewlOptions, metrics=report.metrics,
-                      report=report.sections, role_models=_role_models,
+                      score_columns=report.SCORE_COLUMNS, report=report.sections, role_models=_role_models,
                       description="FEWL: hallucination scores without gold answers, from weighted reference LLMs")

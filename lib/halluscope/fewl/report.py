@@ -22,6 +22,7 @@ from halluscope.fewl.evaluate import default_pairs, tally
 from halluscope.fewl.task import question_of
 
 EVALUATION = "(labelled candidates)"  # the model column of the evaluation record
+SCORE_COLUMNS = ("gen_id", "model", "task", "item_id")  # what the metrics read of ``scores``
 
 
 def _mean(values: list[float]) -> float | None:
@@ -63,23 +64,28 @@ def _evaluation_record(task: str, items: list[Item], first: dict[str, dict]) -> 
 
 
 def metrics(inputs: MetricInputs) -> list[MetricRecord]:
-    """The engine's hook: one record per model under test and task, and the task's evaluation."""
+    """The engine's hook: one record per model under test and task, and the task's evaluation.
+    The verdicts' evidence is read one (task, model) at a time and, for the evaluation, only each
+    question's first is kept: the driver holds one model's evidence, not the run's."""
     out: list[dict] = []
-    verdicts = inputs.read_table("verdicts", columns=["gen_id", "task", "evidence"],
-                                 filters=[("task", "in", list(inputs.tasks))]).to_pylist()
-    evidence: dict[str, dict] = {v["gen_id"]: json.loads(v["evidence"]) for v in verdicts if v["evidence"]}
-    rows = sorted(inputs.scores.select(["gen_id", "model", "task", "item_id"]).to_pylist(),
+    rows = sorted(inputs.scores.select(list(SCORE_COLUMNS)).to_pylist(),
                   key=lambda r: (r["task"], r["model"], r["item_id"]))
     for task in inputs.tasks:
-        mine = [r for r in rows if r["task"] == task]
         by_model: dict[str, list[dict]] = defaultdict(list)
+        for r in rows:
+            if r["task"] == task:
+                by_model[r["model"]].append(r)
         first: dict[str, dict] = {}
-        for r in mine:
-            by_model[r["model"]].append(r)
-            e = evidence.get(r["gen_id"], {})
-            if "candidates" in e:
-                first.setdefault(r["item_id"], e)
-        out += [_model_record(m, task, rs, evidence) for m, rs in sorted(by_model.items())]
+        for model, mine in sorted(by_model.items()):
+            verdicts = inputs.read_table("verdicts", columns=["gen_id", "evidence"],
+                                         filters=[("task", "==", task), ("model", "==", model)])
+            evidence: dict[str, dict] = {g: json.loads(e) for g, e in zip(verdicts.column("gen_id").to_pylist(),
+                                                                          verdicts.column("evidence").to_pylist()) if e}
+            out.append(_model_record(model, task, mine, evidence))
+            for r in mine:
+                e = evidence.get(r["gen_id"], {})
+                if "candidates" in e:
+                    first.setdefault(r["item_id"], e)
         table = inputs.items(task).to_pylist()
         items = [Item(task, i["item_id"], i["prompt"], json.loads(i["fields"])) for i in table]
         if items:

@@ -43,6 +43,7 @@ from halluscope.ragtruth.tasks import (
 )
 
 OVERALL = "Overall"
+SCORE_COLUMNS = ("gen_id", "task", "n_atoms", "error")  # what the metrics read of ``scores``
 
 
 def _rows(inputs: MetricInputs, task: str) -> list[dict]:
@@ -166,6 +167,7 @@ def merged(records: Sequence[MetricRecord]) -> list[MetricRecord]:
 
 
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generate()], options=RagTruthOptions, metrics=metrics,
-                      metrics_per_model=True, summarize=merged, report=report.sections,
+                      metrics_per_model=True, summarize=merged, score_columns=SCORE_COLUMNS,
+                      report=report.sections,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "
                                   "judged by a detector")

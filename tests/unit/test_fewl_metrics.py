@@ -1,0 +1,52 @@
+"""FEWL's metrics hook reads the verdicts' evidence one model at a time: each model's record from
+its own rows, and the evaluation from each question's first row (in model order) that scored the
+labelled candidates."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from halluscope.contract.benchmark import MetricInputs
+from halluscope.fewl import report
+
+TASK = "fewl/score"
+
+
+def _evidence(score: float, candidates: str | None = None) -> str:
+    e = {"score": score, "truthfulness": score, "penalty": 0.0, "methods": {"fewl": score}}
+    return json.dumps(e | ({"candidates": {"fewl": candidates}} if candidates else {}))
+
+
+def test_each_model_from_its_own_evidence_and_the_evaluation_from_each_questions_first(monkeypatch):
+    rows = [("m1", "q1", _evidence(0.5, "from m1")), ("m1", "q2", None),
+            ("m2", "q1", _evidence(-0.5, "from m2")), ("m2", "q2", _evidence(0.25, "from m2"))]
+    scores = pa.table({"gen_id": [f"{m}-{q}" for m, q, _ in rows], "model": [m for m, _, _ in rows],
+                       "task": [TASK] * len(rows), "item_id": [q for _, q, _ in rows]})
+    verdicts = scores.append_column("evidence", pa.array([e for _, _, e in rows], pa.string()))
+    reads: list[list] = []
+
+    def read_table(name: str, columns: list[str], filters: list) -> pa.Table:
+        assert name == "verdicts"
+        reads.append(filters)
+        kept = verdicts
+        for column, op, value in filters:
+            assert op == "=="
+            kept = kept.filter(pc.equal(kept.column(column), value))
+        return kept.select(columns)
+
+    firsts: list[dict] = []
+    monkeypatch.setattr(report, "_evaluation_record",
+                        lambda task, items, first: firsts.append(first) or {"model": report.EVALUATION, "task": task})
+    items = pa.table({"item_id": ["q1", "q2"], "prompt": ["", ""], "fields": ["{}", "{}"]})
+    records = report.metrics(MetricInputs([TASK], scores, read_table, lambda task: items, None))
+    assert reads == [[("task", "==", TASK), ("model", "==", m)] for m in ("m1", "m2")]  # one model's evidence at a time
+    by_model = {r.model: r.values for r in records}
+    assert (by_model["m1"]["scored"], by_model["m1"]["unscored"], by_model["m1"]["mean_score"]) == (1, 1, 0.5)
+    assert by_model["m2"]["scored"] == 2 and by_model["m2"]["mean_score"] == pytest.approx(-0.125)
+    assert [r.model for r in records] == ["m1", "m2", report.EVALUATION]
+    (first,) = firsts  # q1 from m1, the first model that scored it; q2 from m2, the only one
+    assert {q: e["candidates"]["fewl"] for q, e in first.items()} == {"q1": "from m1", "q2": "from m2"}

@@ -20,7 +20,7 @@ def _testsets(job_uri: str) -> Iterator[tuple[str, str]]:
 
 
 BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
-                      metrics_per_model=True, report=report.sections,
+                      metrics_per_model=True, score_columns=report.SCORE_COLUMNS, report=report.sections,
                       description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal", testsets=_testsets,
                       describe_knowledge=describe_knowledge,
                       moved={"verifiers.wiki": "benchmarks.hallulens.wiki"})

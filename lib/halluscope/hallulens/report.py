@@ -29,6 +29,8 @@ from halluscope.hallulens.options import HalluLensOptions
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
 # the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label
 LABEL_VERDICTS = {"columns": ["gen_id", "task", "evidence"], "filters": [("task", "=", PWQA)]}
+# what the metrics read of ``scores`` (``_judged``): prompts and atoms are most of the table
+SCORE_COLUMNS = ("gen_id", "model", "task", "item_id", "error", "responded", "n_atoms", "n_unsupported", "n_unverified")
 SUBTASKS: dict[str, Literal["mixed", "generated"]] = {"hallulens/nonexistent_mixed": "mixed",
                                                       "hallulens/nonexistent_generated": "generated"}
 NONEXISTENT = "hallulens/nonexistent"

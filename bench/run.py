@@ -86,7 +86,10 @@ def main() -> None:
     # 12 served models in waves on 16 simulated GPUs: about 13 minutes
     many = json.loads(subprocess.run([sys.executable, str(HERE / "many_models.py"), "--json"], check=True,
                                      stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
-    results += [*saturation, *scale, *memory, *many]
+    # FEWL's per-(task, model) reads of a 500-part run, pruned by footers and opening every part: ~15 s
+    reads = json.loads(subprocess.run([sys.executable, str(HERE / "filtered_reads.py"), "--json"], check=True,
+                                      stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
+    results += [*saturation, *scale, *memory, *many, *reads]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     _report(results)
 

@@ -7,6 +7,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from halluscope.contract.benchmark import MetricInputs
@@ -86,8 +87,12 @@ def _inputs(options: RagTruthOptions, generations: pa.Table, scores: pa.Table, i
     def mine(table: pa.Table) -> pa.Table:
         return table if model is None else table.filter(pc.equal(table.column("model"), model))
 
-    return MetricInputs([DETECT, GENERATE], mine(scores), lambda name, columns=None, **_: mine(generations),
-                        items.__getitem__, options)
+    def read_table(name: str, columns: list[str] | None = None, filters: list | None = None) -> pa.Table:
+        assert name == "generations"
+        found = mine(generations)  # the store applies the read's filters as pyarrow's read does
+        return found.filter(pq.filters_to_expression(filters)) if filters else found
+
+    return MetricInputs([DETECT, GENERATE], mine(scores), read_table, items.__getitem__, options)
 
 
 def test_metrics_called_per_model_and_merged_equal_one_call_over_every_model(tmp_path):

@@ -85,3 +85,50 @@ def test_json_roundtrip(tmp_path):
     assert store.read_json("manifest.json") is None
     store.write_json("manifest.json", {"a": 1})
     assert store.read_json("manifest.json") == {"a": 1}
+
+
+def test_a_read_by_model_and_task_opens_only_the_parts_that_hold_them(tmp_path, monkeypatch):
+    """The footer tells which models and tasks a part holds (a part's key fixes them): a filtered
+    read skips the others unopened once it has seen them, and reads without the filter a part
+    that holds only what is asked for; the rows are those pyarrow's filter keeps."""
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+
+    from halluscope.storage import run
+
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "run1")
+    batches = {"k1": [("A", "t1"), ("A", "t1")], "k2": [("A", "t2")], "k3": [("B", "t1"), ("B", "t1")],
+               "k4": [("A", "t1"), ("B", "t1")],  # two models in one part, as an earlier version wrote
+               "k5": []}
+    for key, rows in batches.items():
+        part = _scores([f"{key}-{i}" for i in range(len(rows))])
+        part = part.set_column(1, "model", pa.array([m for m, _ in rows], pa.string()))
+        store.write_batch(key, {"scores": part.set_column(2, "task", pa.array([t for _, t in rows], pa.string()))})
+    every = store.read_table("scores")
+    opened: Counter[str] = Counter()
+    filtered: list[str] = []
+    real = run.read_parquet
+
+    def counted(f, columns=None, filters=None, schema=None):
+        key = os.path.basename(f.path).removeprefix("part-").removesuffix(".parquet")
+        opened[key] += 1
+        if filters:
+            filtered.append(key)
+        return real(f, columns, filters, schema)
+
+    monkeypatch.setattr(run, "read_parquet", counted)
+    for filters in ([("model", "==", "A")], [("model", "==", "B"), ("task", "==", "t1")],
+                    [("task", "in", ["t2", "t9"])], [("model", "==", "C")],
+                    [("model", "==", "B"), ("gen_id", "==", "k3-1")]):
+        assert store.read_table("scores", ["gen_id", "model"], filters) == \
+            every.filter(pq.filters_to_expression(filters)).select(["gen_id", "model"]), filters
+    # seen once, a part of other models is never opened again, and only k4 needed the filter
+    opened.clear()
+    filtered.clear()
+    assert store.read_table("scores", ["gen_id"], [("model", "==", "B")]).column("gen_id").to_pylist() == \
+        ["k3-0", "k3-1", "k4-1"]
+    assert opened == {"k3": 1, "k4": 1} and filtered == ["k4"]
+    assert store.parts_by("model") == {"A": {"k1", "k2", "k4"}, "B": {"k3", "k4"}}
+    with pytest.raises(ValueError, match="'gen_id' is not one of"):
+        store.parts_by("gen_id")

@@ -48,8 +48,8 @@ SCORE_COLUMNS = ("gen_id", "task", "n_atoms", "error")  # what the metrics read 
 
 def _rows(inputs: MetricInputs, task: str) -> list[dict]:
     """Committed generations of ``task`` joined with their scores' atom counts."""
-    gens = inputs.read_table("generations", ["gen_id", "model", "task", "item_id", "text", "error"])
-    gens = gens.filter(pc.equal(gens.column("task"), task))
+    gens = inputs.read_table("generations", ["gen_id", "model", "task", "item_id", "text", "error"],
+                             filters=[("task", "==", task)])  # the store skips other tasks' parts
     scores = inputs.scores.filter(pc.equal(inputs.scores.column("task"), task))
     atoms = dict(zip(scores.column("gen_id").to_pylist(), scores.column("n_atoms").to_pylist()))
     errors = dict(zip(scores.column("gen_id").to_pylist(), scores.column("error").to_pylist()))

@@ -26,9 +26,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +44,9 @@ BATCH_TABLES = (*(t for t in TABLES if t != COMMIT_TABLE), COMMIT_TABLE)
 PART_PREFIX = "part-"
 ATTEMPT = "attempt.json"
 _READERS = 8  # parts read at once
+# columns whose values in a part its key fixes: the key hashes the part's generation ids, and an id
+# names its model and task (records.generation_id), so a rewritten part holds the same ones
+_KEYED = ("model", "task")
 
 
 def table_to_bytes(table: pa.Table) -> bytes:
@@ -67,6 +70,57 @@ def read_parquet(source: Any, columns: Sequence[str] | None = None, filters: Any
                          pre_buffer=False)
 
 
+def _footer_values(meta: pq.FileMetaData, column: str) -> frozenset[str] | None:
+    """A string column's values in a Parquet file, from its row groups' statistics; None where they
+    cannot tell (no such column, a row group of several values or with nulls, or no statistics:
+    Arrow leaves out, never truncates, those of values over 4 KiB)."""
+    at = next((i for i in range(meta.num_columns) if meta.schema.column(i).path == column), None)
+    if at is None:
+        return None
+    if meta.num_rows == 0:  # an empty part (a commit of a batch without rows): none, whatever its row groups say
+        return frozenset()
+    found = set()
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(at).statistics
+        if stats is None or not stats.has_min_max or stats.null_count or stats.min != stats.max:
+            return None
+        found.add(stats.min)
+    return frozenset(found)
+
+
+def _allowed(op: str, value: object) -> frozenset | None:
+    """The values an equality or membership condition lets through; None for any other operator."""
+    if op in ("==", "="):
+        return frozenset([value])
+    return frozenset(cast(Iterable, value)) if op == "in" else None
+
+
+def _keyed_filters(filters: list[tuple[str, str, object]] | None) -> dict[str, frozenset]:
+    """_KEYED column -> the values the filters (a row must pass all of them) let through."""
+    out: dict[str, frozenset] = {}
+    for column, op, value in filters or ():
+        allowed = _allowed(op, value) if column in _KEYED else None
+        if allowed is not None:
+            out[column] = out[column] & allowed if column in out else allowed
+    return out
+
+
+def _excluded(values: dict[str, frozenset[str] | None], wanted: dict[str, frozenset]) -> bool:
+    """Whether a part of these values holds no row the filters keep."""
+    for column, allowed in wanted.items():
+        found = values.get(column)
+        if found is not None and not found & allowed:
+            return True
+    return False
+
+
+def _holds(values: dict[str, frozenset[str] | None], condition: tuple[str, str, object]) -> bool:
+    """Whether every row of a part of these values passes the condition."""
+    column, op, value = condition
+    found, allowed = values.get(column), _allowed(op, value)
+    return found is not None and allowed is not None and found <= allowed
+
+
 def _part_name(key: str) -> str:
     return f"{PART_PREFIX}{key}.parquet"
 
@@ -84,6 +138,8 @@ class RunStore:
         self.run_id = check_run_id(run_id)  # whoever asks, a run stays one folder directly under the root
         self.loc = root.child(run_id)
         self.attempt: str | None = None  # set by claim; travels with the store to the actors
+        # (table, part key) -> the part's values of each _KEYED column (None: its footer cannot tell)
+        self._keyed: dict[tuple[str, str], dict[str, frozenset[str] | None]] = {}
 
     # --- ownership ---------------------------------------------------------------------------
     def claim(self) -> None:
@@ -130,47 +186,63 @@ class RunStore:
                    filters: list[tuple[str, str, object]] | None = None, keys: set[str] | None = None) -> pa.Table:
         """All committed rows of a table (an empty table with the schema if none), or those of
         the batches ``keys`` names; ``columns`` and ``filters`` (pyarrow's) keep the rest from
-        ever being decoded."""
+        ever being decoded. A filter on a part's model or task skips, by its footer, every part
+        that holds none of the values asked for, and is not applied to one that holds only them
+        (see ``_KEYED``): a read per model and task opens that model's and task's parts alone."""
         schema = TABLES.get(table)
         if table in TABLES:
             ordered = sorted(self.part_keys(table) & (self.committed_keys() if keys is None else keys))
         else:
             ordered = sorted(self.part_keys(table))
+        wanted = _keyed_filters(filters) if schema is not None else {}
 
-        def read(key: str) -> pa.Table:
+        def read(key: str) -> pa.Table | None:
+            values = self._keyed.get((table, key))
+            if values is not None and _excluded(values, wanted):
+                return None
             loc = self.loc.child(table, _part_name(key))
             with loc.fs.open(loc.path, "rb") as f:
-                return read_parquet(f, columns=columns, filters=filters)
+                if values is None and wanted:  # the part's first read: its footer, then its rows
+                    values = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
+                    if _excluded(values, wanted):
+                        return None
+                    f.seek(0)
+                rest = [t for t in filters or () if not (values and _holds(values, t))]
+                return read_parquet(f, columns=columns, filters=rest or None)
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
         # each part is a request), in key order
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            parts = list(pool.map(read, ordered))
+            parts = [p for p in pool.map(read, ordered) if p is not None]
         if not parts:
             if schema is None:
                 return pa.table({})
             return schema.empty_table().select(columns) if columns else schema.empty_table()
         return pa.concat_tables(parts, promote_options="default")
 
+    def _remember(self, table: str, key: str, meta: pq.FileMetaData) -> dict[str, frozenset[str] | None]:
+        """A part's values of each _KEYED column, from its footer, kept for the store's life: a
+        part never holds others, however often it is rewritten."""
+        self._keyed[(table, key)] = found = {c: _footer_values(meta, c) for c in _KEYED}
+        return found
+
     def parts_by(self, column: str, table: str = COMMIT_TABLE) -> dict[str, set[str]]:
-        """value of a string ``column`` -> the committed parts of ``table`` holding rows with it,
-        read from each part's footer statistics (a part's column read only where they are
+        """value of ``column`` (a model or a task) -> the committed parts of ``table`` holding rows
+        with it, read from each part's footer statistics (a part's column read only where they are
         missing): the aggregation reads one model's parts at a time without reading every row
         first. A part of several values is listed under each."""
+        if column not in _KEYED:
+            raise ValueError(f"parts_by: {column!r} is not one of {_KEYED}")
+
         def values(key: str) -> set[str]:
-            loc = self.loc.child(table, _part_name(key))
-            with loc.fs.open(loc.path, "rb") as f:
-                meta = pq.ParquetFile(f, pre_buffer=False).metadata
-                at = meta.schema.to_arrow_schema().get_field_index(column)
-                found: set[str] = set()
-                for g in range(meta.num_row_groups):
-                    stats = meta.row_group(g).column(at).statistics
-                    # Arrow leaves out (never truncates) statistics of values over 4 KiB
-                    if stats is None or not stats.has_min_max or stats.null_count or stats.min != stats.max:
-                        break
-                    found.add(stats.min)
-                else:
-                    return found
+            known = self._keyed.get((table, key))
+            if known is None:
+                loc = self.loc.child(table, _part_name(key))
+                with loc.fs.open(loc.path, "rb") as f:
+                    known = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
+            found = known[column]
+            if found is not None:
+                return set(found)
             return set(self.read_table(table, [column], keys={key}).column(column).unique().to_pylist())
 
         keys = sorted(self.part_keys(table) & self.committed_keys())

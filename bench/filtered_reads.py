@@ -54,7 +54,7 @@ def _every_part(store: RunStore) -> Callable[[list], pa.Table]:
     def read(filters: list) -> pa.Table:
         parts = []
         for key in keys:
-            loc = store.loc.child("verdicts", f"part-{key}.parquet")
+            loc = store.part("verdicts", key)
             with loc.fs.open(loc.path, "rb") as f:
                 parts.append(read_parquet(f, columns=COLUMNS, filters=filters))
         return pa.concat_tables(parts)

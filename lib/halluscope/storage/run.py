@@ -164,6 +164,10 @@ class RunStore:
             if tables[name].num_rows or name == COMMIT_TABLE:
                 self.write_part(name, key, tables[name], commit=name == COMMIT_TABLE)
 
+    def part(self, table: str, key: str) -> Location:
+        """Where the part of batch ``key`` of ``table`` lies."""
+        return self.loc.child(table, _part_name(key))
+
     def part_keys(self, table: str) -> set[str]:
         return {k for k in map(_part_key, self.loc.child(table).list_names()) if k}
 
@@ -178,7 +182,7 @@ class RunStore:
         removed = 0
         for table in reversed(tables):
             for key in self.part_keys(table) - keep:
-                self.loc.child(table, _part_name(key)).remove()
+                self.part(table, key).remove()
                 removed += 1
         return removed
 
@@ -200,14 +204,14 @@ class RunStore:
             values = self._keyed.get((table, key))
             if values is not None and _excluded(values, wanted):
                 return None
-            loc = self.loc.child(table, _part_name(key))
+            loc = self.part(table, key)
             with loc.fs.open(loc.path, "rb") as f:
                 if values is None and wanted:  # the part's first read: its footer, then its rows
                     values = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
                     if _excluded(values, wanted):
                         return None
                     f.seek(0)
-                rest = [t for t in filters or () if not (values and _holds(values, t))]
+                rest = [t for t in filters or () if values is None or not _holds(values, t)]
                 return read_parquet(f, columns=columns, filters=rest or None)
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
@@ -237,7 +241,7 @@ class RunStore:
         def values(key: str) -> set[str]:
             known = self._keyed.get((table, key))
             if known is None:
-                loc = self.loc.child(table, _part_name(key))
+                loc = self.part(table, key)
                 with loc.fs.open(loc.path, "rb") as f:
                     known = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
             found = known[column]
@@ -259,7 +263,7 @@ class RunStore:
         body = table_to_bytes(data)
         if commit:  # checked last thing before the write: the window for a stale owner is one PUT
             self.check_owner()
-        self.loc.child(table, _part_name(key)).write_bytes_atomic(body)
+        self.part(table, key).write_bytes_atomic(body)
 
     def write_costs(self, costs: pa.Table) -> None:
         self.loc.child("costs.parquet").write_bytes_atomic(table_to_bytes(costs))

@@ -1,10 +1,13 @@
 import os
+from collections import Counter
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from halluscope import records
 from halluscope.errors import Superseded
+from halluscope.storage import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
 
@@ -91,12 +94,6 @@ def test_a_read_by_model_and_task_opens_only_the_parts_that_hold_them(tmp_path, 
     """The footer tells which models and tasks a part holds (a part's key fixes them): a filtered
     read skips the others unopened once it has seen them, and reads without the filter a part
     that holds only what is asked for; the rows are those pyarrow's filter keeps."""
-    from collections import Counter
-
-    import pyarrow.parquet as pq
-
-    from halluscope.storage import run
-
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "run1")
     batches = {"k1": [("A", "t1"), ("A", "t1")], "k2": [("A", "t2")], "k3": [("B", "t1"), ("B", "t1")],
                "k4": [("A", "t1"), ("B", "t1")],  # two models in one part, as an earlier version wrote

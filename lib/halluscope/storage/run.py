@@ -206,12 +206,16 @@ class RunStore:
                 return None
             loc = self.part(table, key)
             with loc.fs.open(loc.path, "rb") as f:
+                opened = None
                 if values is None and wanted:  # the part's first read: its footer, then its rows
-                    values = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
+                    opened = pq.ParquetFile(f, pre_buffer=False)
+                    values = self._remember(table, key, opened.metadata)
                     if _excluded(values, wanted):
                         return None
-                    f.seek(0)
                 rest = [t for t in filters or () if values is None or not _holds(values, t)]
+                if opened is not None and not rest:  # the footer just parsed serves the rows too
+                    return opened.read(columns=columns, use_threads=False)
+                f.seek(0)
                 return read_parquet(f, columns=columns, filters=rest or None)
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3

@@ -18,22 +18,23 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: the configs' YAML writer
 MODELS = ["alpaca_7b", "falcon_40b_instruct", "gpt_3.5_turbo_0125", "gpt_4_0125_turbo", "llama_2_7b_chat",
           "llama_2_13b_chat", "llama_2_70b_chat", "llama_3_8b_chat", "llama_3_70b_chat", "mistral_7b_instruct",
           "mixtral_8x7b_instruct", "olmo_7b_instruct", "redpajama_incite_3b_chat", "redpajama_incite_7b_chat"]
 
 
-def config(aliases: int, root: str) -> dict:
-    """The embedded demo with its models under test replaced by ``aliases`` aliases of them, in turn."""
+def config(aliases: int, root: str, max_items: int | None = None) -> dict:
+    """The embedded demo with its models under test replaced by ``aliases`` aliases of them, in turn
+    (``max_items``: at most that many items per task, for a quick check of this script)."""
     from halluscope.config.load import default_config
 
     demo = default_config().model_dump(mode="json", exclude_unset=True)
     roles = [m for m in demo["models"] if m.get("role", "test") != "test"]
     tested = [{"id": f"{MODELS[i % len(MODELS)]}.a{i}", "backend": "replay",
                "params": {"source": "recorded", "name": MODELS[i % len(MODELS)]}} for i in range(aliases)]
-    return {**demo, "storage": {"root": root}, "models": tested + roles}
+    limits = {**demo.get("limits", {}), **({"max_items_per_task": max_items} if max_items else {})}
+    return {**demo, "storage": {"root": root}, "models": tested + roles, "limits": limits}
 
 
 def one_size(cfg_path: str) -> dict:
@@ -53,9 +54,12 @@ def one_size(cfg_path: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--aliases", type=int, nargs=2, default=[5, 52], metavar=("SMALL", "LARGE"))
+    p.add_argument("--max-items", type=int, help="items per task (default: every item, as the demo)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    from tests.support.configs import config_yaml
+
     if args.one:
         print(json.dumps(one_size(args.one)))
         return
@@ -63,7 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.aliases:
             cfg_path = Path(tmp) / f"aliases-{n}.yaml"
-            cfg_path.write_text(yaml.safe_dump(config(n, f"file://{tmp}/runs-{n}")))
+            cfg_path.write_text(config_yaml(config(n, f"file://{tmp}/runs-{n}", args.max_items)))
             done = subprocess.run([sys.executable, __file__, "--one", str(cfg_path)], capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"the run with {n} aliases failed:\n{done.stderr[-3000:]}")

@@ -6,7 +6,7 @@ FEWL's metrics read it, through ``RunStore.read_table`` (which opens only the pa
 say hold that model and task), and as a store that opens every part and lets pyarrow's filter
 drop the rows (what every filtered read did before). Both must return the same rows. Usage:
 
-    python bench/filtered_reads.py [--json]
+    python bench/filtered_reads.py [--models 10] [--json]
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def _table(schema: pa.Schema, columns: dict[str, list]) -> pa.Table:
                      for f in schema}, schema=schema)
 
 
-def _write(store: RunStore) -> None:
-    for m in range(MODELS):
+def _write(store: RunStore, models: int) -> None:
+    for m in range(models):
         for task in TASKS:
             for b in range(BATCHES):
                 ids = [f"{m}-{task}-{b}-{i}" for i in range(ROWS)]
@@ -61,26 +61,27 @@ def _every_part(store: RunStore) -> Callable[[list], pa.Table]:
     return read
 
 
-def _timed(read: Callable[[list], pa.Table]) -> tuple[float, list[pa.Table]]:
+def _timed(read: Callable[[list], pa.Table], models: int) -> tuple[float, list[pa.Table]]:
     t0 = time.perf_counter()
-    out = [read([("task", "==", task), ("model", "==", f"model{m}")]) for task in TASKS for m in range(MODELS)]
+    out = [read([("task", "==", task), ("model", "==", f"model{m}")]) for task in TASKS for m in range(models)]
     return time.perf_counter() - t0, out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--models", type=int, default=MODELS, help="models in the run (25 parts each)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON line last")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Location.from_url(f"file://{tmp}"), "reads")
-        _write(store)
-        every_s, expected = _timed(_every_part(store))
-        pruned_s, found = _timed(lambda filters: store.read_table("verdicts", COLUMNS, filters))
+        _write(store, args.models)
+        every_s, expected = _timed(_every_part(store), args.models)
+        pruned_s, found = _timed(lambda filters: store.read_table("verdicts", COLUMNS, filters), args.models)
     if found != expected:
         sys.exit("filtered reads: the pruned reads' rows differ from those of every part read and filtered")
-    reads = len(TASKS) * MODELS
+    reads, parts = len(TASKS) * args.models, args.models * len(TASKS) * BATCHES
     result = [{"name": "filtered_reads_seconds", "value": round(pruned_s, 2), "unit": "s",
-               "baseline": f"the same {reads} reads of {MODELS * len(TASKS) * BATCHES} parts, each opening every part",
+               "baseline": f"the same {reads} reads of {parts} parts, each opening every part",
                "baseline_value": round(every_s, 2), "ratio": round(pruned_s / every_s, 3)}]
     for r in result:
         print(f"{r['name']}: {r['value']} {r['unit']} (baseline {r['baseline_value']}: {r['baseline']})")

@@ -63,26 +63,29 @@ def _testset(tmp: Path) -> str:
     return f"{root.url}/mixed_entities/{ts.testset_id}"
 
 
-def config(tmp: Path) -> dict:
+def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int) -> dict:
+    from tests.support.servers import free_port
+
     (tmp / "prices.yaml").write_text(PRICES)
     # 8 answers in flight: a request waits at most 8 x 50 / 14.5 = 28 s, within the client's 60 s
     serve = {"num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 2}
-    models = [{"id": mid, "backend": "scripted", "params": {
+    tested = [{"id": mid, "backend": "scripted", "params": {
         "default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate, "load_s": LOAD_S,
-        "serve": {**serve, "num_gpus": gpus}}} for mid, gpus, words, rate in MODELS]
+        "serve": {**serve, "num_gpus": gpus}}} for mid, gpus, words, rate in models]
     judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
         "serve": {**serve, "num_gpus": 1, "max_ongoing_requests": 16}, "rules": [
             {"pattern": "is_knowledgeable", "response": '{"is_knowledgeable": true}'},
             {"pattern": "does_believe", "response": '{"does_believe": false}'}]}}
     return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": ["halogen/code", "hallulens/nonexistent_mixed"],
+            "serve_http_port": free_port(),
             "testsets": {"hallulens/nonexistent_mixed": [_testset(tmp)]},
-            "models": [*models, judge], "limits": {"max_items_per_task": CODE_ITEMS},
+            "models": [*tested, judge], "limits": {"max_items_per_task": items},
             "cluster": {"gpus": GPUS + 1}, "ray": {"num_gpus": GPUS + 1},
             "costs": {"price_table": str(tmp / "prices.yaml")}, "cache": {"enabled": False},
             "concurrency": {"batch_size": 256, "generate_batch_size": 256}}
 
 
-def measure() -> dict:
+def measure(models: list[tuple[str, int, int, float]] = MODELS, items: int = CODE_ITEMS) -> dict:
     from halluscope.config.load import parse_config
     from halluscope.pipeline.estimate import plan
     from halluscope.pipeline.runner import price_table, run
@@ -91,7 +94,7 @@ def measure() -> dict:
 
     with tempfile.TemporaryDirectory(prefix="many-models-") as folder:
         tmp = Path(folder)
-        cfg = parse_config(config(tmp))
+        cfg = parse_config(config(tmp, models, items))
         estimate = plan(cfg, price_table(cfg))
         planned = estimate.schedule_dict()
         result = run(cfg, run_id="many", progress=False)
@@ -123,7 +126,8 @@ def _ids_once(result: object, manifest: dict) -> bool:
 
 
 def records(m: dict) -> list[dict]:
-    what = f"{len(MODELS)} models (TP1/TP2/TP4) on {GPUS} simulated GPUs, HALOGEN code + HalluLens mixed entities"
+    what = (f"{len(m['deployments'])} models (TP1/TP2/TP4) on {GPUS} simulated GPUs, "
+            "HALOGEN code + HalluLens mixed entities")
     return [
         {"name": "many_models_makespan", "value": round(m["makespan_s"], 1), "unit": "s",
          "baseline": f"lower bound max(GPU-work / {GPUS}, longest model); {what}",
@@ -140,9 +144,11 @@ def records(m: dict) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--models", type=int, default=len(MODELS), help="the first N of the 12 models")
+    p.add_argument("--items", type=int, default=CODE_ITEMS, help="items per task (code prompts, HalluLens names)")
     p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
     args = p.parse_args()
-    m = measure()
+    m = measure(MODELS[:args.models], args.items)
     print(json.dumps({k: v for k, v in m.items() if k != "plan"} | {"waves": m["plan"]["waves"]}, indent=1))
     if args.json:
         print(json.dumps(records(m)))

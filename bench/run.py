@@ -17,21 +17,38 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests.support: the configs' YAML writer
 TARGET_S = 30.0  # issue 2: the whole demo run in under 30 s on 2 cores
 
 
-def pipeline_seconds(root: str) -> tuple[float, int]:
+def demo_config(max_items: int) -> dict:
+    """The embedded demo with at most ``max_items`` items per task: a quick check of this script."""
+    from halluscope.config.load import default_config
+
+    demo = default_config().model_dump(mode="json", exclude_unset=True)
+    return {**demo, "limits": {**demo.get("limits", {}), "max_items_per_task": max_items}}
+
+
+def pipeline_seconds(root: str, max_items: int | None) -> tuple[float, int]:
+    from tests.support.configs import config_yaml
+
+    config = []
+    if max_items is not None:
+        path = Path(root[len("file://"):] + ".yaml")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config_yaml(demo_config(max_items)))
+        config = [str(path)]
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "halluscope.cli", "run", "--run-id", "bench", "--storage-root", root,
+    subprocess.run([sys.executable, "-m", "halluscope.cli", "run", *config, "--run-id", "bench", "--storage-root", root,
                     "--quiet"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seconds = time.perf_counter() - t0
     manifest = json.loads((Path(root[len("file://"):]) / "bench" / "manifest.json").read_text())
     return seconds, manifest["counts"]["processed"]
 
 
-def loop_seconds(root: str) -> tuple[float, int]:
+def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
-    from halluscope.config.load import default_config
+    from halluscope.config.load import default_config, parse_config
     from halluscope.pipeline.runner import driver_batches
     from halluscope.pipeline.workset import plan
     from halluscope.records import GenerationIds
@@ -39,7 +56,7 @@ def loop_seconds(root: str) -> tuple[float, int]:
     from halluscope.storage.run import RunStore
 
     t0 = time.perf_counter()
-    cfg = default_config()
+    cfg = default_config() if max_items is None else parse_config(demo_config(max_items))
     store = RunStore(Location.from_url(root), "loop")
     work = plan(cfg, store)
     committed = driver_batches(cfg, store, work, work.blocks, GenerationIds(), cfg.models)
@@ -47,11 +64,11 @@ def loop_seconds(root: str) -> tuple[float, int]:
     return time.perf_counter() - t0, rows
 
 
-def compare() -> list[dict]:
+def compare(max_items: int | None = None) -> list[dict]:
     """The pipeline beside the loop on the same rows, back to back."""
     with tempfile.TemporaryDirectory() as tmp:
-        pipe_s, pipe_rows = pipeline_seconds(f"file://{tmp}/pipe")
-        loop_s, loop_rows = loop_seconds(f"file://{tmp}/loop")
+        pipe_s, pipe_rows = pipeline_seconds(f"file://{tmp}/pipe", max_items)
+        loop_s, loop_rows = loop_seconds(f"file://{tmp}/loop", max_items)
     assert pipe_rows == loop_rows, (pipe_rows, loop_rows)
     return [
         {"name": "halogen_demo_pipeline_throughput", "value": round(pipe_rows / pipe_s, 1), "unit": "rows/s",
@@ -67,8 +84,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--compare-only", action="store_true",
                    help="only the pipeline beside the loop (seconds), not the hour of saturation and scale benches")
+    p.add_argument("--max-items", type=int,
+                   help="with --compare-only: at most this many items per task (a quick check of this script)")
     args = p.parse_args()
-    results = compare()
+    results = compare(args.max_items)
     if args.compare_only:
         _report(results)
         return

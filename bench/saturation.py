@@ -9,8 +9,10 @@ implementations call their judges.
 
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -21,6 +23,7 @@ from halluscope.config.schema import Concurrency, ScriptedModel
 from halluscope.pipeline import stages
 from halluscope.serving.app import deploy, shutdown
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: free_port
 N_CALLS = 20_000
 LATENCY_S = 0.1
 CAPACITY = 40
@@ -43,9 +46,9 @@ def _work(n: int) -> pa.Table:
         for i in range(n)], schema=records.WORK)
 
 
-def pipeline_rate(spec: ScriptedModel, endpoints: dict) -> tuple[float, int]:
-    work = _work(N_CALLS)
-    ds = ray.data.from_arrow([work.slice(i, 2000) for i in range(0, N_CALLS, 2000)])
+def pipeline_rate(spec: ScriptedModel, endpoints: dict, calls: int) -> tuple[float, int]:
+    work = _work(calls)
+    ds = ray.data.from_arrow([work.slice(i, 2000) for i in range(0, calls, 2000)])
     conc = Concurrency()  # the run defaults, as `halluscope run` would use them
     ds = ds.map_batches(stages.Generate, fn_constructor_args=([spec], endpoints, None), batch_format="pyarrow",
                         batch_size=conc.generate_batch_size, num_cpus=0.5,
@@ -55,8 +58,19 @@ def pipeline_rate(spec: ScriptedModel, endpoints: dict) -> tuple[float, int]:
     return answered / (time.perf_counter() - t0), answered
 
 
-def thread_pool_rate(base_url: str) -> tuple[float, int]:
+def _route_ready(client: httpx.Client, base_url: str, timeout_s: float = 120.0) -> None:
+    """Serve's HTTP proxy answers 404 until it has learnt the new app's route (the handle the
+    pipeline uses does not wait on it): an unready route is not the endpoint's ceiling."""
+    deadline = time.monotonic() + timeout_s
+    while client.get(f"{base_url}/models").status_code != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{base_url} still has no route after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def thread_pool_rate(base_url: str, calls: int) -> tuple[float, int]:
     client = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=POOL))
+    _route_ready(client, base_url)
 
     def call(i: int) -> bool:
         r = client.post(f"{base_url}/chat/completions",
@@ -66,23 +80,25 @@ def thread_pool_rate(base_url: str) -> tuple[float, int]:
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(POOL) as pool:
-        answered = sum(pool.map(call, range(N_CALLS)))
+        answered = sum(pool.map(call, range(calls)))
     client.close()
     return answered / (time.perf_counter() - t0), answered
 
 
-def measure() -> list[dict]:
+def measure(calls: int = N_CALLS) -> list[dict]:
+    from tests.support.servers import free_port
+
     ray.init(num_cpus=8, object_store_memory=512 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     spec = _spec()
-    endpoints = deploy([spec])
+    endpoints = deploy([spec], free_port())  # not Serve's 8000, which another Ray may hold
     try:
-        pipe, pipe_n = pipeline_rate(spec, endpoints)
-        pool, pool_n = thread_pool_rate(endpoints[spec.id].base_url)
+        pipe, pipe_n = pipeline_rate(spec, endpoints, calls)
+        pool, pool_n = thread_pool_rate(endpoints[spec.id].base_url, calls)
     finally:
         shutdown(endpoints)
         ray.shutdown()
-    assert pipe_n == pool_n == N_CALLS, (pipe_n, pool_n)
+    assert pipe_n == pool_n == calls, (pipe_n, pool_n)
     return [
         {"name": "serve_saturation_pipeline", "value": round(pipe, 1), "unit": "calls/s",
          "baseline": f"endpoint ceiling ({CAPACITY} prompts at once / {LATENCY_S} s)", "baseline_value": CEILING,
@@ -94,8 +110,12 @@ def measure() -> list[dict]:
 
 
 if __name__ == "__main__":
+    import argparse
     import json
-    import sys
 
-    results = measure()
-    print(json.dumps(results) if "--json" in sys.argv else "\n".join(map(str, results)))
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--calls", type=int, default=N_CALLS, help="prompts sent each way")
+    p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
+    args = p.parse_args()
+    results = measure(args.calls)
+    print(json.dumps(results) if args.json else "\n".join(map(str, results)))

@@ -60,10 +60,12 @@ def halogen_tasks() -> list[str]:
 
 
 def config(storage: dict, limit: int, titles: Path, articles: Path) -> dict:
+    from tests.support.servers import free_port
+
     from halluscope.halogen.common import RELEASED
 
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
-    return {"storage": storage, "tasks": halogen_tasks(),
+    return {"storage": storage, "tasks": halogen_tasks(), "serve_http_port": free_port(),
             "limits": {"max_items_per_task": limit}, "costs": {"price_table": None}, "cache": {"enabled": False},
             "benchmarks": {"halogen": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}}},
             "models": [{"id": m, "backend": "replay"} for m in RELEASED["models"]] + [
@@ -91,7 +93,7 @@ def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: 
     Evaluate worker SIGKILLed mid-batch after the first commit, the driver SIGKILLed at half the
     clean run's commits, the same run id resubmitted, and another Evaluate worker killed after the
     resubmission's first commit. Its tables must equal the clean run's, every id exactly once."""
-    import yaml
+    from tests.support.configs import config_yaml
     from tests.support.drills import (
         Driver,
         comparable_tables,
@@ -117,7 +119,7 @@ def fault_drill(head: dict, endpoint: str, cfg: dict, folder: Path, clean_root: 
     with FlakyS3Proxy(endpoint, every={"PUT": 25, "GET": 40}) as proxy:
         storage = s3_storage(proxy.url, f"s3://{BUCKET}/runs-faulted")
         cfg_path = folder / "faulted.yaml"
-        cfg_path.write_text(yaml.safe_dump(cfg | {"storage": storage}))
+        cfg_path.write_text(config_yaml(cfg | {"storage": storage}))
         faulted = store(storage)
         t0 = time.perf_counter()
         first = Driver(cfg_path, "scale", folder / "first.log")
@@ -166,7 +168,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one_size(args.one)))
         return
-    import yaml
+    from tests.support.configs import config_yaml
     from tests.support.servers import create_bucket, moto_s3, ray_head, s3_storage, use_token_auth
 
     use_token_auth()
@@ -181,7 +183,7 @@ def main() -> None:
             limit = max(1, size // (MODELS * len(halogen_tasks())))
             cfg = config(s3_storage(endpoint, f"s3://{BUCKET}/runs-{size}"), limit, titles, articles)
             cfg_path = Path(tmp) / f"scale-{size}.yaml"
-            cfg_path.write_text(yaml.safe_dump(cfg))
+            cfg_path.write_text(config_yaml(cfg))
             done = subprocess.run([sys.executable, __file__, "--one", str(cfg_path)], capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"the {size}-row run failed:\n{done.stderr[-3000:]}")

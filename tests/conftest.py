@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.configs import ConfigDumper
 from tests.support.servers import create_bucket, moto_s3, use_token_auth
 from tests.support.servers import ray_head as ray_head_process
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
-# configs the tests write with yaml.safe_dump share sub-dicts, which PyYAML would write as anchors
-# and aliases; halluscope refuses those in a config (an alias bomb), so the tests write them out
-yaml.SafeDumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]
+# the configs tests write with yaml.safe_dump share sub-dicts: written out in full, as config_yaml does
+yaml.SafeDumper.ignore_aliases = ConfigDumper.ignore_aliases  # type: ignore[method-assign]
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

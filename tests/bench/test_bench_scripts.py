@@ -1,0 +1,47 @@
+"""Each `make bench` script at its smallest size, so a change that breaks one fails `make test`
+rather than the hour-long bench. The figures themselves mean nothing at these sizes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+# script -> its arguments at the smallest size that still runs every path it measures
+SMALLEST = {
+    "run.py": ["--compare-only", "--max-items", "2"],
+    "saturation.py": ["--calls", "200", "--json"],
+    "scale.py": ["--sizes", "300", "--json"],
+    "driver_memory.py": ["--aliases", "1", "2", "--max-items", "2", "--json"],
+    "many_models.py": ["--models", "3", "--items", "1", "--json"],
+    "filtered_reads.py": ["--models", "2", "--json"],
+    "halogen_rules.py": ["--json"],
+}
+
+
+def test_every_bench_script_is_run_here():
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMALLEST)
+
+
+@pytest.mark.parametrize("script", sorted(SMALLEST))
+def test_bench_script_runs_to_its_end(script, tmp_path):
+    # each script starts the Ray it measures (or none): not one a test session left in the environment
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, str(BENCH / script), *SMALLEST[script]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    last = done.stdout.strip().splitlines()[-1]
+    if script == "run.py":  # prints its records a line each
+        assert last.startswith("halogen_demo_pipeline_wall_time: ")
+        return
+    out = json.loads(last)
+    if script == "halogen_rules.py":  # counts per task, not records
+        assert out and all(isinstance(c, dict) for c in out.values())
+        return
+    assert out and all({"name", "value", "unit", "baseline", "baseline_value", "ratio"} <= set(r) for r in out)

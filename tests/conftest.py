@@ -54,6 +54,21 @@ def ray_head():
         yield head
 
 
+@pytest.fixture()
+def in_driver(monkeypatch):
+    """A run in the driver's own process, for tests whose subject is not Ray: no Ray to join (the
+    session's head, once started, sets RAY_ADDRESS; a run that joined it left this process
+    connected). Such a run must serve nothing: its stand-ins answer in process."""
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+IN_DRIVER = "in the driver's process"  # manifest.json's execution of such a run
+
+
 RECORDED_STEPS = {"steps": "halluscope.halogen.recorded:replies"}
 
 

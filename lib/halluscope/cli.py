@@ -142,13 +142,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     doc = read_yaml(args.config, "config")
     if isinstance(doc, dict) and "applications" in doc:
         os.execvp("serve", ["serve", "run", args.config])
-    from halluscope.runkit import init_ray
+    from halluscope.runkit import init_ray, is_served
     from halluscope.serving.app import deploy, remove, shutdown
 
     cfg = parse_config(doc, args.config)
-    served = [m for m in cfg.models if m.backend in ("scripted", "hf", "vllm")]
+    served = [m for m in cfg.models if is_served(m)]
     if not served:
-        raise HalluscopeError(f"{args.config} has no served models (backend scripted, hf or vllm)")
+        raise HalluscopeError(f"{args.config} has no served models (backend hf, vllm, or scripted not in_process)")
     init_ray(cfg.ray)
     if args.down:
         deleted = remove(m.id for m in served)

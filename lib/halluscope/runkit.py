@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from halluscope import __version__
 from halluscope.config.checks import validation_message
 from halluscope.config.reader import read_yaml
-from halluscope.config.schema import SERVED_BACKENDS, ModelSpec, RaySpec, ServedModel
+from halluscope.config.schema import ModelSpec, RaySpec, ServedModel
 from halluscope.errors import ConfigError
 from halluscope.quiet import quiet_ray
 from halluscope.serving.placement import placement
@@ -78,8 +78,8 @@ def unique_specs(specs: Sequence[ModelSpec]) -> list[ModelSpec]:
 
 
 def is_served(spec: ModelSpec) -> TypeGuard[ServedModel]:
-    """Whether a run deploys the model on Ray Serve itself (scripted, hf, vllm)."""
-    return spec.backend in SERVED_BACKENDS
+    """Whether a run deploys the model on Ray Serve itself (hf, vllm, scripted unless in process)."""
+    return spec.served
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import math
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from tests.conftest import IN_DRIVER
 from tests.support.openai_server import OpenAIStubServer
 
 from halluscope.config.load import parse_config
@@ -99,7 +100,7 @@ def write_prices(path) -> str:
     return str(path)
 
 
-def test_fewl_scores_evaluation_costs_report_and_caches(ray_head, tmp_path):
+def test_fewl_scores_evaluation_costs_report_and_caches(in_driver, tmp_path):
     data = truthfulqa_csv(tmp_path / "TruthfulQA.csv")
     root = f"file://{tmp_path}/runs"
     responders = {"tested": TESTED, "ref-1": REF_1, "ref-2": REF_2, "iwco": IWCO}
@@ -112,6 +113,7 @@ def test_fewl_scores_evaluation_costs_report_and_caches(ray_head, tmp_path):
         # every distinct prompt once: 4 answers, 4 questions per reference, 4 IW/CO replies
         assert {m: s.calls for m, s in servers.items()} == {m: 4 for m in servers}
         store = RunStore(Location.from_url(root), "fewl-1")
+        assert store.read_json("manifest.json")["execution"] == IN_DRIVER  # its subject is FEWL, not Ray
         scores = store.read_table("scores").to_pylist()
         assert len(scores) == 4 and all(s["error"] is None for s in scores)
 

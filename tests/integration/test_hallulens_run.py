@@ -1,12 +1,14 @@
 """HalluLens end to end on small sources of the real formats: test sets built by the test-set job
 (a scripted generator served by Ray Serve) and by the library, then a run of all three tasks with a
-scripted model under test, judge and extractor; everything on the S3 API server."""
+scripted model under test, judge and extractor answered in process (the run goes in the driver: its
+subject is HalluLens' rules, not Ray); everything on the S3 API server."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from tests.conftest import IN_DRIVER
 from tests.support.hallulens_sources import EDGES, FakeGenerator, pages_and_scores, write_tables, write_wiki_sources
 from tests.support.servers import s3_storage
 
@@ -64,7 +66,7 @@ def _testsets(tmp_path, root: Location) -> dict[str, list[str]]:
 
 
 def _models() -> list[dict]:
-    tested = {"id": "tested", "backend": "scripted", "params": {"serve": SERVE, "default": "I don't know.", "rules": [
+    tested = {"id": "tested", "backend": "scripted", "params": {"in_process": True, "default": "I don't know.", "rules": [
         {"pattern": "code of Page 1-", "response": "I don't know."},
         {"pattern": r"^What is the code of", "response": "It is K."},
         {"pattern": r"^Describe the code of", "response": "The code is kept in a stone archive near the river. "
@@ -72,7 +74,7 @@ def _models() -> list[dict]:
         {"pattern": "Lynx", "response": "I have never heard of that animal."},
         {"pattern": ".", "response": "It is a well-known name with a long history."}]}}
     judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
-        "serve": SERVE, "support_on_overlap": 0.6, "rules": [
+        "in_process": True, "support_on_overlap": 0.6, "rules": [
             {"pattern": r"(?s)is_abstaining.*Chatbot: I don't know\.\nResult:", "response": '{"is_abstaining": true}'},
             {"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
             {"pattern": r"Gold answer: K10[0-4]\d", "response": "CORRECT"},
@@ -81,14 +83,14 @@ def _models() -> list[dict]:
             {"pattern": r"(?s)does_believe.*Generation: I have never heard", "response": '{"does_believe": false}'},
             {"pattern": "does_believe", "response": '{"does_believe": true}'}]}}
     extractor = {"id": "extractor", "role": "extractor", "backend": "scripted", "params": {
-        "serve": SERVE, "rules": [{"pattern": r"Claims:\s*$", "response":
+        "in_process": True, "rules": [{"pattern": r"Claims:\s*$", "response":
                                    "- The code is kept in a stone archive near the river.\n- The moon is made of cheese."}]}}
     # answers like the tested model; its id names a Gemma model, whose medicine FAR the paper sets to 0
     gemma = {**tested, "id": "gemma-2-9b-it"}
     return [tested, gemma, judge, extractor]
 
 
-def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
+def test_three_tasks_end_to_end(in_driver, s3_endpoint, bucket, tmp_path):
     storage = s3_storage(s3_endpoint, f"s3://{bucket}/runs")
     spec = StorageSpec(**storage)
     testsets = _testsets(tmp_path, Location.from_url(f"s3://{bucket}/testsets", spec))
@@ -101,6 +103,7 @@ def test_three_tasks_end_to_end(ray_head, s3_endpoint, bucket, tmp_path):
                         "benchmarks": {"hallulens": {"wiki": {"articles": str(tmp_path / "articles.jsonl")}}}})
     result = run(cfg, run_id="lens", progress=False)
     store = RunStore(Location.from_url(storage["root"], spec), "lens")
+    assert store.read_json("manifest.json")["execution"] == IN_DRIVER
     scores = store.read_table("scores").to_pylist()
     assert len(scores) == result.processed and all(s["error"] is None for s in scores)
     for table in ("generations", "atoms", "verdicts", "scores", "role_calls"):

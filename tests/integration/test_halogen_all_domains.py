@@ -1,7 +1,9 @@
 """All nine HALOGEN domains by both rule sets (18 tasks), the released responses of all 14 models,
-a scripted judge and extractor served by Ray Serve, small knowledge sources built here. Results go
-to local storage: this run writes about 250 committed parts, which moto's S3 server, sharing the
-test process's CPU, takes ~40 s to store and read back; runs on the S3 API are tested apart
+a scripted judge and extractor answered in process, small knowledge sources built here: the
+domains' rules are the subject, so the run goes in the driver (Ray, Serve and the pipeline's
+actors are tested in test_pipeline.py, test_serving.py, test_faults.py). Results go to local
+storage: this run writes about 250 committed parts, which moto's S3 server, sharing the test
+process's CPU, takes ~40 s to store and read back; runs on the S3 API are tested apart
 (tests/integration/test_pipeline.py, test_four_benchmarks.py, test_faults.py)."""
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import gzip
 import json
 
 import pytest
-from tests.conftest import SHARED_DATA
+from tests.conftest import IN_DRIVER, SHARED_DATA
 
 from halluscope.config.load import parse_config
 from halluscope.halogen.common import RELEASED
@@ -60,7 +62,6 @@ def _articles(path):
 
 
 def _config(root, titles, articles) -> dict:
-    serve = {"num_cpus": 0.25, "max_batch_prompts": 16}
     return {
         "storage": {"root": root},
         "tasks": TASKS,
@@ -74,14 +75,14 @@ def _config(root, titles, articles) -> dict:
              "params": {"support_on_overlap": 0.6, "default": "Yes",
                         "rules": [{"pattern": r"(?is)^Text:.*(never met|no record|did not meet|no evidence)",
                                    "response": "No, the text says they did not meet."}],
-                        "serve": serve}},
+                        "in_process": True}},
             {"id": "extractor", "role": "extractor", "backend": "scripted",
-             "params": {"extract": True, "serve": serve}},
+             "params": {"extract": True, "in_process": True}},
         ],
     }
 
 
-def test_every_domain_with_scripted_judge_and_extractor(ray_head, tmp_path):
+def test_every_domain_with_scripted_judge_and_extractor(in_driver, tmp_path):
     real_titles = _title_dump(tmp_path / "titles.txt")
     people = _articles(tmp_path / "articles.jsonl")
     root = str(tmp_path / "runs")
@@ -141,6 +142,7 @@ def test_every_domain_with_scripted_judge_and_extractor(ray_head, tmp_path):
     assert {("extractor", "decompose"), ("judge", "verify"), ("judge", "abstain")} <= stages
 
     manifest = store.read_json("manifest.json")
+    assert manifest["execution"] == IN_DRIVER
     assert manifest["knowledge"]["titles"]["skipped_lines"] == 1
     assert manifest["knowledge"]["wiki"]["passages"] > 0
     board = store.loc.child("leaderboard.md").read_bytes().decode()

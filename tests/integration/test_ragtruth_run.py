@@ -12,6 +12,7 @@ import re
 import boto3
 import pytest
 import yaml
+from tests.conftest import IN_DRIVER
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.servers import s3_storage
 
@@ -114,7 +115,7 @@ def write_prices(path) -> str:
     return str(path)
 
 
-def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(ray_head, s3_endpoint, bucket,
+def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(in_driver, s3_endpoint, bucket,
                                                                                 tmp_path):
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.put_object(Bucket=bucket, Key="data/ragtruth/response.jsonl", Body=write_jsonl(RESPONSES))
@@ -175,7 +176,7 @@ def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(r
         assert r2 == [(True, "characters 18-28: 10 in gold spans"), (False, "characters 33-41: 0 in gold spans")]
 
         manifest = doc("manifest.json")
-        assert manifest["status"] == "complete"
+        assert manifest["status"] == "complete" and manifest["execution"] == IN_DRIVER  # its subject is RAGTruth
         assert len(manifest["data_sources"]["ragtruth/response.jsonl"]) == 64
         (corpus_doc,) = [r for r in metrics if r.get("table") == "corpus"]
         assert corpus_doc["held_out"] == {"invalid_labels": ["r7"], "quality": ["r8"]}
@@ -244,20 +245,20 @@ def test_bad_corpus_line_fails_before_any_model_starts(tmp_path):
 
 
 JUDGE = {"id": "judge", "role": "judge", "backend": "scripted",
-         "params": {"rules": JUDGE_RULES, "default": judge_list(), "serve": {"num_cpus": 0.25, "max_batch_prompts": 4}}}
+         "params": {"rules": JUDGE_RULES, "default": judge_list(), "in_process": True}}
 
 
 GEN_X = {"id": "gen-x", "backend": "scripted", "params": {
     "rules": [{"pattern": "Briefly answer", "response": "Boil eggs for 20 minutes in the sea."},
               {"pattern": "objective overview", "response": "Cafe Uno serves pizza all night."},
               {"pattern": "Summarize", "response": "The mayor opened a bridge."}],
-    "serve": {"num_cpus": 0.25}}}
+    "in_process": True}}
 GEN_Y = {"id": "gen-y", "backend": "scripted", "params": {
     "rules": [{"pattern": "Summarize", "response": "A bridge opened on Monday at noon."}],
-    "default": "I do not know.", "serve": {"num_cpus": 0.25}}}
+    "default": "I do not know.", "in_process": True}}
 
 
-def test_rag_generation_rate_and_density(ray_head, tmp_path):
+def test_rag_generation_rate_and_density(in_driver, tmp_path):
     folder = tmp_path / "ragtruth"
     folder.mkdir()
     (folder / "response.jsonl").write_bytes(write_jsonl(RESPONSES))
@@ -282,6 +283,7 @@ def test_rag_generation_rate_and_density(ray_head, tmp_path):
     assert rows[("gen-y", "QA")]["hallucination_rate"] == 0.0
 
     store = RunStore(Location.from_url(f"file://{tmp_path}/runs"), "rag")
+    assert store.read_json("manifest.json")["execution"] == IN_DRIVER  # its subject is RAGTruth, not Ray
     scores = {(r["model"], r["item_id"]): r for r in store.read_table("scores").to_pylist()}
     assert len(scores) == 6
     g = scores[("gen-x", "s-d2t")]

@@ -17,8 +17,8 @@ from halluscope.config.schema import HFModel, ScriptedModel
 from halluscope.errors import EndpointDown
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.openai_http import OpenAIBackend
+from halluscope.models.scripted import ScriptedResponder, fault_draw, judge_parts
 from halluscope.serving.app import ServedEndpoint, deploy, handle_backend, shutdown
-from halluscope.serving.scripted import ScriptedResponder, fault_draw, judge_parts
 
 pytestmark = pytest.mark.slow
 

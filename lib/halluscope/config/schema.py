@@ -120,7 +120,21 @@ class ScriptedParams(_Strict):
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
     timeout_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls that never answer in time")
     seed: int = 0
+    in_process: bool = Field(
+        default=False, description="answer in the calling process (the driver or a pipeline actor) instead of a "
+                                   "Ray Serve deployment of its own: no start-up, no server modelled")
     serve: ServeOptions = Field(default_factory=ServeOptions)
+
+    @model_validator(mode="after")
+    def _in_process_models_no_server(self) -> ScriptedParams:
+        """Latency, throughput, start-up and faults are a server's: an in-process stand-in has none."""
+        if self.in_process:
+            server = [k for k in ("latency_s", "tokens_per_s", "load_s", "capacity", "error_rate", "timeout_rate")
+                      if getattr(self, k)]
+            if server:
+                raise ValueError(f"in_process: true answers without a server, so {', '.join(server)} cannot be "
+                                 "set; leave in_process false to serve the model on Ray Serve")
+        return self
 
 
 class HFParams(_Strict):
@@ -165,6 +179,11 @@ class _Model(_Strict):
         """The model whose recorded pipeline steps answer role calls about this model's generations."""
         return self.id
 
+    @property
+    def served(self) -> bool:
+        """Whether a run deploys the model on Ray Serve itself."""
+        return False
+
 
 class RecordedParams(_Strict):
     steps: str = Field(description="package.module:function giving a released model's recorded LLM steps")
@@ -199,19 +218,30 @@ class ScriptedModel(_Model):
     backend: Literal["scripted"]
     params: ScriptedParams = Field(default_factory=ScriptedParams)
 
+    @property
+    def served(self) -> bool:
+        return not self.params.in_process
+
 
 class HFModel(_Model):
     backend: Literal["hf"]
     params: HFParams
+
+    @property
+    def served(self) -> bool:
+        return True
 
 
 class VLLMModel(_Model):
     backend: Literal["vllm"]
     params: VLLMParams
 
+    @property
+    def served(self) -> bool:
+        return True
+
 
 ServedModel = ScriptedModel | HFModel | VLLMModel
-SERVED_BACKENDS = ("scripted", "hf", "vllm")  # the backends a run deploys on Ray Serve itself
 ModelSpec = Annotated[ReplayModel | RecordedModel | OpenAIModel | ScriptedModel | HFModel | VLLMModel,
                       Field(discriminator="backend")]
 

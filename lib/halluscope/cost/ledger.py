@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from halluscope.config.schema import SERVED_BACKENDS, ModelSpec
+from halluscope.config.schema import ModelSpec
 from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
 from halluscope.cost.prices import PriceTable
 from halluscope.records import COSTS
@@ -124,7 +124,9 @@ def _calls_usd(spec: ModelSpec, a: dict, prices: PriceTable | None, service: str
         return 0.0, f"priced by the time of shared service '{service}' (stage shared)"
     if spec.backend in ("recorded", "replay") or a["calls"] == 0:
         return 0.0, None  # recorded answers and cache hits cost nothing
-    if spec.backend in SERVED_BACKENDS:
+    if spec.backend == "scripted" and not spec.served:
+        return 0.0, "a scripted stand-in answered in process: nothing deployed"
+    if spec.served:
         if deployed:
             return 0.0, "priced by its deployment's time (stage serve)"
         return None, "served by this run, but no deployment time was recorded for it"

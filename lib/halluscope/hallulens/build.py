@@ -154,11 +154,10 @@ def uri(ts: TestSet, job: TestSetJob) -> str:
 
 def run_job(job: TestSetJob) -> list[TestSet]:
     """Serve or reach the generators (through the call cache), then build every seed's test set."""
-    from halluscope.config.schema import SERVED_BACKENDS
     from halluscope.models.registry import client
     from halluscope.runkit import init_ray, served
 
-    if any(g.backend in SERVED_BACKENDS for g in job.generators):
+    if any(g.served for g in job.generators):
         init_ray(job.ray)
     cache = Location.from_url(shared_url(job.storage.root, CALL_CACHE), job.storage)
     with served(job.generators) as (endpoints, _):

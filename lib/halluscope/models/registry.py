@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from halluscope.config.schema import ModelSpec
+from halluscope.config.schema import ModelSpec, ScriptedModel
 from halluscope.models.base import ModelBackend, SamplingParams, share_of
 from halluscope.models.cache import CachedBackend
 
@@ -29,12 +29,17 @@ def sampling_of(spec: ModelSpec) -> SamplingParams:
 
 
 def live_backend(spec: ModelSpec, endpoint: Endpoint | None = None, clients: int = 1) -> ModelBackend:
-    """openai: the configured base_url; vllm: a DeploymentHandle on the engine deployment of the
-    app this run deployed, one prompt per request; scripted/hf: a DeploymentHandle, several
-    prompts per request. ``clients``: how many clients of this model the run runs at once (one
-    per Evaluate actor for a role model); each keeps its share of the endpoint's capacity in flight."""
+    """openai: the configured base_url; scripted in process: answered right here; vllm: a
+    DeploymentHandle on the engine deployment of the app this run deployed, one prompt per request;
+    scripted/hf: a DeploymentHandle, several prompts per request. ``clients``: how many clients of
+    this model the run runs at once (one per Evaluate actor for a role model); each keeps its share
+    of the endpoint's capacity in flight."""
     from halluscope.models.openai_http import OpenAIBackend
 
+    if isinstance(spec, ScriptedModel) and not spec.served:
+        from halluscope.models.scripted import ScriptedBackend
+
+        return ScriptedBackend(spec)
     if spec.backend == "openai":
         p = spec.params
         return OpenAIBackend(model_id=spec.id, base_url=p.base_url, model=p.model, api_key_env=p.api_key_env,

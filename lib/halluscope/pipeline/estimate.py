@@ -40,14 +40,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from halluscope.config.schema import (
-    HFModel,
     ModelSpec,
     OpenAIModel,
     RecordedModel,
     ReplayModel,
     RunConfig,
     ScriptedModel,
-    VLLMModel,
 )
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
@@ -60,6 +58,7 @@ from halluscope.knowledge.specs import evidence_words
 from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
 from halluscope.models.registry import revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
+from halluscope.models.scripted import ScriptedResponder
 from halluscope.pipeline.plan_view import Plan, PlanRow
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.schedule import job_of, scheduled, simulate
@@ -67,6 +66,7 @@ from halluscope.pipeline.throughput import PlanOptions, busy_seconds, served_ass
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
+from halluscope.runkit import is_served
 from halluscope.serving.placement import placement
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
@@ -156,8 +156,6 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
     cached = _cached_items(m, items, cache) if cache is not None else set()
     todo = [i for i in items if i.item_id not in cached]
     if isinstance(m, ScriptedModel):  # a stand-in's answers, and so its tokens, are known
-        from halluscope.serving.scripted import ScriptedResponder  # imports Ray Serve: only for such a model
-
         responder = ScriptedResponder(m.params)
         answers = [len(responder.answer(i.prompt).split()) for i in todo]
         a.calls += len(todo)
@@ -222,6 +220,8 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                       None, basis)
         if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
             row.usd = 0.0
+        elif isinstance(spec, ScriptedModel) and not spec.served:
+            row.usd, row.note = 0.0, "a scripted stand-in answered in process: nothing deployed"
         elif isinstance(spec, OpenAIModel) and spec.id in shared:
             row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"
             out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
@@ -248,7 +248,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                     busy_wall[model] = busy + (seconds / (units * spec.params.serve.num_replicas) if units else 0.0)
                 row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
         rows.append(row)
-    served = [m for m in cfg.models if isinstance(m, (ScriptedModel, HFModel, VLLMModel))]  # Ray Serve hosts them
+    served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
     jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
                              cfg.cluster.cpus or (cfg.ray.num_cpus if cfg.ray.address is None else None))

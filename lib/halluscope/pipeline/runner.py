@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import ray
 
-from halluscope.config.schema import DEFAULT_PRICE_TABLE, SERVED_BACKENDS, ModelSpec, RunConfig
+from halluscope.config.schema import DEFAULT_PRICE_TABLE, ModelSpec, RunConfig
 from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.prices import PriceTable, load_prices
@@ -321,7 +321,7 @@ def in_process(cfg: RunConfig, todo: int) -> bool:
     RAY_ADDRESS set, none started in this process) and no model the run serves on Ray Serve.
     Ray's own start (9 s on 2 cores) and its workers' would be most of such a run's time."""
     return (todo < cfg.ray.in_process_below and not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
-            and not ray.is_initialized() and not any(m.backend in SERVED_BACKENDS for m in cfg.models))
+            and not ray.is_initialized() and not any(m.served for m in cfg.models))
 
 
 def driver_batches(cfg: RunConfig, store: RunStore, work: Plan, blocks: list[pa.Table], done: GenerationIds,
@@ -429,7 +429,7 @@ def _held(cfg: RunConfig, schedule: list[Deployment],
     start, end = window
     if start is not None and end is not None:
         out += [(start, end, j.resource, j.units) for m in cfg.models
-                if m.backend in SERVED_BACKENDS and not scheduled(m) for j in [job_of(m)]]
+                if m.served and not scheduled(m) for j in [job_of(m)]]
     return out
 
 

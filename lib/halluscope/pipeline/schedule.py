@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from halluscope.config.schema import SERVED_BACKENDS, ModelSpec, RunConfig
+from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.errors import ConfigError
 from halluscope.serving.placement import placement
 
@@ -224,7 +224,7 @@ def simulate(jobs: Sequence[Job], budget: dict[str, float] | None) -> Schedule:
 
 def scheduled(spec: ModelSpec) -> bool:
     """Models under test the run serves itself: deployed in waves, each only while it generates."""
-    return spec.role == "test" and spec.backend in SERVED_BACKENDS
+    return spec.role == "test" and spec.served
 
 
 def _replicas(spec: ModelSpec) -> int:
@@ -247,7 +247,7 @@ def budget(cfg: RunConfig, gpus_found: float | None, cpus: float | None) -> dict
         gpus = {"GPU": gpus_found}
     out = dict(gpus)
     for m in cfg.models:
-        if m.backend in SERVED_BACKENDS and not scheduled(m):
+        if m.served and not scheduled(m):
             j = job_of(m)
             pool = pool_of(j.resource, out)
             if pool is not None and pool != CPU:
@@ -261,7 +261,7 @@ def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float
     actor pools, room for its tasks and (``scheduled_models``) its served models under test all at once."""
     out: dict[str, float] = {}
     for m in cfg.models:
-        if m.backend in SERVED_BACKENDS and (scheduled_models or not scheduled(m)):
+        if m.served and (scheduled_models or not scheduled(m)):
             resource, units = placement(m)
             cpus = units if resource == CPU else m.params.serve.num_cpus  # type: ignore[union-attr]
             out[f"model '{m.id}' ({m.role})"] = cpus * _replicas(m)

@@ -11,7 +11,7 @@ import time
 import pyarrow as pa
 import pytest
 import yaml
-from tests.conftest import REPO, SHARED_DATA, config_dict
+from tests.conftest import IN_DRIVER, REPO, SHARED_DATA, config_dict
 from tests.support.servers import s3_storage
 
 from halluscope.config.load import parse_config
@@ -69,7 +69,9 @@ def test_small_run_local(ray_head, tmp_path):
         run(other, run_id="small", progress=False)
 
 
-def test_resume_after_kill_equals_uninterrupted_run(ray_head, tmp_path):
+def test_resume_after_kill_equals_uninterrupted_run(in_driver, tmp_path):
+    """A run in the driver's process (the engine's kill drill on Ray is tests/integration/test_faults.py),
+    SIGKILLed after three commits and resumed, equals an uninterrupted one."""
     cfg = config_dict(f"file://{tmp_path}", MODELS, TASKS, limit=60)
     cfg["concurrency"] = {"batch_size": 16, "verify_actors": 1}
     path = tmp_path / "run.yaml"
@@ -91,9 +93,8 @@ def test_resume_after_kill_equals_uninterrupted_run(ray_head, tmp_path):
     store.write_part("generations", "orphan", store.read_table("generations").slice(0, 5))
 
     resumed = run(parse_config(cfg), run_id="killed", progress=False)
-    # the killed driver's actors live on until Ray reaps them and may commit meanwhile: before the
-    # resubmission's claim (counted as done) or after it (refused, or pruned as a late commit)
-    assert resumed.skipped >= committed_before and resumed.skipped + resumed.processed == 720
+    assert store.read_json("manifest.json")["execution"] == IN_DRIVER
+    assert resumed.skipped == committed_before and resumed.skipped + resumed.processed == 720
     fresh = run(parse_config(cfg), run_id="fresh", progress=False)
     assert fresh.processed == 720
     resumed_tables = _tables(store)

@@ -33,18 +33,21 @@ demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leade
 
 # both environments and chromium are independent; -j3 builds them side by side. After lint and the
 # type check, the vLLM suite (a Ray of its own: its temp dir, the default worker ports, Serve on free
-# ports) and the unit tests (no Ray) run in the background beside the integration tests (one Ray
-# head on ports the OS hands out), the longest suite, while it waits on Ray start-ups, Serve and
-# S3. Their output follows its own.
+# ports) and the unit tests (no Ray) with the bench scripts at their smallest sizes (each starts
+# what it measures, on ports of its own) run in the background beside the integration tests (one
+# Ray head on ports the OS hands out). Their output follows its own, then the slowest tests of all.
 MAKEFLAGS += -j3
-test: venv venv-vllm chromium  ## lint, type check, then the vLLM and unit suites beside the integration tests (report.html rendered in headless chromium)
+test: venv venv-vllm chromium  ## lint, type check, then the vLLM and unit+bench suites beside the integration tests (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs
 	$(VENV)/bin/mypy
 	d=$$(mktemp -d); \
-	($(MAKE) --no-print-directory test-vllm > $$d/vllm 2>&1; echo $$? > $$d/vllm.rc) & \
-	($(PY) -m pytest -q -p no:cacheprovider tests/unit > $$d/unit 2>&1; echo $$? > $$d/unit.rc) & \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=12 tests/integration; rc=$$?; wait; \
+	($(MAKE) --no-print-directory test-vllm PYTEST_ARGS="--junitxml=$$d/vllm.xml" > $$d/vllm 2>&1; \
+	 echo $$? > $$d/vllm.rc) & \
+	($(PY) -m pytest -q -p no:cacheprovider --junitxml=$$d/unit.xml tests/unit tests/bench > $$d/unit 2>&1; \
+	 echo $$? > $$d/unit.rc) & \
+	$(PY) -m pytest -q -p no:cacheprovider --junitxml=$$d/integration.xml tests/integration; rc=$$?; wait; \
 	for s in unit vllm; do echo "--- $$s suite"; cat $$d/$$s; rc=$$((rc + $$(cat $$d/$$s.rc))); done; \
+	$(PY) mk/slowest.py 15 $$d/integration.xml $$d/unit.xml $$d/vllm.xml; \
 	rm -rf $$d; test $$rc -eq 0
 
 bench: venv  ## writes bench/results.json

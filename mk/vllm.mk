@@ -47,7 +47,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) | $(UV)
 	touch $(VLLM_STAMP)
 
 test-vllm: venv-vllm  ## serves a tiny random Llama on vLLM (CPU) through Ray Serve and Ray Data
-	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/vllm
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/vllm
 
 lock-vllm:
 	rm -rf $(VLLM_LOCK_ENV)

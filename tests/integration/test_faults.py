@@ -39,13 +39,14 @@ TOTAL = LIMIT * len(TASKS) * (len(REPLAYED) + 1)  # + the scripted model: 800 ge
 
 
 def _config(root: str, serve_port: int, drill: bool = True) -> dict:
-    """HALOGEN's recorded responses of three models plus a live scripted model. For a drill, it
-    takes 0.2 s a prompt (so the run lasts long enough to be hit) and batches are small, so kills
-    land between commits; a clean run neither waits nor commits 80 times."""
+    """HALOGEN's recorded responses of three models plus a live scripted model. For a drill, it is
+    served, takes 0.2 s a prompt (so the run lasts long enough to be hit) and batches are small, so
+    kills land between commits; a clean run answers it in process (the same answers and token
+    counts), neither waits nor commits 80 times, and goes in the driver."""
     code = "```python\nimport numpy\nimport fakepkg_zz\n```"
+    server = {"latency_s": 0.2, "serve": {"num_cpus": 0.25, "max_batch_prompts": 5}} if drill else {"in_process": True}
     scripted = {"id": "scripted-slow", "backend": "scripted",
-                "params": {"rules": [{"pattern": "Python", "response": code}],
-                           "latency_s": 0.2 if drill else 0.0, "serve": {"num_cpus": 0.25, "max_batch_prompts": 5}}}
+                "params": {"rules": [{"pattern": "Python", "response": code}], **server}}
     return {"storage": {"root": root}, "tasks": TASKS,
             "models": [{"id": m, "backend": "replay"} for m in REPLAYED] + [scripted],
             "limits": {"max_items_per_task": LIMIT}, "cache": {"enabled": False}, "costs": {"price_table": None},
@@ -58,10 +59,18 @@ def _assert_each_id_once(tables: dict[str, pa.Table]) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(ray_head, tmp_path_factory) -> dict[str, pa.Table]:
+def uninterrupted(tmp_path_factory) -> dict[str, pa.Table]:
+    """The clean run, in the driver's process: the drills on Ray must end with its tables."""
+    import ray
+
     root = f"file://{tmp_path_factory.mktemp('clean')}"
-    result = run(parse_config(_config(root, free_port(), drill=False)), run_id="clean", progress=False)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("RAY_ADDRESS", raising=False)  # as the in_driver fixture does, for the module
+        if ray.is_initialized():
+            ray.shutdown()
+        result = run(parse_config(_config(root, free_port(), drill=False)), run_id="clean", progress=False)
     assert result.processed == TOTAL
+    assert RunStore(Location.from_url(root), "clean").read_json("manifest.json")["execution"] == IN_DRIVER
     tables = comparable_tables(RunStore(Location.from_url(root), "clean"))
     _assert_each_id_once(tables)
     return tables
@@ -128,7 +137,7 @@ def test_transient_s3_failures_are_retried(uninterrupted, in_driver, s3_endpoint
         cfg = parse_config({"storage": s3_storage(proxy.url, f"s3://{bucket}/runs"), "tasks": [task],
                             "limits": {"max_items_per_task": limit},
                             "models": [{"id": m, "backend": "replay"} for m in REPLAYED],
-                            "concurrency": {"batch_size": 10}, "costs": {"price_table": None}})
+                            "concurrency": {"batch_size": 30}, "costs": {"price_table": None}})
         result = run(cfg, run_id="flaky", progress=False)
         store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), "flaky")
         tables = comparable_tables(store)

@@ -88,7 +88,8 @@ def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int) -> 
 def measure(models: list[tuple[str, int, int, float]] = MODELS, items: int = CODE_ITEMS) -> dict:
     from halluscope.config.load import parse_config
     from halluscope.pipeline.estimate import plan
-    from halluscope.pipeline.runner import price_table, run
+    from halluscope.pipeline.resolved import price_table
+    from halluscope.pipeline.runner import run
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 

@@ -97,7 +97,7 @@ def _prog() -> str:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from halluscope.config.load import load_config
     from halluscope.pipeline.estimate import check_budget, plan
-    from halluscope.pipeline.runner import cache_location, price_table
+    from halluscope.pipeline.resolved import cache_location, price_table
     from halluscope.pipeline.token_stats import TokenStats
 
     cfg = load_config(args.config)

@@ -12,7 +12,7 @@ from halluscope.config.load import parse_config
 from halluscope.halogen import metrics as halogen_metrics
 from halluscope.halogen.published import published
 from halluscope.pipeline import stages, workset
-from halluscope.pipeline.runner import knowledge_for
+from halluscope.pipeline.resolved import knowledge_for
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

@@ -72,13 +72,13 @@ def _replay_config(tmp_path, prompts, **extra):
 def test_a_stopped_run_records_why_and_prints_how_to_resume(tmp_path, capsys, monkeypatch, stop, status, rc):
     import json
 
-    from halluscope.pipeline import runner
+    from halluscope.pipeline import execute, runner
 
     def pipeline(*args, **kwargs):
         raise stop
 
     monkeypatch.setattr(runner, "init_ray", lambda spec, **_: None)  # the stop comes before any Ray work
-    monkeypatch.setattr(runner, "_execute", pipeline)
+    monkeypatch.setattr(execute, "execute", pipeline)
     path = _replay_config(tmp_path, ["p0", "p1"])
     if rc is None:
         with pytest.raises(RuntimeError, match="worker lost"):
@@ -157,13 +157,13 @@ def test_a_folder_or_a_binary_file_as_config_is_one_line(tmp_path, capsys):
 
 
 def test_report_of_a_stopped_run_says_why(tmp_path, capsys, monkeypatch):
-    from halluscope.pipeline import runner
+    from halluscope.pipeline import execute, runner
 
     def pipeline(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runner, "init_ray", lambda spec, **_: None)
-    monkeypatch.setattr(runner, "_execute", pipeline)
+    monkeypatch.setattr(execute, "execute", pipeline)
     assert main(["run", str(_replay_config(tmp_path, ["p0"])), "--run-id", "r2", "--quiet"]) == 130
     capsys.readouterr()
     assert main(["report", str(tmp_path / "runs" / "r2")]) == 0

@@ -160,7 +160,7 @@ def test_llm_verified_tasks_need_their_roles_and_knowledge(cfg, message):
 
 
 def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path):
-    from halluscope.pipeline.runner import knowledge_for, knowledge_provenance
+    from halluscope.pipeline.resolved import knowledge_for, knowledge_provenance
 
     monkeypatch.delenv("S2_KEY_FOR_TEST", raising=False)
     cfg = parse_config({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR],
@@ -172,7 +172,7 @@ def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path)
 
 
 def test_the_manifest_describes_halogen_knowledge_from_its_options(tmp_path):
-    from halluscope.pipeline.runner import knowledge_for, knowledge_provenance
+    from halluscope.pipeline.resolved import knowledge_for, knowledge_provenance
 
     (tmp_path / "names.txt").write_text("numpy\nopencv-python\n")
     (tmp_path / "extra.txt").write_text("# then\nPIL\n")

@@ -1,6 +1,6 @@
 """How many evaluation actors a run starts: no more than the inputs Evaluate will get."""
 
-from halluscope.pipeline.runner import evaluate_actors
+from halluscope.pipeline.execute import evaluate_actors
 
 
 def test_replayed_runs_get_no_more_actors_than_blocks():

@@ -33,7 +33,7 @@ def unhandled():
 
 
 def _stop_in_pipeline(monkeypatch, signum, init_ray=lambda spec, **_: None):
-    from halluscope.pipeline import runner
+    from halluscope.pipeline import execute, runner
 
     def pipeline(*args, **kwargs):
         os.kill(os.getpid(), signum)
@@ -41,7 +41,7 @@ def _stop_in_pipeline(monkeypatch, signum, init_ray=lambda spec, **_: None):
         raise AssertionError(f"{signal.Signals(signum).name} did not stop the run")
 
     monkeypatch.setattr(runner, "init_ray", init_ray)
-    monkeypatch.setattr(runner, "_execute", pipeline)
+    monkeypatch.setattr(execute, "execute", pipeline)
 
 
 def _check_recorded(tmp_path, capsys, path, name):

@@ -12,7 +12,9 @@ from tests.conftest import SHARED_DATA
 
 from halluscope.config.load import parse_config
 from halluscope.pipeline import stages, workset
-from halluscope.pipeline.runner import driver_batches, in_process, run
+from halluscope.pipeline.execute import driver_batches, in_process
+from halluscope.pipeline.resolved import ResolvedRun
+from halluscope.pipeline.runner import run
 from halluscope.pipeline.workset import plan
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
@@ -102,7 +104,7 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     store.claim()
     work = plan(cfg, store)
-    batches = driver_batches(cfg, store, work, work.blocks, GenerationIds(), cfg.models)
+    batches = driver_batches(ResolvedRun.of(cfg), store, work, work.blocks, GenerationIds(), cfg.models)
     first = next(batches)
     assert first.column("key").to_pylist()[0] == written[0]
     batches.close()
@@ -134,13 +136,30 @@ def test_a_budgeted_run_reads_its_price_table_once(tmp_path, monkeypatch):
     """The price table is read and validated once per run, however many places price it (the
     budget gate, the ledger, shared services, stranded GPUs)."""
     from halluscope.cost import prices
-    from halluscope.pipeline import runner
+    from halluscope.pipeline import resolved
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     reads = []
-    monkeypatch.setattr(runner, "load_prices", lambda path: reads.append(path) or prices.load_prices(path))
+    monkeypatch.setattr(resolved, "load_prices", lambda path: reads.append(path) or prices.load_prices(path))
     table = tmp_path / "prices.yaml"
     table.write_text("as_of: '2026-01-01'\nsource: test prices\napi_usd_per_million_tokens: {}\n")
     cfg = parse_config(_config(f"file://{tmp_path}", costs={"price_table": str(table), "budget_usd": 1.0}))
     assert run(cfg, run_id="r", progress=False).failure is None
     assert reads == [str(table)]
+
+
+def test_each_benchmarks_options_are_parsed_once_for_a_config_and_its_run(tmp_path, monkeypatch):
+    """Loading the config validates each benchmark's section; the run (plan, items, knowledge,
+    aggregation) reuses that parse rather than validating the raw dict at every use."""
+    from halluscope.contract.benchmark import Benchmark
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    parsed = []
+    parse = Benchmark.parse_options
+    monkeypatch.setattr(Benchmark, "parse_options", lambda self, raw: parsed.append(self.name) or parse(self, raw))
+    cfg = parse_config(_config(f"file://{tmp_path}"))
+    assert run(cfg, run_id="r", progress=False).failure is None
+    assert parsed == ["halogen"]
+    cfg.benchmarks["halogen"] = {"import_name_aliases": False}  # a changed section is parsed anew
+    cfg.options_for("halogen")
+    assert parsed == ["halogen", "halogen"]

@@ -204,3 +204,15 @@ def test_the_name_check_sees_code_and_skips_comments_and_docstrings(tmp_path):
     f = tmp_path / "probe.py"
     f.write_text('"""About halogen."""\n# halogen here\nx = "halogen/code"\n')
     assert benchmark_names_in_code(f, ["halogen"], tmp_path) == ['probe.py:3: "halogen/code"']
+
+
+def test_no_function_of_the_engine_is_over_60_lines():
+    """The engine's steps stay readable one at a time: a longer function is split by what it does."""
+    long = []
+    for name, path in modules(PACKAGE).items():
+        if not name.startswith("halluscope.pipeline"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long, long

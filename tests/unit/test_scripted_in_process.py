@@ -11,7 +11,7 @@ from halluscope.errors import ConfigError
 from halluscope.models.base import GenerationRequest
 from halluscope.models.registry import live_backend
 from halluscope.models.scripted import ScriptedBackend, ScriptedResponder
-from halluscope.pipeline.runner import in_process
+from halluscope.pipeline.execute import in_process
 from halluscope.pipeline.schedule import cpu_demand, scheduled
 
 PARAMS = {"rules": [{"pattern": "capital", "response": "Paris is the capital"}], "support_on_overlap": 0.5}

@@ -92,7 +92,7 @@ def check_benchmark_options(cfg: RunConfig, source: str) -> None:
             raise ConfigError(f"invalid run config {source}: benchmarks.{name}: unknown benchmark; "
                               f"known: {', '.join(sorted(known))}")
         try:
-            options = known[name].parse_options(cfg.benchmarks.get(name))
+            options = cfg.options_for(name)  # parsed once for the config: the run reuses it
         except ValidationError as err:
             raise ConfigError(validation_message(err, source, ("benchmarks", name))) from None
         role_models = known[name].role_models

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from halluscope.storage.names import checked, model_id_problem, run_id_problem
 from halluscope.storage.spec import StorageSpec
@@ -362,6 +363,7 @@ class ClusterSpec(_Strict):
 
 
 class RunConfig(_Strict):
+    _options: dict[str, tuple[Any, BaseModel]] = PrivateAttr(default_factory=dict)  # options_for's parses
     run_id: str | None = None
     storage: StorageSpec = Field(default_factory=StorageSpec)
     data: DataSpec = Field(default_factory=DataSpec)
@@ -428,8 +430,15 @@ class RunConfig(_Strict):
         return entry.get(model, []) if isinstance(entry, dict) else entry
 
     def options_for(self, benchmark: str) -> BaseModel:
-        """The validated ``benchmarks.<benchmark>`` section (its defaults when absent)."""
-        return benchmarks()[benchmark].parse_options(self.benchmarks.get(benchmark))
+        """The validated ``benchmarks.<benchmark>`` section (its defaults when absent), parsed once
+        per config (the plan, each task's items, the knowledge, the aggregation and the estimate all
+        ask for it) and again only if the section has changed since."""
+        raw = self.benchmarks.get(benchmark)
+        parsed = self._options.get(benchmark)
+        if parsed is None or parsed[0] != raw:
+            parsed = (copy.deepcopy(raw), benchmarks()[benchmark].parse_options(raw))
+            self._options[benchmark] = parsed
+        return parsed[1]
 
     def tasks_of(self, model: ModelSpec) -> list[str]:
         """The run's tasks this model under test is evaluated on, in config order."""

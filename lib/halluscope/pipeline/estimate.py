@@ -46,6 +46,7 @@ from halluscope.config.schema import (
     ReplayModel,
     RunConfig,
     ScriptedModel,
+    ServedModel,
 )
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
@@ -60,8 +61,8 @@ from halluscope.models.registry import revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.models.scripted import ScriptedResponder
 from halluscope.pipeline.plan_view import Plan, PlanRow
+from halluscope.pipeline.schedule import Window, job_of, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
-from halluscope.pipeline.schedule import job_of, scheduled, simulate
 from halluscope.pipeline.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
@@ -209,45 +210,9 @@ def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str
 def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions, stats: TokenStats) -> Plan:
     specs = {m.id: m for m in cfg.models}
     shared = {m: s.name for s in cfg.costs.shared_services for m in s.models}
-    rows: list[PlanRow] = []
-    notes: list[str] = []
     busy_wall: dict[str, float | None] = defaultdict(float)  # model -> seconds of work per held unit
-    for (model, task, stage), a in acc.items():
-        spec = specs[model]
-        calls, tin, tout = _count(a.calls), _count(a.tin), _count(a.tout)
-        basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
-        row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
-                      None, basis)
-        if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
-            row.usd = 0.0
-        elif isinstance(spec, ScriptedModel) and not spec.served:
-            row.usd, row.note = 0.0, "a scripted stand-in answered in process: nothing deployed"
-        elif isinstance(spec, OpenAIModel) and spec.id in shared:
-            row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"
-            out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
-            busy_wall[model] = (busy_wall[model] or 0.0) + out_s
-        elif isinstance(spec, OpenAIModel):
-            if prices is None:
-                row.note = NO_PRICE_TABLE
-            else:
-                row.usd = prices.tokens_usd(api_name(spec), tin, tout)
-                if row.usd is None:
-                    row.note = f"no price for API model '{api_name(spec)}' in the price table"
-            out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
-            busy_wall[model] = (busy_wall[model] or 0.0) + out_s
-        else:
-            row.resource, units = placement(spec)
-            seconds, why = busy_seconds(spec, calls, tin, tout, o)
-            row.note = why
-            if seconds is None:
-                busy_wall[model] = None
-            else:
-                row.resource_hours = seconds / 3600
-                busy = busy_wall[model]
-                if busy is not None:
-                    busy_wall[model] = busy + (seconds / (units * spec.params.serve.num_replicas) if units else 0.0)
-                row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
-        rows.append(row)
+    rows = [_priced(specs[model], task, stage, a, prices, o, shared, busy_wall)
+            for (model, task, stage), a in acc.items()]
     served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
     jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
@@ -259,23 +224,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     wall_s = None if len(known) < len(others) or not math.isfinite(sched.makespan_s) else \
         max(sched.makespan_s, max((startup_seconds(m, o) for m in served if not scheduled(m)), default=0.0)
             + max(known, default=0.0))
-    for m in served:
-        resource, units = placement(m)
-        idle = PlanRow(m.id, m.role, "*", "idle", 0, 0, 0, 0, 0, resource, None, None, "estimated")
-        window = windows.get(m.id)
-        if window is not None and math.isfinite(window.end_s):
-            held_s = window.held_s * units * m.params.serve.num_replicas
-        elif wall_s is None:
-            idle.note = "the run's wall time is unknown: a model's busy time could not be estimated"
-            held_s = None
-        else:
-            held_s = wall_s * units * m.params.serve.num_replicas
-        if held_s is not None:
-            busy_s = math.fsum(r.resource_hours * 3600 for r in rows if r.model == m.id and r.resource_hours)
-            idle_s = max(0.0, held_s - busy_s)
-            idle.resource_hours = idle_s / 3600
-            idle.usd, idle.note = _hours_usd(prices, resource, idle_s, None)
-        rows.append(idle)
+    rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in served]
     rows += _shared_rows(cfg, prices, wall_s)
     held = [(w.start_s, w.end_s, w.resource, w.units) for w in sched.windows if math.isfinite(w.end_s)]
     held += [(0.0, wall_s, j.resource, j.units) for m in served if not scheduled(m) for j in [job_of(m)]] \
@@ -283,9 +232,69 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     rows += [PlanRow(r["model"], r["role"], "*", "nodes", 0, 0, 0, 0, 0, r["resource"], r["resource_seconds"] / 3600,
                      r["usd"], "estimated", r["note"]) for r in stranded_rows(held, prices)]
     rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))
-    notes += list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
+    notes = list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
     notes.append(_assumptions(o, stats))
     return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o, jobs, sched, budget)
+
+
+def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable | None, o: PlanOptions,
+            shared: dict[str, str], busy_wall: dict[str, float | None]) -> PlanRow:
+    """The row of one (model, task, stage)'s calls, priced; adds the seconds they keep the model
+    busy to ``busy_wall`` (None once a model's time is unknown)."""
+    model = spec.id
+    calls, tin, tout = _count(a.calls), _count(a.tin), _count(a.tout)
+    basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
+    row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
+                  None, basis)
+    if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
+        row.usd = 0.0
+    elif isinstance(spec, ScriptedModel) and not spec.served:
+        row.usd, row.note = 0.0, "a scripted stand-in answered in process: nothing deployed"
+    elif isinstance(spec, OpenAIModel):
+        if spec.id in shared:
+            row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"
+        elif prices is None:
+            row.note = NO_PRICE_TABLE
+        else:
+            row.usd = prices.tokens_usd(api_name(spec), tin, tout)
+            if row.usd is None:
+                row.note = f"no price for API model '{api_name(spec)}' in the price table"
+        out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
+        busy_wall[model] = (busy_wall[model] or 0.0) + out_s
+    else:
+        row.resource, units = placement(spec)
+        seconds, why = busy_seconds(spec, calls, tin, tout, o)
+        row.note = why
+        if seconds is None:
+            busy_wall[model] = None
+        else:
+            row.resource_hours = seconds / 3600
+            busy = busy_wall[model]
+            if busy is not None:
+                busy_wall[model] = busy + (seconds / (units * spec.params.serve.num_replicas) if units else 0.0)
+            row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
+    return row
+
+
+def _idle(m: ServedModel, window: Window | None, wall_s: float | None, rows: list[PlanRow],
+          prices: PriceTable | None) -> PlanRow:
+    """A served model's held time beyond its calls' busy time: its window in the waves, or the
+    run's wall time for a model held throughout."""
+    resource, units = placement(m)
+    idle = PlanRow(m.id, m.role, "*", "idle", 0, 0, 0, 0, 0, resource, None, None, "estimated")
+    if window is not None and math.isfinite(window.end_s):
+        held_s: float | None = window.held_s * units * m.params.serve.num_replicas
+    elif wall_s is None:
+        idle.note = "the run's wall time is unknown: a model's busy time could not be estimated"
+        held_s = None
+    else:
+        held_s = wall_s * units * m.params.serve.num_replicas
+    if held_s is not None:
+        busy_s = math.fsum(r.resource_hours * 3600 for r in rows if r.model == m.id and r.resource_hours)
+        idle_s = max(0.0, held_s - busy_s)
+        idle.resource_hours = idle_s / 3600
+        idle.usd, idle.note = _hours_usd(prices, resource, idle_s, None)
+    return idle
 
 
 _STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4, "shared": 5, "nodes": 6}

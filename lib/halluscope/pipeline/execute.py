@@ -1,0 +1,264 @@
+"""Streams a run's work through its stages: on Ray Data, or as plain calls in the driver's process
+for a small run with nothing to serve; the models under test the run serves generate in waves."""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import ray
+
+from halluscope.config.schema import ModelSpec, RunConfig
+from halluscope.cost.prices import PriceTable
+from halluscope.pipeline import stages
+from halluscope.pipeline.estimate import plan as estimate_cost
+from halluscope.pipeline.generation import generate_model, staged_location
+from halluscope.pipeline.progress import Progress
+from halluscope.pipeline.resolved import ResolvedRun
+from halluscope.pipeline.schedule import Job, job_of, scheduled
+from halluscope.pipeline.schedule import budget as schedule_budget
+from halluscope.pipeline.watchdog import Watchdog
+from halluscope.pipeline.workset import Plan, expand_unit, expansion
+from halluscope.records import GenerationIds
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+
+if TYPE_CHECKING:
+    from halluscope.pipeline.waves import Deployment
+
+
+@dataclass
+class Work:
+    """What the stages of one run are handed: its plan, its store, the ids an earlier attempt
+    committed, the endpoints of the models it serves for the whole run, and the progress it reports."""
+
+    run: ResolvedRun
+    store: RunStore
+    plan: Plan
+    done: GenerationIds
+    endpoints: dict
+    tracker: Progress
+
+
+def in_process(cfg: RunConfig, todo: int) -> bool:
+    """Whether the run's stages run in the driver's process rather than on Ray: a run with fewer
+    than ``ray.in_process_below`` generations to do, no Ray to join (neither ``ray.address`` nor
+    RAY_ADDRESS set, none started in this process) and no model the run serves on Ray Serve.
+    Ray's own start (9 s on 2 cores) and its workers' would be most of such a run's time."""
+    return (todo < cfg.ray.in_process_below and not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+            and not ray.is_initialized() and not any(m.served for m in cfg.models))
+
+
+def evaluate_actors(configured: int, blocks: int, live_rows: int | None, generate_batch_size: int) -> int:
+    """No more actors than Evaluate will get inputs: an actor beyond them would start, and hold
+    its CPU, for nothing. Without live models (``live_rows`` None) the inputs are the plan's
+    blocks; with them, generation batches, one when every row fits in one."""
+    if live_rows is None:
+        return min(configured, blocks)
+    return 1 if live_rows <= generate_batch_size else configured
+
+
+def _live(models: list[ModelSpec]) -> bool:
+    """Whether models under test answer live (judges are called from Evaluate)."""
+    return any(m.backend != "replay" for m in models if m.role == "test")
+
+
+def driver_batches(run: ResolvedRun, store: RunStore, work: Plan, blocks: list[pa.Table], done: GenerationIds,
+                   models: list[ModelSpec]) -> Iterator[pa.Table]:
+    """The stages of ``execute`` as plain calls in this process, one block after another: a small
+    run's execution (``in_process``), and the single-process baseline of ``make bench``. Yields
+    what Evaluate committed."""
+    cfg = run.cfg
+    generate = stages.Generate(models, {}, run.cache) if _live(models) else None
+    evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size)
+    ctx = expansion(cfg, store, work)
+    for block in blocks:
+        for batch in expand_unit(block, ctx, done):
+            yield from evaluate(generate(batch) if generate else batch)
+
+
+def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set[str]]:
+    """The generations and keys of the parts committed (Evaluate's output), tracked as they come."""
+    processed, keys = 0, set()
+    for batch in committed:
+        for r in batch.to_pylist():
+            tracker.add(r["model"], r["task"], r["rows"])
+            processed += r["rows"]
+            keys.add(r["key"])
+    return processed, keys
+
+
+def in_waves(w: Work, watchdog: Watchdog, budget: dict[str, float],
+             in_driver: bool = False) -> tuple[int, set[str], list[Deployment]]:
+    """Evaluate what needs no deployment of its own at once; the served models under test
+    generate in waves on a thread of their own (``waves.Waves``), and each is evaluated from its
+    staged generations once its deployment is given back, while the next ones generate.
+    ``in_driver``: a run with no served model evaluated in this process (``in_process``)."""
+    cfg = w.run.cfg
+    served_under_test = {m.id for m in cfg.models if scheduled(m)}
+    blocks: dict[str, list[pa.Table]] = defaultdict(list)
+    for b in w.plan.blocks:
+        blocks[b.column("model")[0].as_py()].append(b)
+    others = [b for m, bs in blocks.items() if m not in served_under_test for b in bs]
+    wanted = [m for m in served_under_test if blocks.get(m)]
+    if not wanted:
+        return (*execute(w, others, cfg.models, in_driver=in_driver), [])
+    return _with_waves(w, watchdog, budget, blocks, others, wanted)
+
+
+def _with_waves(w: Work, watchdog: Watchdog, budget: dict[str, float], blocks: dict[str, list[pa.Table]],
+                others: list[pa.Table], wanted: list[str]) -> tuple[int, set[str], list[Deployment]]:
+    """``in_waves`` with served models under test: the waves follow on a thread; the driver's
+    thread evaluates the other models, then each model the waves report generated."""
+    from halluscope.pipeline.waves import Waves  # Ray Serve: imported by runs that serve models under test
+    from halluscope.serving.app import remove, start_serve
+
+    run, cfg = w.run, w.run.cfg
+    specs = {m.id: m for m in cfg.models}
+    estimate = estimate_cost(cfg, run.prices, cache=run.cache, done=w.done)
+    start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
+    remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
+    ready: queue.Queue[tuple[str, bool]] = queue.Queue()
+    ctx, done_ref = ray.put(expansion(cfg, w.store, w.plan)), ray.put(w.done)
+
+    def generate(spec: ModelSpec, endpoint: Any) -> Any:
+        return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, run.cache,
+                                     staged_location(w.store.loc, spec.id), cfg.concurrency.generate_batch_size)
+
+    waves = Waves([j for j in estimate.jobs if j.model in wanted], budget, specs, generate,
+                  lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port,
+                  allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}))
+    watchdog.waiting = waves.waiting
+    watchdog.signals.append(lambda: waves.last_event)
+    failed: list[BaseException] = []
+    result: list[list[Deployment]] = []
+
+    def follow() -> None:
+        try:
+            result.append(waves.run())
+        except BaseException as err:  # noqa: BLE001 - raised again in the driver's thread
+            failed.append(err)
+            ready.put(("", False))
+
+    thread = threading.Thread(target=follow, name="waves", daemon=True)
+    thread.start()
+    try:
+        processed, keys = execute(w, others, [m for m in cfg.models if not scheduled(m)]) if others else (0, set())
+        n, k = _evaluate_generated(w, blocks, set(wanted), ready, failed)
+    finally:
+        waves.stop.set()
+        thread.join()
+    if failed:
+        raise failed[0]
+    return processed + n, keys | k, result[0] if result else waves.deployments
+
+
+def _evaluate_generated(w: Work, blocks: dict[str, list[pa.Table]], remaining: set[str],
+                        ready: queue.Queue[tuple[str, bool]], failed: list[BaseException]) -> tuple[int, set[str]]:
+    """Each model's staged generations evaluated as the waves report it generated (or failed)."""
+    specs = {m.id: m for m in w.run.cfg.models}
+    processed, keys = 0, set[str]()
+    while remaining:
+        finished = [ready.get()]
+        while not ready.empty():
+            finished.append(ready.get_nowait())
+        if failed:
+            raise failed[0]
+        remaining -= {m for m, _ in finished}
+        generated = [m for m, ok in finished if ok]
+        if generated:
+            n, k = execute(w, [b for m in generated for b in blocks[m]], [specs[m] for m in generated],
+                           staged={m: staged_location(w.store.loc, m) for m in generated})
+            processed, keys = processed + n, keys | k
+    return processed, keys
+
+
+def held(cfg: RunConfig, schedule: list[Deployment],
+         window: tuple[float | None, float | None]) -> list[tuple[float, float, str, float]]:
+    """What the run's deployments held when: the waves' models from request to release, the roles
+    it served for the pipeline's time."""
+    out = [(d.requested_at, d.released_at or d.requested_at, d.resource, d.units) for d in schedule]
+    start, end = window
+    if start is not None and end is not None:
+        out += [(start, end, j.resource, j.units) for m in cfg.models
+                if m.served and not scheduled(m) for j in [job_of(m)]]
+    return out
+
+
+def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
+    return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
+
+
+def budget_source(cfg: RunConfig) -> str:
+    return "cluster.gpus" if cfg.cluster.gpus is not None else "the Ray cluster's GPUs; set cluster.gpus"
+
+
+def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,
+                 jobs: dict[str, Job]) -> Callable[[Job, list[Deployment]], str | None] | None:
+    """Holds back a model whose estimated time would take the run's served models past
+    ``costs.budget_usd`` (what they held so far, the estimate of those still held, and its own);
+    the run then stops before it, and resumes under a raised budget."""
+    budget = cfg.costs.budget_usd
+    if budget is None or prices is None:
+        return None
+
+    def usd(resource: str, seconds: float) -> float:
+        return prices.hours_usd(resource, seconds) or 0.0
+
+    def allowed(job: Job, deployments: list[Deployment]) -> str | None:
+        spent = math.fsum(usd(d.resource, d.units * (d.held_s if d.released_at else
+                                                     max(d.held_s, jobs[d.model].seconds or 0.0)))
+                          for d in deployments)
+        need = usd(job.resource, job.units * (job.seconds or 0.0))
+        if spent + need <= budget:
+            return None
+        return (f"costs.budget_usd ${budget:,.2f} would be crossed: model '{job.model}' is estimated at "
+                f"${need:,.2f} beside ${spent:,.2f} of served models so far; raise the budget and resume the run")
+
+    return allowed
+
+
+def execute(w: Work, blocks: list[pa.Table], models: list[ModelSpec], staged: dict[str, Location] | None = None,
+            in_driver: bool = False) -> tuple[int, set[str]]:
+    """Stream the work through the stages; returns the number of generations committed and the
+    keys of the batches that committed them.
+
+    Execution shape: one input block per (model, task) unit, or per model and the recorded file
+    its units replay (a benchmark's rule sets of one domain); expansion fuses into the
+    evaluation actors (abstain -> decompose -> verify -> score -> write per batch), so a unit's
+    rows never leave the worker that expanded them. Live models under test add a generation actor pool
+    in between, sized apart from evaluation (``staged``: models that generated earlier in the run
+    answer from there). ``in_driver``: the same stages in this process instead (``in_process``)."""
+    if in_driver:
+        return _tracked(driver_batches(w.run, w.store, w.plan, blocks, w.done, models), w.tracker)
+    run, cfg = w.run, w.run.cfg
+    conc = cfg.concurrency
+    rows = sum(w.plan.totals.get(unit, 0) for b in blocks
+               for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
+    ds = ray.data.from_blocks(blocks)
+    ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
+                        fn_kwargs={"ctx": expansion(cfg, w.store, w.plan), "done": ray.put(w.done)})
+    live = _live(models)
+    if live:
+        ds = ds.map_batches(stages.Generate, fn_constructor_args=(models, w.endpoints, run.cache, staged),
+                            batch_format="pyarrow",
+                            batch_size=conc.generate_batch_size, num_cpus=0.5,
+                            compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
+    actors = evaluate_actors(conc.verify_actors, len(blocks), rows if live else None, conc.generate_batch_size)
+    ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(run.knowledge, cfg.models, w.endpoints,
+                                                              run.cache, w.store, conc.batch_size, actors),
+                        # None: one batch per block (a unit's rows); Evaluate commits them in parts
+                        # of batch_size rows. A row count here would make Ray Data bundle units.
+                        batch_format="pyarrow", batch_size=None,
+                        # two blocks per actor: the next waits in the actor and starts the moment
+                        # the last ends (with one, actors idled a quarter of the time between
+                        # blocks); more would queue behind a busy actor while another runs dry
+                        compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=2))
+    return _tracked(ds.iter_batches(batch_size=None, batch_format="pyarrow"), w.tracker)

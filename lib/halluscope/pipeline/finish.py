@@ -1,0 +1,125 @@
+"""The end of a run: its metric records, costs and manifest, built once from what it committed,
+and the views of them (metrics.json, leaderboard.md, report.html)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import ray
+
+from halluscope.cost.ledger import cost_record, ledger
+from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.shared import service_rows
+from halluscope.pipeline.aggregate import aggregate
+from halluscope.pipeline.execute import held
+from halluscope.pipeline.resolved import ResolvedRun
+from halluscope.pipeline.workset import Plan
+from halluscope.records import GenerationIds
+from halluscope.report.html import write_report
+from halluscope.report.leaderboard import leaderboard
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+
+if TYPE_CHECKING:
+    from halluscope.pipeline.waves import Deployment
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    uri: str
+    metrics: list[dict]  # the records as metrics.json holds them (MetricRecord.as_json)
+    leaderboard: str
+    processed: int
+    skipped: int
+    seconds: float
+    missing: dict[str, int] = field(default_factory=dict)  # "model/task" -> items with no recorded response
+    failure: str | None = None  # set when the run went through but failed (manifest status failed)
+
+
+@dataclass
+class Opened:
+    """A run claimed and planned: its plan, what an earlier attempt committed, its manifest so far."""
+
+    work: Plan
+    done: GenerationIds
+    done_counts: dict[tuple[str, str], int]  # (model, task) -> generations committed before
+    snapshot: set[str]  # the keys of the batches committed before
+    removed: int  # uncommitted parts an earlier attempt left, removed
+    manifest: dict
+    timings: dict[str, float]
+
+
+@dataclass
+class Executed:
+    """What the pipeline did: generations and keys committed, deployments and what they held."""
+
+    processed: int = 0
+    mine: set[str] = field(default_factory=set)
+    schedule: list[Deployment] = field(default_factory=list)
+    deployments: list[dict] = field(default_factory=list)  # resource seconds of every deployment
+    window: tuple[float | None, float | None] = (None, None)  # the pipeline's time: shared services' charge
+    stalls: list[str] = field(default_factory=list)
+    budget: dict[str, float] = field(default_factory=dict)
+    started_ray: bool = False
+    late: int = 0  # parts committed after the run's own, removed
+
+
+def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, started: float) -> RunResult:
+    cfg, mark = run.cfg, time.time()
+    # nothing after the pipeline uses Ray: a local Ray this run started stops (its processes take
+    # over a second to) while the results are read back and aggregated. The pipeline's garbage
+    # is collected first: an object reference the collector found later, in any thread, would
+    # reach a stopped Ray, which ends the process (seen once a 1M-generation run's aggregation
+    # outlasted the stop)
+    stopping = threading.Thread(target=ray.shutdown, name="ray-shutdown") if done.started_ray else None
+    if stopping is not None:
+        gc.collect()
+        stopping.start()
+    totals = aggregate(cfg, store)
+    metrics = totals.metrics
+    root = Location.from_url(cfg.storage.root, cfg.storage)
+    costs = ledger(totals.calls, cfg.models, done.deployments, run.prices, extra_rows=[
+        *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices),
+        *stranded_rows(held(cfg, done.schedule, done.window), run.prices)])
+    store.write_costs(costs)
+    metrics.append(cost_record(costs))
+    board = leaderboard(metrics, store.run_id)
+    stored = [m.as_json() for m in metrics]
+    store.write_json("metrics.json", stored)
+    store.write_text("leaderboard.md", board)
+    opened.timings["aggregate_s"] = round(time.time() - mark, 2)
+    if stopping is not None:
+        stopping.join()
+    failure, missing = totals.counts.failure(cfg.max_error_fraction), dict(sorted(totals.counts.missing.items()))
+    unserved = [f"model '{d.model}' {d.status}: {d.reason}" for d in done.schedule if d.reason]
+    if unserved:
+        failure = "; ".join([*unserved, *([failure] if failure else [])])
+    _close_manifest(store, opened, done, failure, missing)
+    write_report(store)
+    return RunResult(store.run_id, store.loc.url, stored, board, done.processed, len(opened.done),
+                     time.time() - started, missing, failure)
+
+
+def _close_manifest(store: RunStore, opened: Opened, done: Executed, failure: str | None,
+                    missing: dict[str, int]) -> None:
+    manifest = opened.manifest
+    if done.stalls:
+        manifest["stalls"] = done.stalls
+    if done.schedule:
+        manifest["schedule"] = {"budget": {k: v for k, v in done.budget.items() if math.isfinite(v)},
+                                "deployments": [d.as_dict() for d in done.schedule]}
+    manifest.update(timings=opened.timings, status="failed" if failure else "complete", reason=failure,
+                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                    counts={"generations": opened.work.total, "done_before": len(opened.done),
+                            "processed": done.processed,
+                            "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
+                            "missing": missing, "uncommitted_parts_removed": opened.removed,
+                            "late_parts_removed": done.late})
+    store.write_json("manifest.json", manifest)

@@ -51,7 +51,7 @@ def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     from halluscope.config.load import default_config, parse_config
     from halluscope.pipeline.execute import driver_batches
     from halluscope.pipeline.resolved import ResolvedRun
-    from halluscope.pipeline.workset import plan
+    from halluscope.pipeline.workset import plan_work
     from halluscope.records import GenerationIds
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
@@ -59,7 +59,7 @@ def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     t0 = time.perf_counter()
     cfg = default_config() if max_items is None else parse_config(demo_config(max_items))
     store = RunStore(Location.from_url(root), "loop")
-    work = plan(cfg, store)
+    work = plan_work(cfg, store)
     committed = driver_batches(ResolvedRun.of(cfg), store, work, work.blocks, GenerationIds(), cfg.models)
     rows = sum(sum(t.column("rows").to_pylist()) for t in committed)
     return time.perf_counter() - t0, rows

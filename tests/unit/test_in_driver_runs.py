@@ -15,7 +15,7 @@ from halluscope.pipeline import stages, workset
 from halluscope.pipeline.execute import driver_batches, in_process
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.runner import run
-from halluscope.pipeline.workset import plan
+from halluscope.pipeline.workset import plan_work
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -103,7 +103,7 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
     cfg = parse_config(_config(f"file://{tmp_path}", concurrency={"batch_size": 5}))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     store.claim()
-    work = plan(cfg, store)
+    work = plan_work(cfg, store)
     batches = driver_batches(ResolvedRun.of(cfg), store, work, work.blocks, GenerationIds(), cfg.models)
     first = next(batches)
     assert first.column("key").to_pylist()[0] == written[0]
@@ -116,7 +116,7 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     fetches them once."""
     cfg = parse_config(_config(f"file://{tmp_path}"))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
-    work = plan(cfg, store)
+    work = plan_work(cfg, store)
     first = next(workset.expand_unit(work.blocks[0], workset.expansion(cfg, store, work), GenerationIds()))
     done = GenerationIds(first.column("gen_id").slice(0, 5))
     fetched: list[ray.ObjectRef] = []

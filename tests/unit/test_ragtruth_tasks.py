@@ -14,7 +14,7 @@ from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.completion import Completion
 from halluscope.errors import ConfigError
 from halluscope.ragtruth.benchmark import BENCHMARK, merged, metrics
-from halluscope.ragtruth.tasks import DETECT, GENERATE, Detect, Generate, RagTruthOptions
+from halluscope.ragtruth.tasks import DETECT, GENERATE, Detect, Generation, RagTruthOptions
 from halluscope.sources import DataResolver
 
 RESPONSE = "Boil the eggs for 15 minutes and add salt."
@@ -54,22 +54,22 @@ def test_detector_spans_are_atoms_checked_against_gold(tmp_path):
 
 def test_the_judge_spans_of_a_generated_answer_are_unsupported_atoms(tmp_path):
     options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path), "metrics": {"unreadable": "exclude"}})
-    (item,) = Generate().load_items(DataResolver(), (), options).items
+    (item,) = Generation().load_items(DataResolver(), (), options).items
     answer = "Eggs boil for an hour in the sea."
-    (call,) = [Generate().decompose_call(answer, item)]
+    (call,) = [Generation().decompose_call(answer, item)]
     assert call.role == "judge" and "Answer to check:\n" + answer in call.prompts[0]
     # an endpoint that supports it is held to the JSON object the prompt asks for
     assert call.answer_format is not None and call.answer_format.json_schema == {
         "type": "object", "properties": {"hallucination list": {"type": "array", "items": {"type": "string"}}},
         "required": ["hallucination list"], "additionalProperties": False}
     # overlapping spans count once, as the detector's n_spans does
-    atoms = Generate().decompose(answer, item, [Completion(reply("an hour", "hour in the sea", "never"))])
+    atoms = Generation().decompose(answer, item, [Completion(reply("an hour", "hour in the sea", "never"))])
     assert atoms == ["an hour in the sea", "never"]
-    assert [v.supported for v in Generate().verify(atoms, answer, item, kb=None)] == [False, False]
+    assert [v.supported for v in Generation().verify(atoms, answer, item, kb=None)] == [False, False]
     with pytest.raises(ValueError, match="no readable list"):
-        Generate().decompose(answer, item, [Completion("not sure")])
+        Generation().decompose(answer, item, [Completion("not sure")])
     with pytest.raises(ValueError, match="the judge gave no answer: HTTP 503"):
-        Generate().decompose(answer, item, [Completion(None, error="HTTP 503")])
+        Generation().decompose(answer, item, [Completion(None, error="HTTP 503")])
 
 
 def test_bad_options_fail_when_items_load(tmp_path):
@@ -99,7 +99,7 @@ def test_metrics_called_per_model_and_merged_equal_one_call_over_every_model(tmp
     """The engine calls RAGTruth's hook once per model (the driver holds one model's answers):
     merged, the calls give the records of one call over all models, the corpus' records once."""
     options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path)})
-    detect, generate = (t.load_items(DataResolver(), (), options).items for t in (Detect(), Generate()))
+    detect, generate = (t.load_items(DataResolver(), (), options).items for t in (Detect(), Generation()))
     items = {task: pa.table({"item_id": [i.item_id for i in its], "prompt": [i.prompt for i in its],
                              "fields": [json.dumps(i.fields) for i in its]})
              for task, its in ((DETECT, detect), (GENERATE, generate))}

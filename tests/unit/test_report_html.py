@@ -372,16 +372,16 @@ def test_charts_draw_one_to_twenty_models_and_skip_none(n):
     colours = [s.colour for s in styles]
     assert len(set(svg.colour(i) for i in range(40))) == 40
     # every third model has no y: no point for it
-    points = [svg.Point(m, i / 20, None if i % 3 == 2 else 1 - i / 20, c)
+    points = [svg.StyledPoint(m, i / 20, None if i % 3 == 2 else 1 - i / 20, c)
               for i, (m, c) in enumerate(zip(models, styles))]
     scatter = svg.scatter(points, "t", "x", "y")
     assert scatter.count('stroke-width="1.5"') == sum(p.y is not None for p in points)
     assert scatter.count('class="label"') == scatter.count('stroke-width="1.5"')
     # a None in the middle of a line splits it in two polylines; single values stay markers
-    series = [svg.Series(m, c, [0.1, 0.2, None, 0.4, 0.5]) for m, c in zip(models, styles)]
+    series = [svg.StyledSeries(m, c, [0.1, 0.2, None, 0.4, 0.5]) for m, c in zip(models, styles)]
     lines = svg.line_chart(["0", "1", "2", "3", "4"], series, "t", "bin", "rate")
     assert lines.count("<polyline") == 2 * n and lines.count("<title>") == 4 * n
-    bars = svg.grouped_bars(["code", "biographies"], [svg.Series(m, c, [0.3, None]) for m, c in zip(models, styles)],
+    bars = svg.grouped_bars(["code", "biographies"], [svg.StyledSeries(m, c, [0.3, None]) for m, c in zip(models, styles)],
                             "t", "H")
     assert bars.count(f'fill="{svg.MUTED}"') == n and bars.count("no value") == n
     assert all(bars.count(f'fill="{c}"') >= 1 for c in colours)
@@ -401,7 +401,7 @@ DEMO = {"alpaca_7b": (0.054, 0.517, 0.466, 0.877), "falcon_40b_instruct": (0.046
 
 def demo_scatters() -> list[str]:
     styles = {m: svg.style(i) for i, m in enumerate(sorted(DEMO))}
-    return [svg.scatter([svg.Point(m, v[k], v[k + 1], styles[m]) for m, v in DEMO.items()], "t", "x", "y")
+    return [svg.scatter([svg.StyledPoint(m, v[k], v[k + 1], styles[m]) for m, v in DEMO.items()], "t", "x", "y")
             for k in (0, 2)]
 
 

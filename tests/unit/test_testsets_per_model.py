@@ -11,7 +11,7 @@ from halluscope.hallulens import tasks as hallulens_tasks
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.pipeline import estimate, workset
-from halluscope.pipeline.workset import expand_unit, plan
+from halluscope.pipeline.workset import expand_unit, plan_work
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -31,7 +31,7 @@ def _testsets(tmp_path) -> list[str]:
 
 
 def _rows(cfg, store) -> dict[str, set[str]]:
-    work = plan(cfg, store)
+    work = plan_work(cfg, store)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
         for t in expand_unit(work.units.slice(i, 1), workset.expansion(cfg, store), GenerationIds()):
@@ -50,7 +50,7 @@ def test_per_model_test_sets_give_each_model_its_own_items(tmp_path):
     assert rows["a"] and rows["b"] and not rows["a"] & rows["b"]  # different seeds, different items
     written = set(store.read_items(TASK).column("item_id").to_pylist())
     assert written == rows["a"] | rows["b"]
-    assert plan(per_model, store).totals == {("a", TASK): len(rows["a"]), ("b", TASK): len(rows["b"])}
+    assert plan_work(per_model, store).totals == {("a", TASK): len(rows["a"]), ("b", TASK): len(rows["b"])}
 
     shared = parse_config({**per_model.model_dump(mode="json"), "testsets": {TASK: [first]}})
     rows = _rows(shared, RunStore(Location.from_url(per_model.storage.root), "shared"))

@@ -38,7 +38,7 @@ from halluscope.contract.replies import excerpt
 from halluscope.contract.task import Verdict
 from halluscope.errors import ConfigError, RunError
 from halluscope.hallulens import judging, sections
-from halluscope.knowledge.passages import normalize_title
+from halluscope.knowledge.passages import article_title_key
 from halluscope.knowledge.retrieval import DenseRetriever
 
 
@@ -192,14 +192,14 @@ class PageIndex:
     def __init__(self, titles: Iterable[str]) -> None:
         self._by_norm: dict[str, str] = {}
         for title in titles:
-            self._by_norm.setdefault(normalize_title(title), title)
+            self._by_norm.setdefault(article_title_key(title), title)
         self._containing: dict[str, list[str]] = {}
 
     def resolve(self, title: str) -> str | None:
-        return self._by_norm.get(normalize_title(title))
+        return self._by_norm.get(article_title_key(title))
 
     def containing(self, entity: str) -> list[str]:
-        key = normalize_title(entity)
+        key = article_title_key(entity)
         if not key:
             return []
         if key not in self._containing:
@@ -216,10 +216,10 @@ def candidate_pages(topic: str, question: str, claim: str, pages: PageIndex, ent
         found = pages.resolve(name)
         if found is not None:
             out.setdefault(found)
-    where = (normalize_title(claim), normalize_title(question))
+    where = (article_title_key(claim), article_title_key(question))
     for entity in entities:
         for title in pages.containing(entity):
-            norm = normalize_title(title)
+            norm = article_title_key(title)
             if any(norm in text for text in where):
                 out.setdefault(title)
     return list(out)

@@ -138,7 +138,7 @@ def _longwiki_k(records: list[dict]) -> str:
     return "/".join(str(k) for k in sorted(ks)) or "K"
 
 
-def leaderboard(records: list[dict]) -> Section:
+def leaderboard_section(records: list[dict]) -> Section:
     """HalluLens in the layout of the paper's Table 2 (percent, mean ± sample std over trials)."""
     k = _longwiki_k(records)
     by_model: dict[str, dict[str, dict]] = defaultdict(dict)
@@ -244,4 +244,4 @@ def difficulty_curves(records: list[dict]) -> Section | None:
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: the leaderboard, then the charts (read from the records' flat objects)."""
     rows = [r.as_json() for r in records]
-    return [s for s in (leaderboard(rows), refusal_scatter(rows), difficulty_curves(rows)) if s is not None]
+    return [s for s in (leaderboard_section(rows), refusal_scatter(rows), difficulty_curves(rows)) if s is not None]

@@ -74,7 +74,7 @@ def split_passages(text: str, max_words: int = 256) -> list[str]:
     return passages
 
 
-def normalize_title(title: str) -> str:
+def article_title_key(title: str) -> str:
     """Key for the lenient title match: NFKC, underscores as spaces, whitespace collapsed, casefolded."""
     return " ".join(unicodedata.normalize("NFKC", title).replace("_", " ").split()).casefold()
 
@@ -110,7 +110,7 @@ class ArticleStore:
         self._fs, self._path = fs, path
         self._by_norm: dict[str, str] = {}
         for title in articles:
-            self._by_norm.setdefault(normalize_title(title), title)  # the first of colliding titles wins
+            self._by_norm.setdefault(article_title_key(title), title)  # the first of colliding titles wins
 
     @classmethod
     def load(cls, source: str | Location, max_words: int = 256, titles: Iterable[str] | None = None,
@@ -133,7 +133,7 @@ class ArticleStore:
         articles: dict[str, list[str]] = {}
         skipped: list[tuple[int, str]] = []
         exact = set(wanted or ())
-        keep = None if wanted is None else {normalize_title(t) for t in wanted}
+        keep = None if wanted is None else {article_title_key(t) for t in wanted}
         try:
             for number, title, text in rows:
                 if isinstance(title, _Unreadable):
@@ -142,7 +142,7 @@ class ArticleStore:
                     skipped.append((number, "missing title"))
                 elif not _valid_text(text):
                     skipped.append((number, "missing text"))
-                elif keep is not None and title not in exact and normalize_title(title) not in keep:
+                elif keep is not None and title not in exact and article_title_key(title) not in keep:
                     continue
                 elif title in articles:
                     skipped.append((number, "duplicate title"))
@@ -160,7 +160,7 @@ class ArticleStore:
 
     def resolve(self, title: str) -> str | None:
         """The stored title that ``title`` names, or None."""
-        return title if title in self.articles else self._by_norm.get(normalize_title(title))
+        return title if title in self.articles else self._by_norm.get(article_title_key(title))
 
     def __len__(self) -> int:
         return len(self.articles)
@@ -254,10 +254,10 @@ def _sqlite_rows(loc: Location, wanted: list[str] | None) -> Iterator[Row]:
             for row in con.execute(query, chunk):
                 found.add(row[1])
                 yield row
-        rest = {normalize_title(t) for t in wanted if t not in found}
+        rest = {article_title_key(t) for t in wanted if t not in found}
         if rest:
             for rowid, title in con.execute("SELECT rowid, title FROM documents").fetchall():
-                if isinstance(title, str) and title not in found and normalize_title(title) in rest:
+                if isinstance(title, str) and title not in found and article_title_key(title) in rest:
                     yield from con.execute("SELECT rowid, title, text FROM documents WHERE rowid = ?", (rowid,))
     finally:
         con.close()

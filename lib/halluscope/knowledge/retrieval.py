@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from halluscope.errors import ConfigError, DataError
-from halluscope.knowledge.passages import ArticleStore, normalize_title
+from halluscope.knowledge.passages import ArticleStore, article_title_key
 from halluscope.storage.fs import Location, UntrustedPath, read_private, write_private
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class DenseRetriever:
             self.ranges[title] = (prev[0] if prev else row, row + 1)
         self._by_norm: dict[str, str] = {}
         for title in self.ranges:
-            self._by_norm.setdefault(normalize_title(title), title)
+            self._by_norm.setdefault(article_title_key(title), title)
 
     @classmethod
     def build(cls, store: ArticleStore, encoder: Encoder) -> DenseRetriever:
@@ -215,7 +215,7 @@ class DenseRetriever:
         return self._resolve(title) is not None
 
     def _resolve(self, title: str) -> str | None:
-        return title if title in self.ranges else self._by_norm.get(normalize_title(title))
+        return title if title in self.ranges else self._by_norm.get(article_title_key(title))
 
     def search(self, query: str, k: int = 5, title: str | None = None) -> list[tuple[str, float]]:
         """The ``k`` best (passage, cosine score) pairs, best first; with ``title``, only that

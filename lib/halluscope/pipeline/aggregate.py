@@ -83,7 +83,7 @@ def score_columns(cfg: RunConfig) -> list[str] | None:
     return sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
 
 
-def by_benchmark(cfg: RunConfig) -> dict[str, list[str]]:
+def tasks_by_benchmark(cfg: RunConfig) -> dict[str, list[str]]:
     out: dict[str, list[str]] = defaultdict(list)
     for t in cfg.tasks:
         out[benchmark_of(t).name].append(t)
@@ -121,7 +121,7 @@ def _checked(name: str, records: Sequence[object]) -> list[MetricRecord]:
 def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
     """Metrics, counts and the ledger's call tally of everything committed, a model at a time."""
     columns = score_columns(cfg)
-    groups = by_benchmark(cfg)
+    groups = tasks_by_benchmark(cfg)
     per_model = [n for n, tasks in groups.items() if benchmark_of(tasks[0]).metrics_per_model]
     records: dict[str, list[MetricRecord]] = {n: [] for n in groups}
     counts, calls = RowCounts(), CallTally(cfg.models)

@@ -25,7 +25,7 @@ from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.schedule import Job, job_of, scheduled
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import Plan, expand_unit, expansion
+from halluscope.pipeline.workset import WorkPlan, expand_unit, expansion
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -41,7 +41,7 @@ class Work:
 
     run: ResolvedRun
     store: RunStore
-    plan: Plan
+    plan: WorkPlan
     done: GenerationIds
     endpoints: dict
     tracker: Progress
@@ -70,7 +70,7 @@ def _live(models: list[ModelSpec]) -> bool:
     return any(m.backend != "replay" for m in models if m.role == "test")
 
 
-def driver_batches(run: ResolvedRun, store: RunStore, work: Plan, blocks: list[pa.Table], done: GenerationIds,
+def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: list[pa.Table], done: GenerationIds,
                    models: list[ModelSpec]) -> Iterator[pa.Table]:
     """The stages of ``execute`` as plain calls in this process, one block after another: a small
     run's execution (``in_process``), and the single-process baseline of ``make bench``. Yields

@@ -19,7 +19,7 @@ from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
 from halluscope.pipeline.execute import held
 from halluscope.pipeline.resolved import ResolvedRun
-from halluscope.pipeline.workset import Plan
+from halluscope.pipeline.workset import WorkPlan
 from halluscope.records import GenerationIds
 from halluscope.report.html import write_report
 from halluscope.report.leaderboard import leaderboard
@@ -47,7 +47,7 @@ class RunResult:
 class Opened:
     """A run claimed and planned: its plan, what an earlier attempt committed, its manifest so far."""
 
-    work: Plan
+    work: WorkPlan
     done: GenerationIds
     done_counts: dict[tuple[str, str], int]  # (model, task) -> generations committed before
     snapshot: set[str]  # the keys of the batches committed before

@@ -23,7 +23,7 @@ from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
 from halluscope.pipeline.schedule import check_cpus, check_fits, cpu_demand, job_of, scheduled
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import plan
+from halluscope.pipeline.workset import plan_work
 from halluscope.records import GenerationIds
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
 from halluscope.storage.fs import Location
@@ -102,7 +102,7 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
                                  cache=run.cache, done=committed)
         check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()
-    work = plan(cfg, store)
+    work = plan_work(cfg, store)
     knowledge = knowledge_provenance(cfg, run.knowledge)
     check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings = {"plan_s": round(time.time() - mark, 2)}

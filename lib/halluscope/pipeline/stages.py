@@ -89,7 +89,7 @@ _ROW = ["gen_id", "model", "task", "item_id", "prompt", "fields", "text", "error
 _ADDED = {"responded": pa.bool_(), "atoms": pa.list_(pa.string()), "supported": pa.list_(pa.bool_()),
           "evidence": pa.list_(pa.string())}
 
-Usage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
+RoleUsage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
 
 
 class Rows:
@@ -126,7 +126,7 @@ def _row_error(stage: str, err: Exception) -> str:
 
 def _phase(rows: Rows, stage: str, call: Callable[[dict, Item], Calls],
            finish: Callable[[dict, Item, list[Completion]], Any], when: Callable[[dict], bool], skipped: Any,
-           failed: Callable[[dict], Any], roles: RoleModels | None, usage: Usage | None) -> list:
+           failed: Callable[[dict], Any], roles: RoleModels | None, usage: RoleUsage | None) -> list:
     """One phase for the rows ``when`` selects (``skipped`` for the others): ``call(row, item)`` may
     ask a role model; every row's prompts go out together; ``finish(row, item, replies)`` gives
     the row's value.
@@ -163,7 +163,7 @@ def _phase(rows: Rows, stage: str, call: Callable[[dict, Item], Calls],
     return values
 
 
-def abstain(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
+def abstain(rows: Rows, roles: RoleModels | None = None, usage: RoleUsage | None = None) -> None:
     """R(y) per generation; null where there is no usable generation."""
     rows.set("responded", _phase(
         rows, "abstain",
@@ -172,7 +172,7 @@ def abstain(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = N
         _usable, None, lambda r: None, roles, usage))
 
 
-def decompose(rows: Rows, roles: RoleModels | None = None, usage: Usage | None = None) -> None:
+def decompose(rows: Rows, roles: RoleModels | None = None, usage: RoleUsage | None = None) -> None:
     """D(y) for responded generations; [] otherwise."""
     rows.set("atoms", _phase(
         rows, "decompose",
@@ -188,7 +188,7 @@ class Verify:
         self.kb = kb
         self.roles = roles
 
-    def __call__(self, rows: Rows, usage: Usage | None = None) -> None:
+    def __call__(self, rows: Rows, usage: RoleUsage | None = None) -> None:
         """Adds ``supported`` and ``evidence`` (one per atom) to rows that have ``atoms``."""
         kb = self.kb
         verdicts = _phase(
@@ -278,7 +278,7 @@ def _atom_tables(batch: pa.Table) -> tuple[pa.Table, pa.Table]:
     return atom_table, verdict_table
 
 
-def _role_calls(batch: pa.Table, run_id: str, usage: Usage) -> pa.Table:
+def _role_calls(batch: pa.Table, run_id: str, usage: RoleUsage) -> pa.Table:
     """One row per usage record, the generation's columns taken by index."""
     at: list[int] = []  # per record, its row
     made: list[dict] = []
@@ -296,7 +296,7 @@ def _role_calls(batch: pa.Table, run_id: str, usage: Usage) -> pa.Table:
 _USAGE = pa.schema([f for f in records.ROLE_CALLS if f.name not in ("run_id", "gen_id", "model", "task")])
 
 
-def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> dict[str, pa.Table]:
+def split_tables(batch: pa.Table, run_id: str, usage: RoleUsage | None = None) -> dict[str, pa.Table]:
     """The result tables of one scored batch."""
     atoms, verdicts = _atom_tables(batch)
     generations = {k: batch.column(k) for k in records.GENERATIONS.names if k != "run_id"}
@@ -311,7 +311,8 @@ def split_tables(batch: pa.Table, run_id: str, usage: Usage | None = None) -> di
     }
 
 
-def scored_parts(batch: pa.Table, store: RunStore, usage: Usage | None = None) -> tuple[Callable[[], None], pa.Table]:
+def scored_parts(batch: pa.Table, store: RunStore,
+                 usage: RoleUsage | None = None) -> tuple[Callable[[], None], pa.Table]:
     """Scores a batch (of one row or more): the write of its parts, under a key derived from its
     generation ids (a retried task rewrites the same objects), and what it commits per (model,
     task) once written."""
@@ -365,7 +366,7 @@ class Evaluate:
         """Each part's write and commit: per (model, task), ``chunk_rows`` rows at a time."""
         for start, stop in _unit_runs(batch):
             for chunk in range(start, stop, self.chunk_rows):
-                usage: Usage = defaultdict(list)
+                usage: RoleUsage = defaultdict(list)
                 rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
                 abstain(rows, self.roles, usage)
                 decompose(rows, self.roles, usage)

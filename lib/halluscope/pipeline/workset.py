@@ -29,7 +29,7 @@ UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.st
 
 
 @dataclass
-class Plan:
+class WorkPlan:
     units: pa.Table  # one row per (model, task)
     # the units in input blocks, those replaying the same file together (one worker reads it once)
     blocks: list[pa.Table]
@@ -85,7 +85,7 @@ class ItemSource:
         self.limit = limit
         self.testsets = testsets  # testset_locations
         self.options = options  # task -> its benchmark's validated options
-        self.loaded = loaded if loaded is not None else {}  # Plan.loaded: sources loaded already
+        self.loaded = loaded if loaded is not None else {}  # WorkPlan.loaded: sources loaded already
 
     def source(self, task: str, model: str) -> tuple[tuple[str, tuple[str, ...]], LoadedItems]:
         """The source of (task, model): its key (task, test set urls), shared by the models that
@@ -118,7 +118,7 @@ def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc.write_bytes_atomic(table_to_bytes(table))
 
 
-def plan(cfg: RunConfig, store: RunStore) -> Plan:
+def plan_work(cfg: RunConfig, store: RunStore) -> WorkPlan:
     """Load each task's items once here (they are written to the run), hash every input file,
     and list the units. Fails early, before any worker starts, on a missing file."""
     source = item_source(cfg)
@@ -154,7 +154,7 @@ def plan(cfg: RunConfig, store: RunStore) -> Plan:
     # the largest first, so the actors finish together rather than one waiting on a large last block
     order = sorted(by_block.values(), key=lambda rows: -sum(totals.get(keys[i], 0) for i in rows))
     blocks = [units.take(rows) for rows in order]
-    return Plan(units, blocks, sum(totals.values()), totals, sources, found_items)
+    return WorkPlan(units, blocks, sum(totals.values()), totals, sources, found_items)
 
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
@@ -175,7 +175,7 @@ class Expansion(ItemSource):
         self.store = store
 
 
-def expansion(cfg: RunConfig, store: RunStore, work: Plan | None = None) -> Expansion:
+def expansion(cfg: RunConfig, store: RunStore, work: WorkPlan | None = None) -> Expansion:
     """``work``: the run's plan, whose loaded items the workers then reuse."""
     return Expansion(store, resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg),
                      task_options(cfg), work.loaded if work else {})

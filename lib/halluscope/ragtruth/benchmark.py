@@ -35,7 +35,7 @@ from halluscope.ragtruth.tasks import (
     DETECT,
     GENERATE,
     Detect,
-    Generate,
+    Generation,
     RagTruthOptions,
     candidate_sets,
     corpus_of,
@@ -177,7 +177,7 @@ def merged(records: Sequence[MetricRecord]) -> list[MetricRecord]:
     return sorted(out, key=lambda r: (r.model != "*", r.task != DETECT))
 
 
-BENCHMARK = Benchmark("ragtruth", [Detect(), Generate()], options=RagTruthOptions, metrics=metrics,
+BENCHMARK = Benchmark("ragtruth", [Detect(), Generation()], options=RagTruthOptions, metrics=metrics,
                       metrics_per_model=True, summarize=merged, score_columns=SCORE_COLUMNS,
                       report=report.sections,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "

@@ -215,7 +215,7 @@ class Detect(Task["Knowledge"]):
         return out
 
 
-class Generate(Task["Knowledge"]):
+class Generation(Task["Knowledge"]):
     """RAG generation: the model under test answers each source; the judge lists hallucinated spans."""
 
     name = GENERATE

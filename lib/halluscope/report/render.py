@@ -245,9 +245,9 @@ def html_table(t: Table) -> HtmlTable:
 def draw(chart: Chart, styles: dict[str, svg.Style]) -> Markup:
     """The chart as inline SVG (svg.py escapes every text it writes)."""
     if chart.kind == "scatter":
-        points = [svg.Point(p.name, p.x, p.y, styles[p.name]) for p in chart.points]
+        points = [svg.StyledPoint(p.name, p.x, p.y, styles[p.name]) for p in chart.points]
         return Markup(svg.scatter(points, chart.title, chart.x_label, chart.y_label))
-    series = [svg.Series(s.name, styles[s.name], s.values) for s in chart.series]
+    series = [svg.StyledSeries(s.name, styles[s.name], s.values) for s in chart.series]
     if chart.kind == "lines":
         return Markup(svg.line_chart(chart.labels, series, chart.title, chart.x_label, chart.y_label))
     return Markup(svg.grouped_bars(chart.labels, series, chart.title, chart.y_label))

@@ -82,7 +82,7 @@ def _tick(v: float) -> str:
 
 
 @dataclass(frozen=True)
-class Point:
+class StyledPoint:
     label: str
     x: float | None
     y: float | None
@@ -90,7 +90,7 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Series:
+class StyledSeries:
     name: str
     style: Style
     values: Sequence[float | None]  # one per category
@@ -180,7 +180,7 @@ def _place(x: float, y: float, w: float, taken: list[Box], bounds: Box) -> tuple
     return None
 
 
-def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
+def scatter(points: Sequence[StyledPoint], title: str, x_label: str, y_label: str,
             width: int = 600, height: int = 420) -> str:
     """Points on axes that zoom to the data, each labelled where its label fits without touching
     another label or point (a label moved away from its point gets a thin leader line); the
@@ -219,7 +219,7 @@ def scatter(points: Sequence[Point], title: str, x_label: str, y_label: str,
     return _svg(width, height, title, body + labels)
 
 
-def line_chart(categories: Sequence[str], series: Sequence[Series], title: str, x_label: str, y_label: str,
+def line_chart(categories: Sequence[str], series: Sequence[StyledSeries], title: str, x_label: str, y_label: str,
                width: int = 560, height: int = 320) -> str:
     """One line per series over categorical x; a None value breaks the line, markers show every value."""
     f = _Frame(width, height, 52, 16, 28, 44, _y_max([v for s in series for v in s.values]))
@@ -247,7 +247,7 @@ def line_chart(categories: Sequence[str], series: Sequence[Series], title: str, 
     return _svg(width, height, title, body)
 
 
-def grouped_bars(groups: Sequence[str], series: Sequence[Series], title: str, y_label: str,
+def grouped_bars(groups: Sequence[str], series: Sequence[StyledSeries], title: str, y_label: str,
                  width: int = 1100, height: int = 360) -> str:
     """Per group, one bar per series side by side; a None value is a grey dash on the axis."""
     longest = max((len(g) for g in groups), default=0)

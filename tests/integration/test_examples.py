@@ -1,8 +1,7 @@
 """Every offline example under examples/<benchmark>/run.yaml runs as the README says it does: loaded
-as `halluscope run` loads it, from the repository root, with its scripted stand-ins served on
-the CPU (HALOGEN's, on the session's Ray head) or answered in process (the others, in the driver
-as a user's run of them goes), to status complete with its benchmark's metrics and its own
-leaderboard preamble."""
+as `halluscope run` loads it, from the repository root, with its scripted stand-ins answered in
+process (so in the driver, as a user's run of it goes), to status complete with its benchmark's
+metrics and its own leaderboard preamble."""
 
 from __future__ import annotations
 
@@ -41,23 +40,20 @@ def test_every_example_folder_is_tested():
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_example_runs_offline_to_complete(name, request, tmp_path, monkeypatch):
+def test_example_runs_offline_to_complete(name, in_driver, tmp_path, monkeypatch):
     if name == "halogen" and not SHARED_DATA.exists():
         pytest.skip("needs ../shared/data")
     monkeypatch.chdir(REPO)  # the examples' data paths are taken from the repository root
     cfg = load_config(f"examples/{name}/run.yaml")
     assert all(m.backend in ("replay", "scripted") for m in cfg.models)
-    assert all(m.params.serve.num_gpus == 0 for m in cfg.models if m.backend == "scripted")  # CPU only
-    serves = any(m.served for m in cfg.models)
-    assert serves == (name == "halogen")
-    request.getfixturevalue("ray_head" if serves else "in_driver")
+    assert not any(m.served for m in cfg.models)
     cfg.storage.root = f"file://{tmp_path}/runs"
     result = run(cfg, run_id=name, progress=False)
 
     assert result.failure is None and not result.missing
     manifest = RunStore(Location.from_url(cfg.storage.root), name).read_json("manifest.json")
     assert manifest["status"] == "complete"
-    assert (manifest["execution"] == IN_DRIVER) == (not serves)
+    assert manifest["execution"] == IN_DRIVER
     # HALOGEN's released files repeat a few prompts: the repeats are quarantined, the others have none
     assert (manifest["counts"]["quarantined_rows"] > 0) == (name == "halogen")
     bench, tasks, preamble = EXAMPLES[name]

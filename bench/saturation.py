@@ -58,19 +58,8 @@ def pipeline_rate(spec: ScriptedModel, endpoints: dict, calls: int) -> tuple[flo
     return answered / (time.perf_counter() - t0), answered
 
 
-def _route_ready(client: httpx.Client, base_url: str, timeout_s: float = 120.0) -> None:
-    """Serve's HTTP proxy answers 404 until it has learnt the new app's route (the handle the
-    pipeline uses does not wait on it): an unready route is not the endpoint's ceiling."""
-    deadline = time.monotonic() + timeout_s
-    while client.get(f"{base_url}/models").status_code != 200:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{base_url} still has no route after {timeout_s:.0f} s")
-        time.sleep(0.5)
-
-
 def thread_pool_rate(base_url: str, calls: int) -> tuple[float, int]:
     client = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=POOL))
-    _route_ready(client, base_url)
 
     def call(i: int) -> bool:
         r = client.post(f"{base_url}/chat/completions",

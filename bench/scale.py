@@ -10,7 +10,7 @@ need knowledge sources that are not public offline: stand-ins are built from the
 responses (GPT-4's bios as the articles, half the cited titles as the title dump), so the
 work per row is real but the verdicts mean nothing. Usage:
 
-    python bench/scale.py [--sizes 10000 50000 140000] [--faults] [--json]
+    python bench/scale.py [--sizes 10000 50000 140000] [--tasks TASK ...] [--faults] [--json]
 """
 
 from __future__ import annotations
@@ -59,13 +59,13 @@ def halogen_tasks() -> list[str]:
     return [t for t in task_names() if t.startswith("halogen/")]
 
 
-def config(storage: dict, limit: int, titles: Path, articles: Path) -> dict:
+def config(storage: dict, limit: int, titles: Path, articles: Path, tasks: list[str]) -> dict:
     from tests.support.servers import free_port
 
     from halluscope.halogen.common import RELEASED
 
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
-    return {"storage": storage, "tasks": halogen_tasks(), "serve_http_port": free_port(),
+    return {"storage": storage, "tasks": tasks, "serve_http_port": free_port(),
             "limits": {"max_items_per_task": limit}, "costs": {"price_table": None}, "cache": {"enabled": False},
             "benchmarks": {"halogen": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}}},
             "models": [{"id": m, "backend": "replay"} for m in RELEASED["models"]] + [
@@ -162,6 +162,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 140_000])
     p.add_argument("--faults", action="store_true", help="drill the largest size under faults")
+    p.add_argument("--tasks", nargs="+", help="a subset of the 18 HALOGEN tasks (default: all; a quick check of "
+                                             "this script: halogen/code, which loads no knowledge)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one config in this process
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -174,14 +176,14 @@ def main() -> None:
     use_token_auth()
 
     data = HERE.parent.parent / "shared" / "data"
-    results, drill = [], None
+    results, drill, tasks = [], None, args.tasks or halogen_tasks()
     with tempfile.TemporaryDirectory() as tmp, moto_s3() as endpoint, \
             ray_head(num_cpus=max(4, os.cpu_count() or 1), object_store_bytes=512 * 1024 * 1024) as head:
         create_bucket(endpoint, BUCKET)
         titles, articles = _stand_in_knowledge(data, Path(tmp))
         for size in args.sizes:
-            limit = max(1, size // (MODELS * len(halogen_tasks())))
-            cfg = config(s3_storage(endpoint, f"s3://{BUCKET}/runs-{size}"), limit, titles, articles)
+            limit = max(1, size // (MODELS * len(tasks)))
+            cfg = config(s3_storage(endpoint, f"s3://{BUCKET}/runs-{size}"), limit, titles, articles, tasks)
             cfg_path = Path(tmp) / f"scale-{size}.yaml"
             cfg_path.write_text(config_yaml(cfg))
             done = subprocess.run([sys.executable, __file__, "--one", str(cfg_path)], capture_output=True, text=True)

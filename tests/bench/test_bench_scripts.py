@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 SMALLEST = {
     "run.py": ["--compare-only", "--max-items", "2"],
     "saturation.py": ["--calls", "200", "--json"],
-    "scale.py": ["--sizes", "300", "--json"],
+    "scale.py": ["--sizes", "300", "--tasks", "halogen/code", "--json"],  # the domains: test_halogen_all_domains
     "driver_memory.py": ["--aliases", "1", "2", "--max-items", "2", "--json"],
     "many_models.py": ["--models", "3", "--items", "1", "--json"],
     "filtered_reads.py": ["--models", "2", "--json"],

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Work:
+class StageInputs:
     """What the stages of one run are handed: its plan, its store, the ids an earlier attempt
     committed, the endpoints of the models it serves for the whole run, and the progress it reports."""
 
@@ -95,7 +95,7 @@ def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set
     return processed, keys
 
 
-def in_waves(w: Work, watchdog: Watchdog, budget: dict[str, float],
+def in_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float],
              in_driver: bool = False) -> tuple[int, set[str], list[Deployment]]:
     """Evaluate what needs no deployment of its own at once; the served models under test
     generate in waves on a thread of their own (``waves.Waves``), and each is evaluated from its
@@ -113,7 +113,7 @@ def in_waves(w: Work, watchdog: Watchdog, budget: dict[str, float],
     return _with_waves(w, watchdog, budget, blocks, others, wanted)
 
 
-def _with_waves(w: Work, watchdog: Watchdog, budget: dict[str, float], blocks: dict[str, list[pa.Table]],
+def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], blocks: dict[str, list[pa.Table]],
                 others: list[pa.Table], wanted: list[str]) -> tuple[int, set[str], list[Deployment]]:
     """``in_waves`` with served models under test: the waves follow on a thread; the driver's
     thread evaluates the other models, then each model the waves report generated."""
@@ -160,7 +160,7 @@ def _with_waves(w: Work, watchdog: Watchdog, budget: dict[str, float], blocks: d
     return processed + n, keys | k, result[0] if result else waves.deployments
 
 
-def _evaluate_generated(w: Work, blocks: dict[str, list[pa.Table]], remaining: set[str],
+def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remaining: set[str],
                         ready: queue.Queue[tuple[str, bool]], failed: list[BaseException]) -> tuple[int, set[str]]:
     """Each model's staged generations evaluated as the waves report it generated (or failed)."""
     specs = {m.id: m for m in w.run.cfg.models}
@@ -225,7 +225,7 @@ def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,
     return allowed
 
 
-def execute(w: Work, blocks: list[pa.Table], models: list[ModelSpec], staged: dict[str, Location] | None = None,
+def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], staged: dict[str, Location] | None = None,
             in_driver: bool = False) -> tuple[int, set[str]]:
     """Stream the work through the stages; returns the number of generations committed and the
     keys of the batches that committed them.

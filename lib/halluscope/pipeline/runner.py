@@ -16,7 +16,7 @@ from halluscope.errors import Interrupted, RunError, Superseded, error_summary, 
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
-from halluscope.pipeline.execute import Work, budget_source, in_process, in_waves, ray_budget
+from halluscope.pipeline.execute import StageInputs, budget_source, in_process, in_waves, ray_budget
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
@@ -141,7 +141,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
             # the roles are held for the whole run; served models under test in waves (in_waves)
             with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints,
                                                                                              out.deployments):
-                w = Work(run, store, work, done, endpoints, tracker)
+                w = StageInputs(run, store, work, done, endpoints, tracker)
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
                     out.processed, out.mine, out.schedule = in_waves(w, watchdog, out.budget, here)
                 out.stalls = watchdog.stalls

@@ -54,16 +54,21 @@ def ray_head():
         yield head
 
 
-@pytest.fixture()
-def in_driver(monkeypatch):
-    """A run in the driver's own process, for tests whose subject is not Ray: no Ray to join (the
-    session's head, once started, sets RAY_ADDRESS; a run that joined it left this process
-    connected). Such a run must serve nothing: its stand-ins answer in process."""
+def leave_ray(env: pytest.MonkeyPatch) -> None:
+    """No Ray for this process's runs to join: the session's head, once started, sets RAY_ADDRESS,
+    and a run that joined it left this process connected."""
     import ray
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    env.delenv("RAY_ADDRESS", raising=False)
     if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture()
+def in_driver(monkeypatch):
+    """A run in the driver's own process, for tests whose subject is not Ray. Such a run must
+    serve nothing: its stand-ins answer in process."""
+    leave_ray(monkeypatch)
 
 
 IN_DRIVER = "in the driver's process"  # manifest.json's execution of such a run

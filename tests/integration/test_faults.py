@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
-from tests.conftest import IN_DRIVER, SHARED_DATA
+from tests.conftest import IN_DRIVER, SHARED_DATA, leave_ray
 from tests.support.drills import (
     Driver,
     comparable_tables,
@@ -61,13 +61,9 @@ def _assert_each_id_once(tables: dict[str, pa.Table]) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[str, pa.Table]:
     """The clean run, in the driver's process: the drills on Ray must end with its tables."""
-    import ray
-
     root = f"file://{tmp_path_factory.mktemp('clean')}"
     with pytest.MonkeyPatch.context() as env:
-        env.delenv("RAY_ADDRESS", raising=False)  # as the in_driver fixture does, for the module
-        if ray.is_initialized():
-            ray.shutdown()
+        leave_ray(env)  # as the in_driver fixture does, for the module
         result = run(parse_config(_config(root, free_port(), drill=False)), run_id="clean", progress=False)
     assert result.processed == TOTAL
     assert RunStore(Location.from_url(root), "clean").read_json("manifest.json")["execution"] == IN_DRIVER

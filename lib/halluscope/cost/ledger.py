@@ -37,6 +37,7 @@ from halluscope.records import COSTS
 LEDGER_COLUMNS = ["model", "task", "attempts", "cached", "error", "input_tokens", "output_tokens"]
 _CALL_COUNTS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens")
 NO_PRICE_TABLE = "no price table (costs.price_table)"
+IN_PROCESS = "a scripted stand-in answered in process: nothing deployed"
 
 
 def api_name(spec: ModelSpec) -> str:
@@ -125,7 +126,7 @@ def _calls_usd(spec: ModelSpec, a: dict, prices: PriceTable | None, service: str
     if spec.backend in ("recorded", "replay") or a["calls"] == 0:
         return 0.0, None  # recorded answers and cache hits cost nothing
     if spec.backend == "scripted" and not spec.served:
-        return 0.0, "a scripted stand-in answered in process: nothing deployed"
+        return 0.0, IN_PROCESS
     if spec.served:
         if deployed:
             return 0.0, "priced by its deployment's time (stage serve)"

@@ -50,7 +50,7 @@ from halluscope.config.schema import (
 )
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
-from halluscope.cost.ledger import NO_PRICE_TABLE, api_name
+from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, api_name
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
@@ -249,7 +249,7 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
     if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
         row.usd = 0.0
     elif isinstance(spec, ScriptedModel) and not spec.served:
-        row.usd, row.note = 0.0, "a scripted stand-in answered in process: nothing deployed"
+        row.usd, row.note = 0.0, IN_PROCESS
     elif isinstance(spec, OpenAIModel):
         if spec.id in shared:
             row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"

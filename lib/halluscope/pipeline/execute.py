@@ -9,7 +9,7 @@ import queue
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.schedule import Job, job_of, scheduled
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import WorkPlan, expand_unit, expansion
+from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit, expansion
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 @dataclass
 class StageInputs:
     """What the stages of one run are handed: its plan, its store, the ids an earlier attempt
-    committed, the endpoints of the models it serves for the whole run, and the progress it reports."""
+    committed, the endpoints of the models it serves for the whole run, and the progress it
+    reports; ``ctx``, the expansion of its units with every item loaded, is built once for every
+    call of the stages (the waves call them once per model)."""
 
     run: ResolvedRun
     store: RunStore
@@ -45,6 +47,10 @@ class StageInputs:
     done: GenerationIds
     endpoints: dict
     tracker: Progress
+    ctx: Expansion = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ctx = expansion(self.run.cfg, self.store, self.plan)
 
 
 def in_process(cfg: RunConfig, todo: int) -> bool:
@@ -71,14 +77,14 @@ def _live(models: list[ModelSpec]) -> bool:
 
 
 def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: list[pa.Table], done: GenerationIds,
-                   models: list[ModelSpec]) -> Iterator[pa.Table]:
+                   models: list[ModelSpec], ctx: Expansion | None = None) -> Iterator[pa.Table]:
     """The stages of ``execute`` as plain calls in this process, one block after another: a small
     run's execution (``in_process``), and the single-process baseline of ``make bench``. Yields
-    what Evaluate committed."""
+    what Evaluate committed. ``ctx``: the run's expansion, when the caller has built it."""
     cfg = run.cfg
     generate = stages.Generate(models, {}, run.cache) if _live(models) else None
     evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size)
-    ctx = expansion(cfg, store, work)
+    ctx = ctx or expansion(cfg, store, work)
     for block in blocks:
         for batch in expand_unit(block, ctx, done):
             yield from evaluate(generate(batch) if generate else batch)
@@ -126,7 +132,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
     remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()
-    ctx, done_ref = ray.put(expansion(cfg, w.store, w.plan)), ray.put(w.done)
+    ctx, done_ref = ray.put(w.ctx), ray.put(w.done)
 
     def generate(spec: ModelSpec, endpoint: Any) -> Any:
         return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, run.cache,
@@ -237,14 +243,14 @@ def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], sta
     in between, sized apart from evaluation (``staged``: models that generated earlier in the run
     answer from there). ``in_driver``: the same stages in this process instead (``in_process``)."""
     if in_driver:
-        return _tracked(driver_batches(w.run, w.store, w.plan, blocks, w.done, models), w.tracker)
+        return _tracked(driver_batches(w.run, w.store, w.plan, blocks, w.done, models, w.ctx), w.tracker)
     run, cfg = w.run, w.run.cfg
     conc = cfg.concurrency
     rows = sum(w.plan.totals.get(unit, 0) for b in blocks
                for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
     ds = ray.data.from_blocks(blocks)
     ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",
-                        fn_kwargs={"ctx": expansion(cfg, w.store, w.plan), "done": ray.put(w.done)})
+                        fn_kwargs={"ctx": w.ctx, "done": ray.put(w.done)})
     live = _live(models)
     if live:
         ds = ds.map_batches(stages.Generate, fn_constructor_args=(models, w.endpoints, run.cache, staged),

@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import UTC
 from typing import Any, NoReturn, TypeVar
 
 import tenacity
@@ -74,7 +74,7 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)  # HTTP-dates are GMT
+        when = when.replace(tzinfo=UTC)  # HTTP-dates are GMT
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 

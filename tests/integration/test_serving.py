@@ -7,18 +7,21 @@ import os
 import pickle
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
+from tests.support.models import limited, openai_model
 from tests.support.servers import free_port
 from tests.support.tiny_llama import build_tiny_llama
 
-from halluscope.config.schema import HFModel, ScriptedModel
+from halluscope.config.schema import HFModel, ModelSpec, ScriptedModel
 from halluscope.errors import EndpointDown
 from halluscope.models.base import GenerationRequest, SamplingParams
-from halluscope.models.openai_http import OpenAIBackend
+from halluscope.models.model import Model
+from halluscope.models.registry import Context, provider
 from halluscope.models.scripted import ScriptedResponder, fault_draw, judge_parts
-from halluscope.serving.app import ServedEndpoint, deploy, handle_backend, shutdown
+from halluscope.serving.app import ServedEndpoint, deploy, shutdown
 
 pytestmark = pytest.mark.slow
 
@@ -95,6 +98,11 @@ def endpoints(ray_head, hf_spec):
         serve.shutdown()
 
 
+
+def handle_backend(spec: ModelSpec, ep: ServedEndpoint, **limits: Any) -> Model:
+    """The client a run makes of a deployed model (its registered provider), with these limits."""
+    return limited(provider(spec, Context(ep)), **limits)  # type: ignore[arg-type]
+
 def test_scripted_rules_offline():
     responder = ScriptedResponder(SCRIPTED.params)
     assert {p: responder.answer(p) for p in CASES} == CASES
@@ -127,12 +135,12 @@ def test_scripted_answers_via_handle_and_http(endpoints):
     import ray
 
     clone = pickle.loads(pickle.dumps(backend))
-    assert clone._handle is None
+    assert clone.provider._handle is None
     in_worker = ray.remote(num_cpus=0.1)(lambda b, reqs: b.generate_batch(reqs))  # a lambda pickles by value
     remote_out = ray.get(in_worker.remote(clone, _requests(prompts[:5])))
     assert [c.text for c in remote_out] == [CASES[p] for p in prompts[:5]]
 
-    http = OpenAIBackend(model_id=SCRIPTED.id, base_url=ep.base_url, timeout_s=10, max_retries=0)
+    http = openai_model(model_id=SCRIPTED.id, base_url=ep.base_url, timeout_s=10, max_retries=0)
     via_http = http.generate_batch(_requests(list(CASES)))
     assert [c.text for c in via_http] == list(CASES.values())
     assert [(c.input_tokens, c.output_tokens) for c in via_http] == [(len(p.split()), len(a.split()))
@@ -150,8 +158,7 @@ def test_scripted_answers_via_handle_and_http(endpoints):
 def test_injected_faults_are_retried_to_success(endpoints):
     ep = endpoints[FLAKY.id]
     prompts = [f"q{i}" for i in range(60)]
-    backend = handle_backend(FLAKY, ep, timeout_s=2, max_retries=8)
-    backend.backoff_base_s = 0.05
+    backend = handle_backend(FLAKY, ep, timeout_s=2, max_retries=8, backoff_base_s=0.05)
     started = time.perf_counter()
     out = backend.generate_batch(_requests(prompts))
     elapsed = time.perf_counter() - started
@@ -170,8 +177,8 @@ def test_injected_faults_are_retried_to_success(endpoints):
             except httpx.TimeoutException:
                 codes.add("timeout")
     assert 503 in codes and 200 in codes
-    http = OpenAIBackend(model_id=FLAKY.id, base_url=ep.base_url, timeout_s=2, max_retries=8,
-                         backoff_base_s=0.05, backoff_max_s=0.5)
+    http = openai_model(model_id=FLAKY.id, base_url=ep.base_url, timeout_s=2, max_retries=8,
+                        backoff_base_s=0.05, backoff_max_s=0.5)
     via_http = http.generate_batch(_requests(prompts[:20]))
     assert [c.text for c in via_http] == ["ok"] * 20, [c.error for c in via_http if c.error]
 
@@ -180,9 +187,8 @@ def test_breaker_trips_when_app_is_deleted_mid_run(endpoints):
     from ray import serve
 
     ep = endpoints[DOOMED.id]
-    backend = handle_backend(DOOMED, ep, timeout_s=3, max_retries=2)
-    backend.backoff_base_s = 0.05
-    backend.max_concurrent_chunks = 4  # 100 chunks of 0.3 s: the run would take ~8 s undisturbed
+    # 100 calls of 0.3 s, 4 at once: the run would take ~8 s undisturbed
+    backend = handle_backend(DOOMED, ep, timeout_s=3, max_retries=2, backoff_base_s=0.05, calls_in_flight=4)
     assert [c.text for c in backend.generate_batch(_requests(["a", "b", "c"]))] == ["still here"] * 3
 
     outcome: dict = {}
@@ -224,8 +230,8 @@ def test_tiny_llama_answers_both_apis(endpoints, hf_spec):
     assert [c.text for c in backend.generate_batch(_requests(prompts[:1]))] == [out[0].text]
 
     # retries as a run's client makes them: on a loaded 2-core machine the proxy may drop a call
-    http = OpenAIBackend(model_id=hf_spec.id, base_url=ep.base_url, timeout_s=60, max_retries=2,
-                         sampling=SamplingParams(max_tokens=8))
+    http = openai_model(model_id=hf_spec.id, base_url=ep.base_url, timeout_s=60, max_retries=2,
+                        sampling=SamplingParams(max_tokens=8))
     via_http = http.generate_batch(_requests(prompts))
     assert [c.error for c in via_http] == [None] * len(prompts)
     assert [c.text for c in via_http] == [c.text for c in out]

@@ -1,4 +1,4 @@
-"""OpenAIBackend against a local OpenAI-compatible stub: success, retries, limits, secrets."""
+"""The OpenAI provider under the engine's model against a local OpenAI-compatible stub: success, retries, limits, secrets."""
 
 from __future__ import annotations
 
@@ -7,22 +7,23 @@ import pickle
 import time
 
 import pytest
+from tests.support.models import openai_model
 from tests.support.openai_server import FailPlan, OpenAIStubServer
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest, SamplingParams
-from halluscope.models.openai_http import OpenAIBackend
+from halluscope.models.model import Model
 
 KEY_ENV = "HALLUSCOPE_TEST_OPENAI_KEY"
 SECRET = "sk-test-secret-4f1c9a"
 
 
-def make_backend(server: OpenAIStubServer, **overrides) -> OpenAIBackend:
+def make_backend(server: OpenAIStubServer, **overrides) -> Model:
     """Small backoffs so retry tests take milliseconds."""
     kwargs = dict(model_id="stub-model", base_url=server.base_url, max_concurrency=4,
                   timeout_s=5.0, max_retries=3, backoff_base_s=0.01, backoff_max_s=0.05)
     kwargs.update(overrides)
-    return OpenAIBackend(**kwargs)
+    return openai_model(**kwargs)
 
 
 def requests_for(*prompts: str) -> list[GenerationRequest]:
@@ -87,7 +88,7 @@ def test_persistent_503_gives_error_completion_not_exception() -> None:
 
     assert isinstance(result, Completion)
     assert result.text is None
-    assert result.error == "HTTP 503 after 3 attempts"
+    assert result.error == "HTTP 503 (after 3 attempts)"
     assert result.attempts == 3
     assert server.calls == 3
 
@@ -98,7 +99,7 @@ def test_timeouts_are_retried_then_reported() -> None:
         [result] = backend.generate_batch(requests_for("slow"))
 
     assert result.text is None
-    assert result.error == "timeout after 2 attempts"
+    assert result.error == "no answer within 0.1 s (after 2 attempts)"
     assert result.attempts == 2
     assert server.calls == 2
 
@@ -117,11 +118,11 @@ def test_connection_refused_is_retried_then_reported() -> None:
     with OpenAIStubServer() as server:
         base_url = server.base_url
     # The server is stopped, so nothing listens on that port any more.
-    backend = OpenAIBackend(model_id="m", base_url=base_url, max_retries=1,
+    backend = openai_model(model_id="m", base_url=base_url, max_retries=1,
                             backoff_base_s=0.01, backoff_max_s=0.05)
     [result] = backend.generate_batch(requests_for("anyone there"))
     assert result.text is None
-    assert result.error.startswith("connection error") and result.error.endswith("after 2 attempts")
+    assert result.error.startswith("connection error") and result.error.endswith("(after 2 attempts)")
     assert result.attempts == 2
 
 
@@ -167,7 +168,7 @@ def test_api_key_sent_as_bearer_and_never_exposed(monkeypatch: pytest.MonkeyPatc
     assert server.auth_headers == [f"Bearer {SECRET}"] * server.calls
     assert results[0].error is None
     assert results[1].error.startswith("HTTP 401")
-    assert results[2].error == "HTTP 503 after 2 attempts"
+    assert results[2].error == "HTTP 503 (after 2 attempts)"
     for result in results:
         assert SECRET not in (result.error or "")
     assert SECRET not in repr(backend)
@@ -194,7 +195,7 @@ def test_the_sdks_organization_and_project_variables_never_reach_the_endpoint(mo
 
 def test_unset_api_key_env_is_a_setup_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
-    backend = OpenAIBackend(model_id="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
+    backend = openai_model(model_id="m", base_url="http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
     with pytest.raises(RuntimeError, match=KEY_ENV):
         backend.generate_batch(requests_for("x"))
 
@@ -208,7 +209,7 @@ def test_backend_is_picklable_before_and_after_use() -> None:
         [result] = clone.generate_batch(requests_for("second"))
 
     assert result.text == "answer to: second"
-    assert clone.model_id == backend.model_id and clone.sampling == backend.sampling
+    assert clone.model_id == backend.model_id and clone.provider.sampling == backend.provider.sampling
 
 
 def test_generate_batch_works_inside_a_running_event_loop() -> None:
@@ -232,9 +233,10 @@ def test_empty_batch_makes_no_calls() -> None:
 def test_circuit_breaker_stops_a_down_endpoint():
     from halluscope.errors import EndpointDown
 
-    backend = OpenAIBackend(model_id="gone", base_url="http://127.0.0.1:9/v1", max_retries=1,
+    backend = openai_model(model_id="gone", base_url="http://127.0.0.1:9/v1", max_retries=1,
                             backoff_base_s=0.001, breaker_threshold=6)
-    with pytest.raises(EndpointDown, match=r"endpoint http://127.0.0.1:9/v1 of model 'gone' is down: 6 connection"):
+    with pytest.raises(EndpointDown, match=r"endpoint http://127.0.0.1:9/v1 of model 'gone' is down: 6 calls in a row got no answer "
+                                                r"\(last: connection error"):
         backend.generate_batch([GenerationRequest("t", str(i), "hi") for i in range(10)])
 
 
@@ -246,8 +248,8 @@ def test_an_endpoint_that_never_answers_trips_the_breaker() -> None:
     with OpenAIStubServer(fail_plan=FailPlan(delay_s=3.0)) as server:
         backend = make_backend(server, timeout_s=0.2, max_retries=4, max_concurrency=20, breaker_threshold=10)
         started = time.perf_counter()
-        with pytest.raises(EndpointDown, match=r"is down: 10 connection failures or timeouts in a row "
-                                               r"\(last: no answer within params.timeout_s=0.2 s\)"):
+        with pytest.raises(EndpointDown, match=r"is down: 10 calls in a row got no answer "
+                                               r"\(last: no answer within 0.2 s\)"):
             backend.generate_batch(requests_for(*(f"q{i}" for i in range(20))))
         assert time.perf_counter() - started < 2.0
 

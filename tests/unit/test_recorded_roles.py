@@ -16,7 +16,7 @@ from halluscope.cost.ledger import ledger
 from halluscope.halogen.historical_events import HistoricalEvents
 from halluscope.halogen.steps import read_rows, recorded_path
 from halluscope.models.base import GenerationRequest
-from halluscope.models.recorded import NO_RECORD, RecordedBackend, load_provider
+from halluscope.models.recorded import NO_RECORD, RecordedProvider, load_provider
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import GENERATIONS, ROLE_CALLS
 from halluscope.sources import DataResolver
@@ -30,8 +30,8 @@ def _notes_provider(resolver, subject):
 
 
 def test_answers_by_key_alternatives_and_notes_and_counts_a_missing_record():
-    backend = RecordedBackend("rec", f"{__name__}:_notes_provider", RESOLVER)
-    done = backend.generate_batch([GenerationRequest("t", "i", "p", "nope k1", "m"),
+    backend = RecordedProvider("rec", f"{__name__}:_notes_provider", RESOLVER)
+    done = backend.answer([GenerationRequest("t", "i", "p", "nope k1", "m"),
                                    GenerationRequest("t", "i", "p", "k2", "m"),
                                    GenerationRequest("t", "i", "p", "k3", "m")])
     assert [c.text for c in done] == ["plain", "noted", None]

@@ -9,8 +9,9 @@ from halluscope.config.load import parse_config
 from halluscope.config.schema import ScriptedModel
 from halluscope.errors import ConfigError
 from halluscope.models.base import GenerationRequest
-from halluscope.models.registry import live_backend
-from halluscope.models.scripted import ScriptedBackend, ScriptedResponder
+from halluscope.models.model import Model
+from halluscope.models.registry import Context, client
+from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.pipeline.execute import in_process
 from halluscope.pipeline.schedule import cpu_demand, scheduled
 
@@ -23,8 +24,8 @@ def _spec(**params) -> ScriptedModel:
 
 def test_it_answers_by_the_rules_the_deployment_follows():
     spec = _spec(in_process=True)
-    backend = live_backend(spec)  # no endpoint: nothing was deployed
-    assert isinstance(backend, ScriptedBackend) and not spec.served
+    backend = client(spec, Context(), None, "t")  # no endpoint: nothing was deployed
+    assert isinstance(backend, Model) and isinstance(backend.provider, ScriptedProvider) and not spec.served
     prompts = ["What is the capital?", "Claim: a b\nEvidence: a c", "Claim: x y\nEvidence: z"]
     got = backend.generate_batch([GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(prompts)])
     responder = ScriptedResponder(spec.params)

@@ -1,4 +1,4 @@
-"""ServeHandleBackend against a stand-in for a Serve DeploymentHandle: chunking, the retry of the
+"""The Serve handle provider under the engine's model against a stand-in for a Serve DeploymentHandle: chunking, the retry of the
 prompts that failed, the errors after the retries, timeouts that cancel, and the breaker. No Ray is
 started (tests/integration/test_serving.py calls real deployments)."""
 
@@ -15,7 +15,9 @@ import pytest
 from halluscope import retry
 from halluscope.errors import EndpointDown
 from halluscope.models.base import GenerationRequest
-from halluscope.models.serve_handle import ServeEndpointDown, ServeHandleBackend
+from halluscope.models.model import Model
+from halluscope.models.provider import Limits, ModelDown
+from halluscope.models.serve_handle import ServeHandleProvider
 
 
 class _Response:
@@ -64,10 +66,11 @@ def no_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return waits
 
 
-def _backend(handle: _Handle, **kw: Any) -> ServeHandleBackend:
-    backend = ServeHandleBackend("m", "m-app", "M", **{"max_batch_prompts": 2, **kw})
-    backend._handle = handle  # what _get_handle finds on a worker
-    return backend
+def _backend(handle: _Handle, **kw: Any) -> Model:
+    provider = ServeHandleProvider("m", "m-app", "M", limits=Limits(**{"prompts_per_call": 2, "max_retries": 3,
+                                                                      "breaker_threshold": 5, **kw}))
+    provider._handle = handle  # what open() finds on a worker
+    return Model(provider)
 
 
 def _requests(*prompts: str) -> list[GenerationRequest]:
@@ -109,7 +112,7 @@ def test_errors_after_the_retries_are_data() -> None:
 def test_a_call_without_an_answer_in_time_is_cancelled_and_retried() -> None:
     handle = _Handle(lambda batch, n: [_ok(p) for p in batch], delay_s=5.0)
     out = _backend(handle, timeout_s=0.05, max_retries=1).generate_batch(_requests("a"))
-    assert out[0].text is None and out[0].error == "TimeoutError: no answer within 0.05 s (after 2 attempts)"
+    assert out[0].text is None and out[0].error == "no answer within 0.05 s (after 2 attempts)"
     assert [r.cancelled for r in handle.responses] == [True, True]
 
 
@@ -118,7 +121,7 @@ def test_failed_calls_in_a_row_trip_the_breaker() -> None:
         raise RuntimeError("Deployment 'M' in app 'm-app' is unavailable")
 
     backend = _backend(_Handle(answer), breaker_threshold=3)
-    with pytest.raises(ServeEndpointDown, match=r"model 'm' \(Serve app 'm-app'.*3 calls in a row failed") as err:
+    with pytest.raises(ModelDown, match=r"model 'm' \(Serve app 'm-app'.*3 calls in a row got no answer") as err:
         backend.generate_batch(_requests(*"abcdef"))
     assert isinstance(err.value, EndpointDown) and isinstance(err.value, RuntimeError)
 
@@ -129,14 +132,15 @@ def test_an_answer_resets_the_breaker() -> None:
             raise RuntimeError("replica restarting")
         return [_ok(p) for p in batch]
 
-    out = _backend(_Handle(answer), breaker_threshold=2, max_concurrent_chunks=1).generate_batch(
+    out = _backend(_Handle(answer), breaker_threshold=2, calls_in_flight=1).generate_batch(
         _requests(*"abcdef"))
     assert [c.text for c in out] == list("ABCDEF")  # every other call failed: never 2 in a row
     assert max(c.attempts for c in out) > 1
 
 
 def test_pickled_without_its_handle_or_count() -> None:
-    backend = _backend(_Handle(lambda batch, n: []))
-    backend._breaker.failed()
+    backend = _backend(_Handle(lambda batch, n: [_ok(p) for p in batch]))
+    backend.generate_batch(_requests("a"))
+    assert backend._opened is not None
     copy = pickle.loads(pickle.dumps(backend))
-    assert copy._handle is None and copy._breaker.in_a_row == 0 and copy._breaker.threshold == 5
+    assert copy.provider._handle is None and copy._opened is None and copy.provider.limits.breaker_threshold == 5

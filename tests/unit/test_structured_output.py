@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from tests.support.models import openai_model
 from tests.support.openai_server import OpenAIStubServer
 
 from halluscope.config.load import parse_config
@@ -21,7 +22,8 @@ from halluscope.halogen import prompts as halogen_prompts
 from halluscope.halogen.benchmark import TASKS as HALOGEN_TASKS
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.cache import CachedBackend, call_key
-from halluscope.models.openai_http import OpenAIBackend
+from halluscope.models.model import Model
+from halluscope.models.openai_http import OpenAIProvider
 from halluscope.pipeline.roles import RoleModels
 from halluscope.ragtruth.prompts import ANSWER_FORMAT as RAGTRUTH_FORMAT
 from halluscope.storage.fs import Location
@@ -31,9 +33,9 @@ FLAG = AnswerFormat.json_object("is_abstaining", {"is_abstaining": {"type": "boo
 SAMPLING = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 512, "stop": []}
 
 
-def _backend(server: OpenAIStubServer, mode: str) -> OpenAIBackend:
-    return OpenAIBackend(model_id="judge", base_url=server.base_url, structured_output=mode,  # type: ignore[arg-type]
-                         max_retries=0, sampling=SamplingParams())
+def _backend(server: OpenAIStubServer, mode: str) -> Model:
+    return openai_model(model_id="judge", base_url=server.base_url, structured_output=mode, max_retries=0,
+                        sampling=SamplingParams())
 
 
 def _ask(mode: str, fmt: AnswerFormat | None, answer: str = "Yes") -> tuple[dict, Completion]:
@@ -111,7 +113,7 @@ def test_vllm_sends_structured_outputs_at_the_top_of_the_body():
 
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="structured_output"):
-        OpenAIBackend(model_id="j", base_url="http://127.0.0.1:1/v1", structured_output="grammar")  # type: ignore[arg-type]
+        OpenAIProvider(model_id="j", base_url="http://127.0.0.1:1/v1", structured_output="grammar")  # type: ignore[arg-type]
 
 
 # --- the call cache -----------------------------------------------------------------------------

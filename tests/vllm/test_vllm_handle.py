@@ -1,4 +1,4 @@
-"""VLLMHandleBackend against a stand-in for the handle of a ray.serve.llm engine deployment: what it
+"""The vLLM handle provider under the engine's model against a stand-in for the handle of a ray.serve.llm engine deployment: what it
 sends, how answers, error answers, exceptions and timeouts become Completions, and the breaker.
 No Ray cluster or engine is started (tests/vllm/test_vllm_serve.py calls a real one)."""
 
@@ -15,8 +15,9 @@ import pytest
 from ray.exceptions import RayTaskError
 
 from halluscope.models.base import GenerationRequest, SamplingParams
-from halluscope.models.serve_handle import ServeEndpointDown
-from halluscope.models.vllm_handle import VLLMHandleBackend
+from halluscope.models.model import Model
+from halluscope.models.provider import Limits, ModelDown
+from halluscope.models.vllm_handle import VLLMHandleProvider
 
 
 def _answer(text: str, prompt_tokens: int = 3, completion_tokens: int = 2) -> Any:
@@ -76,10 +77,15 @@ class _Handle:
         return response
 
 
-def _backend(handle: _Handle, **kw: Any) -> VLLMHandleBackend:
-    b = VLLMHandleBackend("m", "m-app", "OpenAiIngress", backoff_base_s=0.0, **kw)
-    b._handle, b._request_cls = handle, SimpleNamespace  # what _get_handle finds on a worker
-    return b
+def _provider(handle: _Handle, sampling: SamplingParams = SamplingParams(), **limits: Any) -> VLLMHandleProvider:
+    p = VLLMHandleProvider("m", "m-app", "OpenAiIngress", limits=Limits(backoff_base_s=0.0, **limits),
+                           sampling=sampling)
+    p._handle, p._request_cls = handle, SimpleNamespace  # what open() finds on a worker
+    return p
+
+
+def _backend(handle: _Handle, **kw: Any) -> Model:
+    return Model(_provider(handle, **kw))
 
 
 def _requests(*prompts: str) -> list[GenerationRequest]:
@@ -88,7 +94,7 @@ def _requests(*prompts: str) -> list[GenerationRequest]:
 
 def test_one_chat_request_per_prompt_in_order_within_the_concurrency():
     handle = _Handle(lambda req, n: [_answer(req.messages[0]["content"].upper(), completion_tokens=n)], delay_s=0.01)
-    backend = _backend(handle, max_concurrency=3, sampling=SamplingParams(temperature=0.5, max_tokens=7))
+    backend = _backend(handle, calls_in_flight=3, sampling=SamplingParams(temperature=0.5, max_tokens=7))
     out = backend.generate_batch(_requests(*[f"p{i}" for i in range(10)]))
     assert [c.text for c in out] == [f"P{i}" for i in range(10)]
     assert all(c.error is None and c.attempts == 1 and c.input_tokens == 3 for c in out)
@@ -109,7 +115,7 @@ def test_an_answer_format_goes_as_vllms_structured_outputs():
     flag = AnswerFormat.json_object("is_abstaining", {"is_abstaining": {"type": "boolean"}})
     handle = _Handle(lambda req, n: [_answer("Yes")])
     backend = _backend(handle)
-    backend._request_cls = ChatCompletionRequest
+    backend.provider._request_cls = ChatCompletionRequest  # type: ignore[attr-defined]
     out = backend.generate_batch([GenerationRequest("t", "0", "a", answer_format=AnswerFormat(choices=("Yes", "No"))),
                                   GenerationRequest("t", "1", "b", answer_format=flag),
                                   GenerationRequest("t", "2", "c")])
@@ -153,7 +159,7 @@ def test_calls_no_replica_answers_trip_the_breaker():
     def answer(req: Any, n: int) -> list:
         raise RuntimeError("Deployment 'LLMServer:m' in app 'm-app' is unavailable")
 
-    with pytest.raises(ServeEndpointDown, match=r"model 'm' \(Serve app 'm-app'.*3 calls in a row failed"):
+    with pytest.raises(ModelDown, match=r"model 'm' \(Serve app 'm-app'.*3 calls in a row got no answer"):
         _backend(_Handle(answer), breaker_threshold=3).generate_batch(_requests(*"abcdef"))
 
 
@@ -165,11 +171,11 @@ def test_a_call_without_an_answer_in_time_is_cancelled_and_retried():
 
 
 def test_pickled_without_its_handle():
-    backend = _backend(_Handle(lambda req, n: [_answer("x")]))
+    backend = _provider(_Handle(lambda req, n: [_answer("x")]))
     backend.deployment_name = "LLMServer:m"
-    copy = pickle.loads(pickle.dumps(backend))
+    copy = pickle.loads(pickle.dumps(Model(backend))).provider
     assert copy._handle is None and copy._request_cls is None
-    assert (copy.model_id, copy.app_name, copy.max_concurrency) == ("m", "m-app", 16)
+    assert (copy.model_id, copy.app_name, copy.limits.calls_in_flight) == ("m", "m-app", 16)
 
 
 @pytest.mark.parametrize(("deployments", "found"), [
@@ -179,12 +185,12 @@ def test_pickled_without_its_handle():
 ])
 def test_the_engine_deployment_is_found_in_the_app(deployments: list[str], found: str):
     apps = {"m-app": SimpleNamespace(deployments=dict.fromkeys(deployments))}
-    assert _backend(_Handle(lambda req, n: []))._engine_deployment(apps) == found
+    assert _provider(_Handle(lambda req, n: []))._engine_deployment(apps) == found
 
 
 def test_a_missing_app_is_an_endpoint_down():
-    with pytest.raises(ServeEndpointDown, match="no such Serve app"):
-        _backend(_Handle(lambda req, n: []))._engine_deployment({})
+    with pytest.raises(ModelDown, match="no such Serve app"):
+        _provider(_Handle(lambda req, n: []))._engine_deployment({})
 
 
 def test_a_dead_controller_cached_by_the_worker_is_forgotten_and_found_again(monkeypatch: pytest.MonkeyPatch):
@@ -206,6 +212,6 @@ def test_a_dead_controller_cached_by_the_worker_is_forgotten_and_found_again(mon
     monkeypatch.setattr(serve, "status", status)
     monkeypatch.setattr(context, "_disconnect", lambda: calls.append("forget"))
     monkeypatch.setattr(serve, "get_deployment_handle", lambda name, app_name: (name, app_name))
-    backend = VLLMHandleBackend("m", "m-app", "OpenAiIngress")
+    backend = VLLMHandleProvider("m", "m-app", "OpenAiIngress")
     assert backend._lookup() == ("LLMServer:m", "m-app")
     assert calls == ["status", "forget", "status"] and backend.deployment_name == "LLMServer:m"

@@ -1,6 +1,6 @@
 """The vllm backend end to end on one engine for the module: Ray Serve runs the app
-``build_application`` builds, on a real vLLM CPU engine; halluscope's OpenAIBackend calls it at the
-Serve OpenAI route, the run's client, VLLMHandleBackend, calls its engine deployment by handle from a
+``build_application`` builds, on a real vLLM CPU engine; halluscope's OpenAI provider calls it at the
+Serve OpenAI route, the run's client (the vllm provider) calls its engine deployment by handle from a
 Ray task, and a run's judge reaches it with vLLM's structured outputs. An engine start is most of
 such a test's time on 2 cores, so the checks share one (the run deploying engines of its own is
 tests/vllm/test_vllm_run.py)."""
@@ -12,14 +12,15 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from tests.conftest import SHARED_DATA
+from tests.support.models import openai_model
 from tests.support.servers import free_port
 
 from halluscope.config.load import parse_config
 from halluscope.config.schema import VLLMModel
 from halluscope.models.base import GenerationRequest
-from halluscope.models.openai_http import OpenAIBackend
-from halluscope.models.registry import live_backend, sampling_of
-from halluscope.models.vllm_handle import VLLMHandleBackend
+from halluscope.models.model import Model
+from halluscope.models.registry import Context, client, sampling_of
+from halluscope.models.vllm_handle import VLLMHandleProvider
 from halluscope.pipeline.runner import run
 from halluscope.serving.app import ServedEndpoint
 from halluscope.serving.vllm import build_application, vllm_installed
@@ -55,7 +56,7 @@ def test_openai_route_answers_with_token_counts(engine: tuple[VLLMModel, ServedE
     listed = httpx.get(f"{endpoint.base_url}/models", timeout=30).json()
     assert [m["id"] for m in listed["data"]] == [spec.id]
 
-    backend = OpenAIBackend(model_id=spec.id, base_url=endpoint.base_url, max_retries=0, sampling=sampling_of(spec))
+    backend = openai_model(model_id=spec.id, base_url=endpoint.base_url, max_retries=0, sampling=sampling_of(spec))
     requests = [GenerationRequest(task="t", item_id=str(i), prompt=p) for i, p in enumerate(PROMPTS)]
     completions = backend.generate_batch(requests)
     by_handle = _by_handle_in_a_task(spec, endpoint, requests)
@@ -82,14 +83,15 @@ def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: li
     """The run's client of a vllm model, pickled to a Ray task as the generation task gets it."""
     import ray
 
-    backend = live_backend(spec, endpoint)
-    assert isinstance(backend, VLLMHandleBackend)
-    assert backend.max_concurrency == spec.params.serve.max_ongoing_requests  # one client, one replica
+    backend = client(spec, Context(endpoint), None, "t")
+    assert isinstance(backend, Model) and isinstance(backend.provider, VLLMHandleProvider)
+    # one client, one replica
+    assert backend.provider.limits.calls_in_flight == spec.params.serve.max_ongoing_requests
 
     @ray.remote(num_cpus=0.1)
-    def generate(b: VLLMHandleBackend, rs: list[GenerationRequest]) -> tuple[str | None, list]:
+    def generate(b: Model, rs: list[GenerationRequest]) -> tuple[str | None, list]:
         answers = b.generate_batch(rs)
-        return b.deployment_name, answers  # the engine deployment the worker looked up
+        return b.provider.deployment_name, answers  # type: ignore[attr-defined]  # the engine deployment found
 
     return ray.get(generate.remote(backend, requests), timeout=300)
 

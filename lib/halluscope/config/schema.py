@@ -185,6 +185,11 @@ class _Model(_Strict):
         """Whether a run deploys the model on Ray Serve itself."""
         return False
 
+    @property
+    def replayed(self) -> bool:
+        """Whether its generations are read from a file of recorded responses, never asked for."""
+        return False
+
 
 class RecordedParams(_Strict):
     steps: str = Field(description="package.module:function giving a released model's recorded LLM steps")
@@ -208,6 +213,10 @@ class ReplayModel(_Model):
         if self.params.source == "file":
             return self.id
         return self.params.name or self.id
+
+    @property
+    def replayed(self) -> bool:
+        return True
 
 
 class OpenAIModel(_Model):

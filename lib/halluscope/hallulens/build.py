@@ -154,11 +154,12 @@ def uri(ts: TestSet, job: TestSetJob) -> str:
 
 def run_job(job: TestSetJob) -> list[TestSet]:
     """Serve or reach the generators (through the call cache), then build every seed's test set."""
-    from halluscope.models.registry import client
+    from halluscope.models.registry import Context, client
     from halluscope.runkit import init_ray, served
 
     if any(g.served for g in job.generators):
         init_ray(job.ray)
     cache = Location.from_url(shared_url(job.storage.root, CALL_CACHE), job.storage)
     with served(job.generators) as (endpoints, _):
-        return build(job, {g.id: client(g, endpoints, cache, f"testset:{job.task}") for g in job.generators})
+        return build(job, {g.id: client(g, Context(endpoints.get(g.id)), cache, f"testset:{job.task}")
+                           for g in job.generators})

@@ -1,17 +1,16 @@
-"""The one interface every model backend implements.
+"""What the engine hands a model and gets back: requests, sampling, and the batch interface.
 
-A backend turns a batch of generation requests into completions. Failures are data, not
-exceptions: a request that still fails after its retries comes back with ``error`` set, so a
-Ray Data batch never dies because one call failed, and the error is counted downstream.
+A model (``models/model.py`` over a provider, perhaps behind the call cache) turns a batch of
+generation requests into completions. Failures are data, not exceptions: a request that still
+fails after its retries comes back with ``error`` set, so a Ray Data batch never dies because one
+call failed, and the error is counted downstream.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
@@ -46,9 +45,9 @@ class SamplingParams:
 
 
 class ModelBackend(Protocol):
-    """Implemented by every backend (replay, openai, ...). A backend that sends a request's
-    ``answer_format`` to its model says so with a true ``constrains_answers`` attribute (read with
-    ``constrains_answers``); the others ignore the format."""
+    """What the stages call: the engine's ``Model``, or the call cache in front of one. One that
+    sends a request's ``answer_format`` to its model says so with a true ``constrains_answers``
+    attribute (read with ``constrains_answers``); the others ignore the format."""
 
     model_id: str
 
@@ -67,17 +66,3 @@ def share_of(capacity: int, clients: int) -> int:
     """Requests one of ``clients`` clients keeps in flight, so that together they keep at most the
     endpoint's ``capacity`` (``max_concurrency``, or replicas x max_ongoing_requests) in flight."""
     return max(1, -(-capacity // max(1, clients)))
-
-
-T = TypeVar("T")
-
-
-def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """The coroutine ``make()`` run to its end for a sync caller (a Ray Data worker, a task), also
-    from inside a running loop: there on a thread of its own, as ``asyncio.run`` refuses to nest."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
+from halluscope.models.provider import LocalProvider
 from halluscope.sources import DataResolver
+
+if TYPE_CHECKING:
+    from halluscope.config.schema import RecordedModel
+    from halluscope.models.registry import Context
 
 NO_RECORD = "no recorded answer for this call"
 
@@ -42,9 +47,11 @@ def load_provider(ref: str) -> Replies:
     return fn
 
 
-class RecordedBackend:
+class RecordedProvider(LocalProvider):
     """``shared``: answers by (provider, subject) that several backends fill and read, so the
     extractor and the judge of a run read a recorded file once between them, not once each."""
+
+    cached = False  # answers on record cost nothing and depend on the model under test, not the prompt alone
 
     def __init__(self, model_id: str, provider: str, resolver: DataResolver,
                  shared: dict[tuple[str, str], Answers] | None = None) -> None:
@@ -82,5 +89,13 @@ class RecordedBackend:
             found = self._replies[(self._ref, subject)] = self._provider(self._resolver, subject)
         return found
 
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+    def answer(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         return self.answer_keys([(r.key, r.subject) for r in requests])
+
+
+def build(spec: RecordedModel, context: Context) -> RecordedProvider:
+    """The ``recorded`` backend's factory: the run's resolver finds the files; the answers read are
+    shared by the recorded providers of the process (the extractor's and the judge's)."""
+    if context.resolver is None:
+        raise RuntimeError(f"recorded model '{spec.id}' needs the run's data resolver")
+    return RecordedProvider(spec.id, spec.params.steps, context.resolver, context.shared)

@@ -1,71 +1,93 @@
-"""The client factory: the backend every stage and job calls for a live (non-replay) model."""
+"""Providers by backend name, and the one way the engine gets a model to call.
+
+A provider package registers a factory under the ``halluscope.providers`` entry-point group
+(pyproject.toml), named by the ``backend`` a model config gives: ``factory(spec, context)`` builds
+the provider of one configured model. The registry loads them on first use, as the task registry
+loads benchmarks; the engine never asks which backend a model has. ``client`` wraps the provider in
+the engine's ``Model`` (retry, concurrency, timeout, breaker) and, when the run has a call cache
+and the provider's answers are worth keeping, in the cache.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol
 
-from halluscope.config.schema import ModelSpec, ScriptedModel
-from halluscope.models.base import ModelBackend, SamplingParams, share_of
+from halluscope.config.schema import ModelSpec
+from halluscope.errors import ConfigError
+from halluscope.models.base import ModelBackend, SamplingParams
 from halluscope.models.cache import CachedBackend
+from halluscope.models.model import Model
+from halluscope.models.provider import Provider
 
 if TYPE_CHECKING:
+    from halluscope.sources import DataResolver
     from halluscope.storage.fs import Location
+
+GROUP = "halluscope.providers"
 
 
 class Endpoint(Protocol):
-    """A deployment this run serves (serving.app.ServedEndpoint): named here, as serving/ sits above
-    models/ and builds the client of its own kinds of deployment."""
+    """A deployment this run serves (serving.app.ServedEndpoint), named here as serving/ sits above models/."""
 
-    model_id: str
-    app_name: str
-    deployment_name: str
+    @property
+    def app_name(self) -> str: ...
 
-    def backend(self, spec: ModelSpec, clients: int = 1) -> ModelBackend: ...
+    @property
+    def deployment_name(self) -> str: ...
+
+
+@dataclass
+class Context:
+    """What building a provider may need besides its model's config: the deployment the run serves
+    it on, how many clients of it run at once (each keeps its share of the endpoint's capacity),
+    the run's data resolver, and answers the providers of one process share (``shared``)."""
+
+    endpoint: Endpoint | None = None
+    clients: int = 1
+    resolver: DataResolver | None = None
+    shared: dict[Any, Any] = field(default_factory=dict)
+
+
+Factory = Callable[[Any, Context], Provider]
+
+
+@lru_cache(maxsize=1)
+def factories() -> dict[str, Factory]:
+    found: dict[str, Factory] = {}
+    for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name):
+        if ep.name in found:
+            raise ConfigError(f"backend '{ep.name}' is registered twice under the entry-point group {GROUP!r}")
+        found[ep.name] = ep.load()
+    return found
+
+
+def provider(spec: ModelSpec, context: Context) -> Provider:
+    """The provider of one configured model."""
+    factory = factories().get(spec.backend)
+    if factory is None:
+        raise ConfigError(f"model '{spec.id}': no provider for backend '{spec.backend}' is installed "
+                          f"(registered: {', '.join(sorted(factories())) or 'none'}; entry-point group {GROUP!r})")
+    return factory(spec, context)
 
 
 def sampling_of(spec: ModelSpec) -> SamplingParams:
-    s = spec.params.sampling if hasattr(spec.params, "sampling") else None
+    s = getattr(spec.params, "sampling", None)
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens) if s else SamplingParams()
-
-
-def live_backend(spec: ModelSpec, endpoint: Endpoint | None = None, clients: int = 1) -> ModelBackend:
-    """openai: the configured base_url; scripted in process: answered right here; vllm: a
-    DeploymentHandle on the engine deployment of the app this run deployed, one prompt per request;
-    scripted/hf: a DeploymentHandle, several prompts per request. ``clients``: how many clients of
-    this model the run runs at once (one per Evaluate actor for a role model); each keeps its share
-    of the endpoint's capacity in flight."""
-    from halluscope.models.openai_http import OpenAIBackend
-
-    if isinstance(spec, ScriptedModel) and not spec.served:
-        from halluscope.models.scripted import ScriptedBackend
-
-        return ScriptedBackend(spec)
-    if spec.backend == "openai":
-        p = spec.params
-        return OpenAIBackend(model_id=spec.id, base_url=p.base_url, model=p.model, api_key_env=p.api_key_env,
-                             max_concurrency=share_of(p.max_concurrency, clients), timeout_s=p.timeout_s,
-                             max_retries=p.max_retries,
-                             sampling=sampling_of(spec), structured_output=p.structured_output)
-    if endpoint is None:
-        raise ValueError(f"model '{spec.id}': backend '{spec.backend}' is served, but no endpoint was deployed")
-    if spec.backend == "vllm":  # the engine deployment by handle: no HTTP proxy needed on the caller's node
-        from halluscope.models.vllm_handle import VLLMHandleBackend
-
-        opts = spec.params.serve
-        return VLLMHandleBackend(spec.id, endpoint.app_name, endpoint.deployment_name,
-                                 max_concurrency=share_of(opts.num_replicas * opts.max_ongoing_requests, clients),
-                                 sampling=sampling_of(spec))
-    return endpoint.backend(spec, clients)  # serving/ sits above models/: the endpoint builds its own client
 
 
 def revision_of(spec: ModelSpec) -> str | None:
     return getattr(spec.params, "revision", None)
 
 
-def client(spec: ModelSpec, endpoints: dict, cache: Location | None, template: str) -> ModelBackend:
-    """The model's backend, answering from the call cache first when there is one. ``template``
-    names the prompt template, so a change of wording never reuses old answers."""
-    backend = live_backend(spec, endpoints.get(spec.id))
-    if cache is None:
-        return backend
-    return CachedBackend(backend, cache, revision_of(spec), template, sampling_of(spec).as_dict())
+def client(spec: ModelSpec, context: Context, cache: Location | None, template: str) -> ModelBackend:
+    """The model to call: its provider under the engine's model, answering from the call cache
+    first when there is one. ``template`` names the prompt template, so a change of wording never
+    reuses old answers."""
+    model = Model(provider(spec, context))
+    if cache is None or not model.provider.cached:
+        return model
+    return CachedBackend(model, cache, revision_of(spec), template, sampling_of(spec).as_dict())

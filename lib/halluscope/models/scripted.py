@@ -1,5 +1,5 @@
 """A deterministic stand-in model: the answering and fault rules of ``ScriptedParams``, free of Ray
-Serve, and the backend that answers with them in the calling process (``params.in_process``).
+Serve, and the provider that answers with them in the calling process (``params.in_process``).
 
 Answers follow ``ScriptedParams`` in this order:
 
@@ -29,6 +29,7 @@ from typing import Literal
 from halluscope.config.schema import ScriptedModel, ScriptedParams
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
+from halluscope.models.provider import LocalProvider
 from halluscope.task_registry import stand_ins
 
 Fault = Literal["error", "timeout"]
@@ -105,7 +106,7 @@ class ScriptedResponder:
         return self.params.error_rate > 0 or self.params.timeout_rate > 0
 
 
-class ScriptedBackend:
+class ScriptedProvider(LocalProvider):
     """A stand-in answered where it is called (the driver, a pipeline actor): nothing is deployed,
     so a run or a test whose subject is not Ray Serve pays no Serve start-up for it. It models no
     server (no latency, throughput or faults: the config refuses those with ``in_process``)."""
@@ -114,7 +115,7 @@ class ScriptedBackend:
         self.model_id = spec.id
         self._responder = ScriptedResponder(spec.params)
 
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+    def answer(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []
         for r in requests:
             text = self._responder.answer(r.prompt)

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
+from halluscope.models.provider import LocalProvider
 from halluscope.records import STAGED, generation_id
 from halluscope.storage.fs import Location
 from halluscope.storage.run import read_parquet
@@ -27,16 +28,18 @@ def read_staged(loc: Location, columns: list[str] | None = None) -> pa.Table:
     return pa.concat_tables(tables) if tables else STAGED.empty_table().select(columns or STAGED.names)
 
 
-class StagedBackend:
-    """``ModelBackend`` answering a model's requests with what its deployment generated: text,
+class StagedProvider(LocalProvider):
+    """A provider answering a model's requests with what its deployment generated: text,
     tokens, attempts and errors as they were, so the ledger counts the calls once."""
+
+    cached = False  # generated (and cached) while the model was deployed
 
     def __init__(self, model_id: str, loc: Location) -> None:
         self.model_id = model_id
         self.loc = loc
         self._rows: dict[str, dict] | None = None
 
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+    def answer(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         if self._rows is None:
             self._rows = {r["gen_id"]: r for r in read_staged(self.loc).to_pylist()}
         out = []

@@ -116,7 +116,7 @@ def _close_manifest(store: RunStore, opened: Opened, done: Executed, failure: st
         manifest["schedule"] = {"budget": {k: v for k, v in done.budget.items() if math.isfinite(v)},
                                 "deployments": [d.as_dict() for d in done.schedule]}
     manifest.update(timings=opened.timings, status="failed" if failure else "complete", reason=failure,
-                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                    finished_at=dt.datetime.now(dt.UTC).isoformat(),
                     counts={"generations": opened.work.total, "done_before": len(opened.done),
                             "processed": done.processed,
                             "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,

@@ -6,7 +6,7 @@ attempt committed or staged, and sends the rest to the deployment in batches of
 ``concurrency.generate_batch_size`` prompts: the client keeps the deployment's capacity,
 replicas x max_ongoing_requests, in flight (a second batch in flight would double it). Each
 batch is written as a staged part (``<run>/staged/<model>/``) through the call cache; the
-evaluation reads them with ``models.staged.StagedBackend``. A resumed run generates only what no part holds.
+evaluation reads them with ``models.staged.StagedProvider``. A resumed run generates only what no part holds.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import ray
 from halluscope.config.schema import ModelSpec
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE
-from halluscope.models.registry import client
+from halluscope.models.registry import Context, client
 from halluscope.models.staged import read_staged
 from halluscope.pipeline.workset import Expansion, expand_unit
 from halluscope.records import STAGED, GenerationIds, stable_id
@@ -58,7 +58,7 @@ def _chunks(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
 def generate_model(spec: ModelSpec, endpoint: ServedEndpoint, blocks: list[pa.Table], ctx: Expansion,
                    done: GenerationIds, cache: Location | None, out: Location, batch_size: int) -> int:
     """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated."""
-    backend = client(spec, {spec.id: endpoint}, cache, GENERATION_TEMPLATE)
+    backend = client(spec, Context(endpoint), cache, GENERATION_TEMPLATE)
     staged = set(read_staged(out, ["gen_id"]).column("gen_id").to_pylist())
 
     def one(chunk: list[dict]) -> int:

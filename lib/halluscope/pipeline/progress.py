@@ -56,7 +56,7 @@ class Progress:
         self._written = time.time()
         models = self.per_model()
         self.store.write_json("progress.json", {
-            "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(), "finished": final,
+            "updated_at": dt.datetime.now(dt.UTC).isoformat(), "finished": final,
             "elapsed_s": round(time.time() - self.started, 1), "models": models})
         if self.show:
             self._draw(models, final)

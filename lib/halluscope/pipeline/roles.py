@@ -16,9 +16,7 @@ from halluscope.config.schema import ModelSpec
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat, RoleCall
 from halluscope.models.base import GenerationRequest, ModelBackend
-from halluscope.models.cache import CachedBackend
-from halluscope.models.recorded import Answers, RecordedBackend
-from halluscope.models.registry import live_backend, revision_of, sampling_of
+from halluscope.models.registry import Context, client
 from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
@@ -46,7 +44,7 @@ class RoleModels:
         self._cache = cache
         self._resolver = resolver
         self._backends: dict[tuple[str, str, str | None], ModelBackend] = {}
-        self._recorded: dict[tuple[str, str], Answers] = {}  # shared by every recorded backend
+        self._shared: dict = {}  # answers the providers of this process share (a recorded file, read once)
 
     def _spec(self, role: str, model: str | None) -> ModelSpec:
         players = self.specs.get(role, [])
@@ -64,19 +62,8 @@ class RoleModels:
         key = (role, template, model)
         if key not in self._backends:
             spec = self._spec(role, model)
-            if spec.backend == "recorded":
-                # answers on record cost nothing and depend on the model under test, which a
-                # cache keyed by the prompt would merge: they are looked up, never cached
-                if self._resolver is None:
-                    raise RuntimeError(f"recorded {role} '{spec.id}' needs the run's data resolver")
-                self._backends[key] = RecordedBackend(spec.id, spec.params.steps, self._resolver,
-                                                       self._recorded)
-                return self._backends[key]
-            backend = live_backend(spec, self._endpoints.get(spec.id), self._clients)
-            if self._cache is not None:
-                backend = CachedBackend(backend, self._cache, revision_of(spec), template,
-                                        sampling_of(spec).as_dict())
-            self._backends[key] = backend
+            context = Context(self._endpoints.get(spec.id), self._clients, self._resolver, self._shared)
+            self._backends[key] = client(spec, context, self._cache, template)
         return self._backends[key]
 
     def answer(self, calls: Mapping[str, Sequence[RoleCall]], stage: str, usage: dict[str, list[dict]],
@@ -101,9 +88,10 @@ class RoleModels:
         subject_of = subjects or {}
         for (role, template, model), entries in groups.items():
             backend = self._backend(role, template, model)
-            firsts, answered_by = _distinct(entries, subject_of, isinstance(backend, RecordedBackend))
-            if isinstance(backend, RecordedBackend):  # no request built: ~700,000 of them in the demo
-                done = backend.answer_keys([(ckey, subject) for (_, _, _, ckey, _), subject in firsts])
+            by_key = getattr(backend, "by_key", None)
+            firsts, answered_by = _distinct(entries, subject_of, by_key is not None)
+            if by_key is not None:  # no request built: ~700,000 of them in the demo
+                done = by_key([(ckey, subject) for (_, _, _, ckey, _), subject in firsts])
             else:
                 done = backend.generate_batch([
                     GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject, answer_format=fmt)
@@ -122,19 +110,19 @@ class RoleModels:
 
 
 def _distinct(entries: Sequence[Entry], subject_of: Mapping[str, str],
-              recorded: bool) -> tuple[list[tuple[Entry, str]], list[int]]:
+              by_key: bool) -> tuple[list[tuple[Entry, str]], list[int]]:
     """A group's distinct questions, each as its first asker's entry and subject, and per entry
     the question that answers it. Rows asking the same (e.g. FEWL's neighbour questions) share
     one call: the first asker pays for it, the others get a copy counted as a cache hit. An
-    answer on record depends on its content key and the model under test alone, so for a
-    recorded role those make two questions the same, and prompts are not compared."""
+    answer on record depends on its content key and the model under test alone, so for a role
+    answered ``by_key`` those make two questions the same, and prompts are not compared."""
     asked: dict[tuple, int] = {}
     firsts: list[tuple[Entry, str]] = []
     answered_by: list[int] = []
     for entry in entries:
         key, _, prompt, ckey, fmt = entry
         subject = subject_of.get(key, "")
-        j = asked.setdefault((ckey, subject, fmt) if recorded else (prompt, ckey, subject, fmt), len(firsts))
+        j = asked.setdefault((ckey, subject, fmt) if by_key else (prompt, ckey, subject, fmt), len(firsts))
         if j == len(firsts):
             firsts.append((entry, subject))
         answered_by.append(j)

@@ -32,7 +32,7 @@ from halluscope.task_registry import get_task
 
 
 def default_run_id(cfg: RunConfig) -> str:
-    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
+    return f"{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
 
 
 def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> RunResult:
@@ -73,7 +73,7 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         manifest = store.read_json("manifest.json") or {"run_id": store.run_id}
         manifest.update(status="interrupted" if interrupted else "failed",
                         reason=why if interrupted else error_summary(err),
-                        finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+                        finished_at=dt.datetime.now(dt.UTC).isoformat())
         store.write_json("manifest.json", manifest)
     except (Superseded, OSError):
         pass  # the error that stopped the run is the one to report
@@ -112,7 +112,7 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
     done, done_counts = _committed(store, snapshot)
     manifest = {
         "run_id": store.run_id, "status": "running", "code_version": code_version(),
-        "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.timezone.utc).isoformat()),
+        "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.UTC).isoformat()),
         "config": cfg.model_dump(mode="json"), "config_fingerprint": run.fingerprint,
         "tasks": [get_task(t).describe() for t in cfg.tasks], "knowledge": knowledge,
         "data_sources": work.sources,

@@ -27,9 +27,10 @@ from halluscope.contract.roles import Calls, RoleCall
 from halluscope.contract.task import Item, Task, Verdict
 from halluscope.knowledge.base import Knowledge
 from halluscope.models.base import GenerationRequest, ModelBackend
-from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
-from halluscope.models.registry import live_backend, revision_of, sampling_of
-from halluscope.models.staged import StagedBackend
+from halluscope.models.cache import GENERATION_TEMPLATE
+from halluscope.models.model import Model
+from halluscope.models.registry import Context, client
+from halluscope.models.staged import StagedProvider
 from halluscope.pipeline.roles import RoleModels
 from halluscope.records import atom_ids, stable_id
 from halluscope.runkit import fewer_collections
@@ -58,16 +59,12 @@ class Generate:
                  staged: Mapping[str, Location] | None = None) -> None:
         self.backends: dict[str, ModelBackend] = {}
         for m in models:
-            if m.backend == "replay":
+            if m.replayed:
                 continue
             if staged and m.id in staged:
-                self.backends[m.id] = StagedBackend(m.id, staged[m.id])
+                self.backends[m.id] = Model(StagedProvider(m.id, staged[m.id]))
                 continue
-            backend = live_backend(m, endpoints.get(m.id))
-            if cache is not None:
-                backend = CachedBackend(backend, cache, revision_of(m), GENERATION_TEMPLATE,
-                                        sampling_of(m).as_dict())
-            self.backends[m.id] = backend
+            self.backends[m.id] = client(m, Context(endpoints.get(m.id)), cache, GENERATION_TEMPLATE)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()

@@ -18,9 +18,7 @@ import ray
 from ray import serve
 from ray.serve import Application
 
-from halluscope.config.schema import HFModel, ScriptedModel, ServedModel
-from halluscope.models.base import SamplingParams, share_of
-from halluscope.models.serve_handle import ServeHandleBackend
+from halluscope.config.schema import ServedModel
 from halluscope.quiet import quiet_ray
 
 logger = logging.getLogger(__name__)
@@ -36,11 +34,6 @@ class ServedEndpoint:
     app_name: str
     deployment_name: str
     base_url: str
-
-    def backend(self, spec: ScriptedModel | HFModel, clients: int = 1) -> ServeHandleBackend:
-        """This deployment's client (one of ``clients`` at once): how ``models.registry`` reaches a
-        handle without importing serving/."""
-        return handle_backend(spec, self, clients=clients)
 
 
 def app_name_for(model_id: str) -> str:
@@ -121,25 +114,6 @@ def states(endpoints: Iterable[ServedEndpoint]) -> dict[str, tuple[str, str]]:
         out[e.model_id] = (str(app.status.value if hasattr(app.status, "value") else app.status),
                            "; ".join(m for m in messages if m))
     return out
-
-
-def handle_backend(spec: ScriptedModel | HFModel, endpoint: ServedEndpoint, *, timeout_s: float = 60.0,
-                   max_retries: int = 3, clients: int = 1) -> ServeHandleBackend:
-    """The client of a deployed scripted or hf model, sized to its Serve options: ``clients`` of
-    them at once keep at most the deployment's capacity in flight together."""
-    from halluscope.serving import hf, scripted
-
-    opts = spec.params.serve
-    if spec.backend == "scripted":
-        sampling, concurrency = SamplingParams(), scripted.client_concurrency(opts)
-    else:
-        s = spec.params.sampling
-        sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
-        concurrency = hf.client_concurrency(opts)
-    return ServeHandleBackend(spec.id, endpoint.app_name, endpoint.deployment_name,
-                              max_batch_prompts=opts.max_batch_prompts, timeout_s=timeout_s,
-                              max_retries=max_retries, sampling=sampling,
-                              max_concurrent_chunks=share_of(concurrency, clients))
 
 
 def start_serve(http_port: int | None = None) -> int:

@@ -15,14 +15,8 @@ from typing import Any
 
 from ray import serve
 
-from halluscope.config.schema import HFParams, ServeOptions
+from halluscope.config.schema import HFParams
 from halluscope.serving.openai_api import build_openai_app
-
-
-def client_concurrency(options: ServeOptions) -> int:
-    """Chunks a client may keep in flight: one generating and one waiting per replica, so a
-    replica never idles and no chunk waits long enough in a queue to time out."""
-    return 2 * options.num_replicas
 
 
 def generated_length(ids: list[int], eos_ids: set[int], pad_id: int | None) -> int:

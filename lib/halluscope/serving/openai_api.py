@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class CompletionServer(Protocol):
-    """What a deployment class offers to these routes (and to ``ServeHandleBackend``)."""
+    """What a deployment class offers to these routes (and to ``ServeHandleProvider``)."""
 
     model_id: str
 

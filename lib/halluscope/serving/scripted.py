@@ -26,18 +26,13 @@ from collections import defaultdict
 
 from ray import serve
 
-from halluscope.config.schema import ScriptedParams, ServeOptions
+from halluscope.config.schema import ScriptedParams
 from halluscope.models.scripted import Fault, ScriptedResponder
 from halluscope.serving.openai_api import build_openai_app
 
 # Far beyond any sane client timeout; the sleep is cancelled with the request.
 HANG_S = 3600.0
 INJECTED_ERROR = "injected fault: service unavailable (scripted error_rate)"
-
-
-def client_concurrency(options: ServeOptions) -> int:
-    """Chunks a client may keep in flight: a replica overlaps all its ongoing requests."""
-    return options.num_replicas * options.max_ongoing_requests
 
 
 @serve.deployment(name="scripted", graceful_shutdown_timeout_s=2.0)

@@ -121,7 +121,7 @@ def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int =
     It maps rows with a ``prompt`` column to rows with ``text``, ``input_tokens`` and
     ``output_tokens``; other columns pass through (unless named like a column Ray's stages add,
     such as ``metrics``). Each prompt is sent as one user message through the model's chat
-    template, as the Serve app and ``OpenAIBackend`` do, with ``params.sampling``.
+    template, as the Serve app and the OpenAI provider do, with ``params.sampling``.
     ``concurrency`` is the number of engine replicas (actors)."""
     data_llm = _import_ray_llm("ray.data.llm")
     sampling = spec.params.sampling.model_dump()

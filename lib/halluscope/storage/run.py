@@ -145,7 +145,7 @@ class RunStore:
     def claim(self) -> None:
         """Make this driver the run's owner; actors of an earlier attempt stop committing."""
         self.attempt = uuid.uuid4().hex
-        self.write_json(ATTEMPT, {"attempt": self.attempt, "claimed_at": dt.datetime.now(dt.timezone.utc)})
+        self.write_json(ATTEMPT, {"attempt": self.attempt, "claimed_at": dt.datetime.now(dt.UTC)})
 
     def check_owner(self) -> None:
         """Raise Superseded if another attempt has claimed the run since this store's claim."""

@@ -114,6 +114,6 @@ def attribute_run(store: RunStore, corpus: CorpusIndex, corpus_name: str,
     kept = [s for s in doc["summary"] if (s["corpus"], s["model"], s["task"]) not in replaced]
     doc["summary"] = sorted(kept + summary, key=lambda s: (s["corpus"], s["model"], s["task"]))
     doc["corpora"][corpus_name] = {**corpus.describe(),
-                                   "attributed_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+                                   "attributed_at": dt.datetime.now(dt.UTC).isoformat()}
     store.write_json(SUMMARY, doc)
     return summary

@@ -1,0 +1,57 @@
+"""The providers of the backends a run serves itself (scripted, hf, vllm): each factory builds the
+client of one deployed model, sized to its Serve options. Registered under the
+``halluscope.providers`` entry-point group; kept free of Ray Serve's import, as a client only needs
+a handle, looked up on first use."""
+
+from __future__ import annotations
+
+from halluscope.config.schema import HFModel, ScriptedModel, VLLMModel
+from halluscope.models.base import SamplingParams, share_of
+from halluscope.models.provider import Limits
+from halluscope.models.registry import Context, Endpoint, sampling_of
+from halluscope.models.scripted import ScriptedProvider
+from halluscope.models.serve_handle import ServeHandleProvider
+from halluscope.models.vllm_handle import VLLMHandleProvider
+
+
+def _endpoint(spec: ScriptedModel | HFModel | VLLMModel, context: Context) -> Endpoint:
+    if context.endpoint is None:
+        raise ValueError(f"model '{spec.id}': backend '{spec.backend}' is served, but no endpoint was deployed")
+    return context.endpoint
+
+
+def _handle(spec: ScriptedModel | HFModel, context: Context, in_flight: int, sampling: SamplingParams
+            ) -> ServeHandleProvider:
+    """A client of a ``complete_batch`` deployment; ``context.clients`` of them share ``in_flight`` calls."""
+    endpoint = _endpoint(spec, context)
+    # a Serve call is answered within a minute or is retried; five calls in a row with no answer
+    # from a replica mean the deployment is gone
+    limits = Limits(calls_in_flight=share_of(in_flight, context.clients),
+                    prompts_per_call=spec.params.serve.max_batch_prompts, timeout_s=60.0, max_retries=3,
+                    backoff_max_s=10.0, breaker_threshold=5)
+    return ServeHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name, limits=limits, sampling=sampling)
+
+
+def scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | ServeHandleProvider:
+    """In process when the config says so; else its deployment, whose replicas each overlap all
+    their ongoing requests."""
+    if not spec.served:
+        return ScriptedProvider(spec)
+    opts = spec.params.serve
+    return _handle(spec, context, opts.num_replicas * opts.max_ongoing_requests, SamplingParams())
+
+
+def hf(spec: HFModel, context: Context) -> ServeHandleProvider:
+    """One call generating and one waiting per replica: a replica never idles, and no call waits in
+    a queue long enough to time out."""
+    return _handle(spec, context, 2 * spec.params.serve.num_replicas, sampling_of(spec))
+
+
+def vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
+    """The engine deployment by handle, one prompt per call: no HTTP proxy needed on the caller's node."""
+    endpoint = _endpoint(spec, context)
+    opts = spec.params.serve
+    return VLLMHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name,
+                              limits=Limits(calls_in_flight=share_of(opts.num_replicas * opts.max_ongoing_requests,
+                                                                     context.clients)),
+                              sampling=sampling_of(spec))

@@ -54,13 +54,11 @@ def _input_notes(cfg, result) -> list[str]:
     """Items with no recorded response and rows set aside in the run's quarantine, per model and
     task: a replay file that covers part of a task is no error of the run, but the user should know
     which items were left out, which rows could not be used, and where the quarantine is."""
-    from halluscope.config.schema import ReplayModel
     from halluscope.report.leaderboard import input_notes
     from halluscope.storage.run import RunStore
 
     # a "file" model without a path never gets this far (its replay is refused before the run)
-    files = {m.id: m.params.path for m in cfg.models
-             if isinstance(m, ReplayModel) and m.params.source == "file" and m.params.path is not None}
+    files = {m.id: m.replay_file for m in cfg.models if m.replay_file is not None}
     store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), result.run_id)
     return input_notes(result.missing, files, store.read_table("quarantine"), store.loc.child("quarantine").url)
 
@@ -107,7 +105,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except ConfigError as err:  # a plan writes nothing: storage credentials only let it look in the cache
         cache, skipped = None, f"the call cache was not looked in ({err}): every call is planned as new"
     estimate = plan(cfg, price_table(cfg), stats, cache=cache)
-    if skipped and any(m.backend != "replay" for m in cfg.models):
+    if skipped and any(not m.replayed for m in cfg.models):
         estimate.notes.insert(0, skipped)
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.table())
     if cfg.costs.budget_usd is not None:

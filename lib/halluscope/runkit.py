@@ -61,7 +61,7 @@ def check_api_keys(specs: Iterable[ModelSpec]) -> None:
     """Every API key variable the models name is set: checked in the driver before Ray starts, as
     a worker would find a missing one only at its first call."""
     for s in specs:
-        env = s.params.api_key_env if s.backend == "openai" else None
+        env = s.secret_env
         if env and not os.environ.get(env):
             raise ConfigError(f"models: '{s.id}': params.api_key_env: environment variable {env} is not set")
 

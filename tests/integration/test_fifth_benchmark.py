@@ -6,38 +6,18 @@ the engine's and tested there)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
+from tests.support.plugins import CAPITALS, EXAMPLES, env_with, halluscope, install
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "capitals"
-CLI = str(Path(sys.executable).parent / "halluscope")
-
-
-def _installed(site: Path) -> dict[str, str]:
-    """What `pip install examples/capitals` leaves behind that matters: the package on the path
-    and a dist-info whose entry_points.txt names the benchmark."""
-    shutil.copytree(EXAMPLE / "capitals_bench", site / "capitals_bench")
-    info = site / "halluscope_capitals-0.1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: halluscope-capitals\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text("[halluscope.benchmarks]\ncapitals = capitals_bench:BENCHMARK\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own sees the path
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
-def _halluscope(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+EXAMPLE = EXAMPLES / "capitals"
 
 
 def test_a_benchmark_outside_the_package_plugs_into_the_engine(tmp_path):
-    env = _installed(tmp_path / "site")
-    listed = _halluscope(env, "tasks")
+    install(tmp_path / "site", *CAPITALS)
+    env = env_with(tmp_path / "site")
+    listed = halluscope(env, "tasks")
     assert listed.returncode == 0, listed.stderr
     assert "capitals/name_the_capital" in listed.stdout
 
@@ -46,7 +26,7 @@ def test_a_benchmark_outside_the_package_plugs_into_the_engine(tmp_path):
     config.write_text((EXAMPLE / "run.yaml").read_text() + "\nray: {in_process_below: 0}\n")
     shutil.copy(EXAMPLE / "answers.jsonl", tmp_path / "answers.jsonl")
     root = f"file://{tmp_path / 'runs'}"
-    first = _halluscope(env, "run", str(config), "--run-id", "capitals", "--storage-root", root, "--quiet")
+    first = halluscope(env, "run", str(config), "--run-id", "capitals", "--storage-root", root, "--quiet")
     assert first.returncode == 0, first.stderr[-3000:]
     run = tmp_path / "runs" / "capitals"
     (record,) = [r for r in json.loads((run / "metrics.json").read_text()) if r.get("benchmark") == "capitals"]

@@ -21,9 +21,12 @@ from halluscope.halogen import prompts
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
-from halluscope.pipeline import throughput
 from halluscope.pipeline.estimate import check_budget, plan
-from halluscope.pipeline.throughput import (
+from halluscope.pipeline.token_stats import TokenStats
+from halluscope.records import GenerationIds, generation_id
+from halluscope.serving import throughput
+from halluscope.serving.placement import placement
+from halluscope.serving.throughput import (
     CHECKOUT,
     DEFAULT_THROUGHPUT_TABLE,
     PlanOptions,
@@ -32,9 +35,6 @@ from halluscope.pipeline.throughput import (
     load_throughput,
     params_billions,
 )
-from halluscope.pipeline.token_stats import TokenStats
-from halluscope.records import GenerationIds, generation_id
-from halluscope.serving.placement import placement
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore

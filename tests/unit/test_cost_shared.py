@@ -185,5 +185,5 @@ def test_services_are_distinct_and_name_http_models_of_the_run():
         check_services(typo.costs.shared_services, typo.models)
     scripted = parse_config({"tasks": ["halogen/code"], "models": [{"id": "m", "backend": "scripted"}],
                              "costs": {"shared_services": [{"name": "s", "usd_per_hour": 1, "models": ["m"]}]}})
-    with pytest.raises(ConfigError, match="backend is scripted, not openai"):
+    with pytest.raises(ConfigError, match=r"backend \(scripted\) is not an API billed per token"):
         check_services(scripted.costs.shared_services, scripted.models)

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L0 core", ("halluscope", "errors", "records", "ratelimit", "imports", "quiet", "retry")),
     ("L1 storage", ("storage", "sources")),
     ("L2 contract", ("contract",)),
-    ("L3 config", ("config", "task_registry")),
+    ("L3 config", ("config", "task_registry", "provider_registry")),
     ("L4 models, knowledge", ("models", "knowledge")),
     ("L5 accounting, serving", ("cost", "serving", "runkit")),
     ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "report")),
@@ -216,3 +216,41 @@ def test_no_function_of_the_engine_is_over_60_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert not long, long
+
+
+PROVIDER_SIDE = ("models", "serving", "config")  # the providers, their registry, and the configs they declare
+MODEL_KINDS = {"ReplayModel", "RecordedModel", "OpenAIModel", "ScriptedModel", "HFModel", "VLLMModel"}
+
+
+def kind_branches(path: Path, root: Path = PACKAGE) -> list[str]:
+    """Where ``path`` compares a model's ``backend`` or asks ``isinstance`` of a backend's config class."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):  # == "vllm", in ("replay", ...); not "is None"
+            hit = any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops) and \
+                any(isinstance(x, ast.Attribute) and x.attr == "backend" for x in [node.left, *node.comparators])
+        elif isinstance(node, ast.Match):
+            hit = isinstance(node.subject, ast.Attribute) and node.subject.attr == "backend"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance":
+            hit = any(isinstance(n, ast.Name) and n.id in MODEL_KINDS for a in node.args[1:] for n in ast.walk(a))
+        else:
+            continue
+        if hit:
+            found.append((node.lineno, f"{path.relative_to(root)}:{node.lineno}"))
+    return [where for _, where in sorted(found)]
+
+
+def test_no_branch_on_a_backends_kind_outside_the_providers():
+    """The engine asks a model's config what it declares (served, replayed, billing, ...) and its
+    provider kind what it knows (registry.predicted), never which backend it is: a new provider is
+    its own module and one entry-point line (examples/echo_provider)."""
+    files = [f for f in sorted(PACKAGE.rglob("*.py")) if f.relative_to(PACKAGE).parts[0] not in PROVIDER_SIDE]
+    assert len(files) > 100
+    assert [hit for f in files for hit in kind_branches(f)] == []
+
+
+def test_the_kind_check_sees_comparisons_matches_and_isinstance(tmp_path):
+    f = tmp_path / "probe.py"
+    f.write_text('if m.backend == "vllm": pass\nif isinstance(m, (ReplayModel, X)): pass\n'
+                 'match m.backend:\n    case "x": pass\nif m.role == "test": pass\n')
+    assert kind_branches(f, tmp_path) == ["probe.py:1", "probe.py:2", "probe.py:3"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
+from halluscope.errors import ConfigError
+from halluscope.provider_registry import kind_named
 from halluscope.storage.names import checked, model_id_problem, run_id_problem
 from halluscope.storage.spec import StorageSpec
 from halluscope.task_registry import benchmarks
@@ -77,6 +79,7 @@ class OpenAIParams(_Strict):
 
 
 Role = Literal["test", "judge", "extractor", "reference"]
+Billing = Literal["free", "in_process", "tokens", "deployment"]
 
 
 class ServeOptions(_Strict):
@@ -164,6 +167,8 @@ class VLLMParams(_Strict):
 
 
 class _Model(_Strict):
+    DEFAULT_DEPLOY_TIMEOUT_S: ClassVar[float] = 600.0
+
     id: str
     role: Role = "test"
     tasks: list[str] | None = Field(default=None, min_length=1,
@@ -189,6 +194,39 @@ class _Model(_Strict):
     def replayed(self) -> bool:
         """Whether its generations are read from a file of recorded responses, never asked for."""
         return False
+
+    @property
+    def replay_file(self) -> str | None:
+        """The local file of recorded generations it replays, when it names one."""
+        return None
+
+    @property
+    def billing(self) -> Billing:
+        """How its calls are paid: ``free`` (answers on record), ``in_process`` (a stand-in answered
+        where it is called), ``tokens`` (an API's price per token of ``api_model``) or
+        ``deployment`` (the time its Ray Serve deployment holds its resources)."""
+        return "deployment" if self.served else "free"
+
+    @property
+    def secret_env(self) -> str | None:
+        """The environment variable its calls need set (an API key), checked before a run starts."""
+        return None
+
+    @property
+    def api_model(self) -> str:
+        """For ``tokens`` billing: the model's name at the API, its price per token's key."""
+        return self.id
+
+    @property
+    def api_concurrency(self) -> int:
+        """For ``tokens`` billing: the calls the run keeps in flight to the API."""
+        return 1
+
+    @property
+    def deploy_timeout_s(self) -> float:
+        """For a served model: seconds its deployment may take to become healthy before it fails."""
+        serve: ServeOptions | None = getattr(getattr(self, "params", None), "serve", None)
+        return (serve.deploy_timeout_s if serve else None) or self.DEFAULT_DEPLOY_TIMEOUT_S
 
 
 class RecordedParams(_Strict):
@@ -218,10 +256,30 @@ class ReplayModel(_Model):
     def replayed(self) -> bool:
         return True
 
+    @property
+    def replay_file(self) -> str | None:
+        return self.params.path if self.params.source == "file" else None
+
 
 class OpenAIModel(_Model):
     backend: Literal["openai"]
     params: OpenAIParams
+
+    @property
+    def billing(self) -> Billing:
+        return "tokens"
+
+    @property
+    def secret_env(self) -> str | None:
+        return self.params.api_key_env
+
+    @property
+    def api_model(self) -> str:
+        return self.params.model or self.id
+
+    @property
+    def api_concurrency(self) -> int:
+        return self.params.max_concurrency
 
 
 class ScriptedModel(_Model):
@@ -231,6 +289,10 @@ class ScriptedModel(_Model):
     @property
     def served(self) -> bool:
         return not self.params.in_process
+
+    @property
+    def billing(self) -> Billing:
+        return "deployment" if self.served else "in_process"
 
 
 class HFModel(_Model):
@@ -243,6 +305,8 @@ class HFModel(_Model):
 
 
 class VLLMModel(_Model):
+    DEFAULT_DEPLOY_TIMEOUT_S: ClassVar[float] = 3600.0  # a 405B load from a cache or S3 takes 20-40 minutes
+
     backend: Literal["vllm"]
     params: VLLMParams
 
@@ -251,9 +315,49 @@ class VLLMModel(_Model):
         return True
 
 
+class InstalledModel(_Model):
+    """A model answered by a provider installed beside halluscope (a package registering under the
+    ``halluscope.providers`` entry-point group): ``params`` is validated by the params model its
+    kind declares, and its kind says how its calls are paid. Never deployed by a run."""
+
+    backend: str
+    params: Any = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _provider_params(self) -> InstalledModel:
+        try:
+            kind = kind_named(self.backend, self.id)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None  # reported with where in the config it stands
+        schema = getattr(kind, "params", None)
+        if schema is not None and not isinstance(self.params, schema):
+            self.params = schema.model_validate(self.params)
+        return self
+
+    @property
+    def billing(self) -> Billing:
+        return getattr(kind_named(self.backend, self.id), "billing", "tokens")
+
+    @property
+    def api_model(self) -> str:
+        return getattr(self.params, "model", None) or self.id
+
+
+_BUILT_IN = {"replay", "recorded", "openai", "scripted", "hf", "vllm"}
+
+
+def _kind_tag(value: Any) -> str:
+    """A built-in backend's own config class; any other backend is an installed provider's."""
+    backend = value.get("backend") if isinstance(value, dict) else getattr(value, "backend", None)
+    return backend if backend in _BUILT_IN else "installed"
+
+
 ServedModel = ScriptedModel | HFModel | VLLMModel
-ModelSpec = Annotated[ReplayModel | RecordedModel | OpenAIModel | ScriptedModel | HFModel | VLLMModel,
-                      Field(discriminator="backend")]
+ModelSpec = Annotated[
+    Annotated[ReplayModel, Tag("replay")] | Annotated[RecordedModel, Tag("recorded")]
+    | Annotated[OpenAIModel, Tag("openai")] | Annotated[ScriptedModel, Tag("scripted")]
+    | Annotated[HFModel, Tag("hf")] | Annotated[VLLMModel, Tag("vllm")] | Annotated[InstalledModel, Tag("installed")],
+    Discriminator(_kind_tag)]
 
 
 class Limits(_Strict):

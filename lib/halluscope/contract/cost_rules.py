@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class SizeAssumptions(BaseModel):
-    """The sizes a rule may read; the estimate's options (pipeline.throughput.PlanOptions) extend them."""
+    """The sizes a rule may read; the estimate's options (serving.throughput.PlanOptions) extend them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     tokens_per_word: float = Field(1.3, gt=0)

@@ -40,17 +40,13 @@ NO_PRICE_TABLE = "no price table (costs.price_table)"
 IN_PROCESS = "a scripted stand-in answered in process: nothing deployed"
 
 
-def api_name(spec: ModelSpec) -> str:
-    return getattr(spec.params, "model", None) or spec.id
-
-
 class CallTally:
     """Calls, cache hits, failures and tokens per (model, task, stage), summed part by part, so
     the ledger never holds a run's rows: generation by the live models under test (recorded
     generations cost this run nothing: only live models' rows are counted) and role calls."""
 
     def __init__(self, models: Sequence[ModelSpec]) -> None:
-        self._live = frozenset(m.id for m in models if m.backend != "replay")
+        self._live = frozenset(m.id for m in models if not m.replayed)
         self.acc: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
     def counts_generations(self, model: str) -> bool:
@@ -123,18 +119,18 @@ def _calls_usd(spec: ModelSpec, a: dict, prices: PriceTable | None, service: str
     """The dollars of one (model, task, stage) row of calls, and why it is 0 or unpriced."""
     if service is not None:
         return 0.0, f"priced by the time of shared service '{service}' (stage shared)"
-    if spec.backend in ("recorded", "replay") or a["calls"] == 0:
+    if spec.billing == "free" or a["calls"] == 0:
         return 0.0, None  # recorded answers and cache hits cost nothing
-    if spec.backend == "scripted" and not spec.served:
+    if spec.billing == "in_process":
         return 0.0, IN_PROCESS
-    if spec.served:
+    if spec.billing == "deployment":
         if deployed:
             return 0.0, "priced by its deployment's time (stage serve)"
         return None, "served by this run, but no deployment time was recorded for it"
     if prices is None:
         return None, NO_PRICE_TABLE
-    usd = prices.tokens_usd(api_name(spec), a["input_tokens"], a["output_tokens"])
-    return usd, None if usd is not None else f"no price for API model '{api_name(spec)}' in the price table"
+    usd = prices.tokens_usd(spec.api_model, a["input_tokens"], a["output_tokens"])
+    return usd, None if usd is not None else f"no price for API model '{spec.api_model}' in the price table"
 
 
 def total_usd(costs: pa.Table) -> float | None:

@@ -97,8 +97,9 @@ def check_services(shared_services: Sequence[Service], models: Sequence[ModelSpe
         for m in s.models:
             if m not in specs:
                 problems.append(f"'{s.name}' serves '{m}', which is not a model of this run")
-            elif specs[m].backend != "openai":
-                problems.append(f"'{s.name}' serves '{m}', whose backend is {specs[m].backend}, not openai")
+            elif specs[m].billing != "tokens":
+                problems.append(f"'{s.name}' serves '{m}', whose backend ({specs[m].backend}) is not an API billed "
+                                "per token")
     if problems:
         raise ConfigError("costs.shared_services: " + "; ".join(problems))
 

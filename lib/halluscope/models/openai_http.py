@@ -24,12 +24,12 @@ from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.answer_formats import chosen, response_format, structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams, share_of
-from halluscope.models.provider import Limits, RemoteProvider, Retry, Unanswered
+from halluscope.models.provider import Limits, ProviderKind, RemoteProvider, Retry, Unanswered
 from halluscope.retry import retry_after_s
 
 if TYPE_CHECKING:
     from halluscope.config.schema import OpenAIModel
-    from halluscope.models.registry import Context
+    from halluscope.models.provider import Context
 
 # Longest server text quoted in an error; enough to diagnose, short enough for a results table.
 _ERROR_SNIPPET_CHARS = 200
@@ -150,7 +150,7 @@ def _redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
 
-def build(spec: OpenAIModel, context: Context) -> OpenAIProvider:
+def _build(spec: OpenAIModel, context: Context) -> OpenAIProvider:
     """The ``openai`` backend's factory: ``context.clients`` clients share ``max_concurrency``."""
     p = spec.params
     s = p.sampling
@@ -159,3 +159,6 @@ def build(spec: OpenAIModel, context: Context) -> OpenAIProvider:
                                         timeout_s=p.timeout_s, max_retries=p.max_retries),
                           sampling=SamplingParams(s.temperature, s.top_p, s.max_tokens),
                           structured_output=p.structured_output)
+
+
+KIND = ProviderKind(_build)

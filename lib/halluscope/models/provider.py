@@ -21,13 +21,19 @@ listed in ``LIVE``, so it is dropped when the provider is pickled.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from pydantic import BaseModel
+
+from halluscope.config.schema import Billing
 from halluscope.contract.completion import Completion
 from halluscope.errors import EndpointDown
 from halluscope.models.base import GenerationRequest
+
+if TYPE_CHECKING:
+    from halluscope.sources import DataResolver
 
 
 class ModelDown(EndpointDown, RuntimeError):
@@ -118,3 +124,42 @@ class LocalProvider(Provider):
     def answer(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """One completion per request, in order; a request it has no answer for is an error
         completion, never an exception."""
+
+
+class Endpoint(Protocol):
+    """A deployment this run serves (serving.app.ServedEndpoint), named here as serving/ sits above models/."""
+
+    @property
+    def app_name(self) -> str: ...
+
+    @property
+    def deployment_name(self) -> str: ...
+
+
+@dataclass
+class Context:
+    """What building a provider may need besides its model's config: the deployment the run serves
+    it on, how many clients of it run at once (each keeps its share of the endpoint's capacity),
+    the run's data resolver, and answers the providers of one process share (``shared``)."""
+
+    endpoint: Endpoint | None = None
+    clients: int = 1
+    resolver: DataResolver | None = None
+    shared: dict[Any, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProviderKind:
+    """What a provider package registers for its backend: ``build`` makes the provider of one
+    model's config; ``predict``, for a provider whose answers follow from the prompt without a
+    call (a stand-in's rules), gives that answer, so the estimate counts its tokens exactly.
+
+    A provider installed beside halluscope also declares its config: ``params``, the pydantic
+    model its ``params`` section is validated with, and ``billing``, how its calls are paid (as
+    ``config.schema``'s ``Billing``: ``tokens`` are priced by the price table under
+    ``params.model`` or the model's id). The built-in kinds' configs are ``config.schema``'s."""
+
+    build: Callable[[Any, Context], Provider]
+    predict: Callable[[Any], Callable[[str], str]] | None = None
+    params: type[BaseModel] | None = None
+    billing: Billing = "tokens"

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
-from halluscope.models.provider import LocalProvider
+from halluscope.models.provider import LocalProvider, ProviderKind
 from halluscope.sources import DataResolver
 
 if TYPE_CHECKING:
     from halluscope.config.schema import RecordedModel
-    from halluscope.models.registry import Context
+    from halluscope.models.provider import Context
 
 NO_RECORD = "no recorded answer for this call"
 
@@ -93,9 +93,12 @@ class RecordedProvider(LocalProvider):
         return self.answer_keys([(r.key, r.subject) for r in requests])
 
 
-def build(spec: RecordedModel, context: Context) -> RecordedProvider:
+def _build(spec: RecordedModel, context: Context) -> RecordedProvider:
     """The ``recorded`` backend's factory: the run's resolver finds the files; the answers read are
     shared by the recorded providers of the process (the extractor's and the judge's)."""
     if context.resolver is None:
         raise RuntimeError(f"recorded model '{spec.id}' needs the run's data resolver")
     return RecordedProvider(spec.id, spec.params.steps, context.resolver, context.shared)
+
+
+KIND = ProviderKind(_build)

@@ -1,77 +1,47 @@
 """Providers by backend name, and the one way the engine gets a model to call.
 
-A provider package registers a factory under the ``halluscope.providers`` entry-point group
-(pyproject.toml), named by the ``backend`` a model config gives: ``factory(spec, context)`` builds
-the provider of one configured model. The registry loads them on first use, as the task registry
-loads benchmarks; the engine never asks which backend a model has. ``client`` wraps the provider in
-the engine's ``Model`` (retry, concurrency, timeout, breaker) and, when the run has a call cache
-and the provider's answers are worth keeping, in the cache.
+A provider package registers a ``ProviderKind`` under the ``halluscope.providers`` entry-point
+group (pyproject.toml), named by the ``backend`` a model config gives: its ``build(spec, context)``
+makes the provider of one configured model. The registry loads them on first use, as the task
+registry loads benchmarks; the engine never asks which backend a model has, only the kind what it
+knows (``predicted``) and the model's config what it declares (``served``, ``billing``, ...).
+``client`` wraps the provider in the engine's ``Model`` (retry, concurrency, timeout, breaker) and,
+when the run has a call cache and the provider's answers are worth keeping, in the cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from halluscope.config.schema import ModelSpec
 from halluscope.errors import ConfigError
 from halluscope.models.base import ModelBackend, SamplingParams
 from halluscope.models.cache import CachedBackend
 from halluscope.models.model import Model
-from halluscope.models.provider import Provider
+from halluscope.models.provider import Context, Provider, ProviderKind
+from halluscope.provider_registry import GROUP, kind_named
 
 if TYPE_CHECKING:
-    from halluscope.sources import DataResolver
     from halluscope.storage.fs import Location
 
-GROUP = "halluscope.providers"
-
-
-class Endpoint(Protocol):
-    """A deployment this run serves (serving.app.ServedEndpoint), named here as serving/ sits above models/."""
-
-    @property
-    def app_name(self) -> str: ...
-
-    @property
-    def deployment_name(self) -> str: ...
-
-
-@dataclass
-class Context:
-    """What building a provider may need besides its model's config: the deployment the run serves
-    it on, how many clients of it run at once (each keeps its share of the endpoint's capacity),
-    the run's data resolver, and answers the providers of one process share (``shared``)."""
-
-    endpoint: Endpoint | None = None
-    clients: int = 1
-    resolver: DataResolver | None = None
-    shared: dict[Any, Any] = field(default_factory=dict)
-
-
-Factory = Callable[[Any, Context], Provider]
-
-
-@lru_cache(maxsize=1)
-def factories() -> dict[str, Factory]:
-    found: dict[str, Factory] = {}
-    for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name):
-        if ep.name in found:
-            raise ConfigError(f"backend '{ep.name}' is registered twice under the entry-point group {GROUP!r}")
-        found[ep.name] = ep.load()
-    return found
+def kind_of(spec: ModelSpec) -> ProviderKind:
+    kind = kind_named(spec.backend, spec.id)
+    if not isinstance(kind, ProviderKind):
+        raise ConfigError(f"backend '{spec.backend}' (entry-point group {GROUP!r}) registers "
+                          f"{type(kind).__name__}, not a ProviderKind")
+    return kind
 
 
 def provider(spec: ModelSpec, context: Context) -> Provider:
     """The provider of one configured model."""
-    factory = factories().get(spec.backend)
-    if factory is None:
-        raise ConfigError(f"model '{spec.id}': no provider for backend '{spec.backend}' is installed "
-                          f"(registered: {', '.join(sorted(factories())) or 'none'}; entry-point group {GROUP!r})")
-    return factory(spec, context)
+    return kind_of(spec).build(spec, context)
+
+
+def predicted(spec: ModelSpec) -> Callable[[str], str] | None:
+    """The model's answer to a prompt, known without calling it; None for a model that must be asked."""
+    predict = kind_of(spec).predict
+    return None if predict is None else predict(spec)
 
 
 def sampling_of(spec: ModelSpec) -> SamplingParams:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from halluscope.config.schema import ReplayModel
+from halluscope.config.schema import ModelSpec, ReplayModel
 from halluscope.errors import ConfigError, DataError, clip
 from halluscope.knowledge.index_cache import cached_table
 from halluscope.sources import DataResolver, csv_rows, jsonl_rows, open_text, system_path_problem, url_scheme
@@ -120,9 +120,16 @@ def check_readable(path: Path, fmt: str) -> None:
                         f"(e.g. iconv -f UTF-16 -t UTF-8 {path.name} > {path.stem}.utf8{path.suffix})")
 
 
-def replay_source(spec: ReplayModel, task: Task, resolver: DataResolver) -> tuple[str, Path, str] | None:
+def _replayed(spec: ModelSpec) -> ReplayModel:
+    if not isinstance(spec, ReplayModel):
+        raise TypeError(f"model '{spec.id}' answers by backend {spec.backend}: it has no recorded generations")
+    return spec
+
+
+def replay_source(model: ModelSpec, task: Task, resolver: DataResolver) -> tuple[str, Path, str] | None:
     """(label for the manifest, local path, format) of a model's recorded generations for a task;
     None when the source has none for this task (every item is then missing, and counted)."""
+    spec = _replayed(model)
     p = spec.params
     if p.source in ("released", "recorded"):
         try:  # the task names the files its benchmark's authors released
@@ -241,10 +248,11 @@ def _asked(task: Task, items: list[Item], by_id: bool) -> list[list[bytes]]:
     return asked
 
 
-def load_replay(spec: ReplayModel, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
+def load_replay(model: ModelSpec, task: Task, items: list[Item], resolver: DataResolver) -> Replayed:
     """Join one model's recorded generations for one task to that task's items. The file's join
     index is built once per content and kept under the data cache (``index_cache.cached_table``);
     a run reads from it only the keys its items ask for."""
+    spec = _replayed(model)
     found = replay_source(spec, task, resolver)
     if found is None:
         return Replayed({}, "(none released)")

@@ -19,7 +19,7 @@ task. What was not measured is estimated:
   budget wants; a pilot run's measured stats replace them.
 
 Dollars: API models by their tokens (price table). Served models by resource-hours: busy time
-from a throughput assumption per accelerator (cluster/throughput.yaml, ``pipeline.throughput``;
+from a throughput assumption per accelerator (cluster/throughput.yaml, ``serving.throughput``;
 a scripted stand-in's own ``tokens_per_s`` and answers), and, as the ledger charges every
 deployment for as long as it is held, an ``idle`` row per served model for the rest of its time
 on the cluster. The served models under test are held from their deployment's start to the end
@@ -38,37 +38,29 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import cast
 
-from halluscope.config.schema import (
-    ModelSpec,
-    OpenAIModel,
-    RecordedModel,
-    ReplayModel,
-    RunConfig,
-    ScriptedModel,
-    ServedModel,
-)
+from halluscope.config.schema import ModelSpec, RunConfig, ServedModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
-from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, api_name
+from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
 from halluscope.errors import RunError
 from halluscope.knowledge.specs import evidence_words
 from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
-from halluscope.models.registry import revision_of, sampling_of
+from halluscope.models.registry import predicted, revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
-from halluscope.models.scripted import ScriptedResponder
 from halluscope.pipeline.plan_view import Plan, PlanRow
 from halluscope.pipeline.schedule import Window, job_of, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
-from halluscope.pipeline.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
 from halluscope.runkit import is_served
 from halluscope.serving.placement import placement
+from halluscope.serving.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
 
@@ -148,7 +140,7 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
 
     a.generations += len(items)
     P = _prompt_tokens(items, o) / max(len(items), 1)
-    if m.backend == "replay":
+    if m.replayed:
         a.bases.add("replay")
         replay_source(m, task, resolver_for(cfg))  # a missing or unreadable file fails the plan as it would the run
         texts = list(load_replay(m, task, items, resolver_for(cfg)).texts.values()) if judged else []
@@ -156,14 +148,14 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
         return len(texts), P, G
     cached = _cached_items(m, items, cache) if cache is not None else set()
     todo = [i for i in items if i.item_id not in cached]
-    if isinstance(m, ScriptedModel):  # a stand-in's answers, and so its tokens, are known
-        responder = ScriptedResponder(m.params)
-        answers = [len(responder.answer(i.prompt).split()) for i in todo]
+    predict = predicted(m)
+    if predict is not None:  # a stand-in's answers, and so its tokens, are known
+        answers = [len(predict(i.prompt).split()) for i in todo]
         a.calls += len(todo)
         a.cached += len(cached)
         a.tin += math.fsum(len(i.prompt.split()) for i in todo)
         a.tout += math.fsum(answers)
-        a.bases.add("scripted")
+        a.bases.add("predicted")
         return len(items), P, math.fsum(answers) / max(len(answers), 1)
     s, basis = stats.get(task.name, "generate", "test", m.id) or (None, "estimated")
     # measured generations always have token sizes: only rows with token counts are measured
@@ -246,24 +238,25 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
     basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
     row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
                   None, basis)
-    if isinstance(spec, (ReplayModel, RecordedModel)):  # recorded answers cost nothing
+    if spec.billing == "free":  # recorded answers cost nothing
         row.usd = 0.0
-    elif isinstance(spec, ScriptedModel) and not spec.served:
+    elif spec.billing == "in_process":
         row.usd, row.note = 0.0, IN_PROCESS
-    elif isinstance(spec, OpenAIModel):
+    elif spec.billing == "tokens":
         if spec.id in shared:
             row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"
         elif prices is None:
             row.note = NO_PRICE_TABLE
         else:
-            row.usd = prices.tokens_usd(api_name(spec), tin, tout)
+            row.usd = prices.tokens_usd(spec.api_model, tin, tout)
             if row.usd is None:
-                row.note = f"no price for API model '{api_name(spec)}' in the price table"
-        out_s = tout / o.api_tokens_per_s / spec.params.max_concurrency
+                row.note = f"no price for API model '{spec.api_model}' in the price table"
+        out_s = tout / o.api_tokens_per_s / spec.api_concurrency
         busy_wall[model] = (busy_wall[model] or 0.0) + out_s
     else:
-        row.resource, units = placement(spec)
-        seconds, why = busy_seconds(spec, calls, tin, tout, o)
+        served = cast(ServedModel, spec)
+        row.resource, units = placement(served)
+        seconds, why = busy_seconds(served, calls, tin, tout, o)
         row.note = why
         if seconds is None:
             busy_wall[model] = None
@@ -271,7 +264,7 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
             row.resource_hours = seconds / 3600
             busy = busy_wall[model]
             if busy is not None:
-                busy_wall[model] = busy + (seconds / (units * spec.params.serve.num_replicas) if units else 0.0)
+                busy_wall[model] = busy + (seconds / (units * served.params.serve.num_replicas) if units else 0.0)
             row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
     return row
 

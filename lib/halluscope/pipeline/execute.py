@@ -73,7 +73,7 @@ def evaluate_actors(configured: int, blocks: int, live_rows: int | None, generat
 
 def _live(models: list[ModelSpec]) -> bool:
     """Whether models under test answer live (judges are called from Evaluate)."""
-    return any(m.backend != "replay" for m in models if m.role == "test")
+    return any(not m.replayed for m in models if m.role == "test")
 
 
 def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: list[pa.Table], done: GenerationIds,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from halluscope.pipeline.schedule import Job, Schedule
 
 if TYPE_CHECKING:
-    from halluscope.pipeline.throughput import PlanOptions
+    from halluscope.serving.throughput import PlanOptions
 
 
 @dataclass
@@ -29,7 +29,7 @@ class PlanRow:
     resource: str | None  # served models: accelerator type or CPU
     resource_hours: float | None  # GPU-hours (core-hours for CPU); None when unknown
     usd: float | None  # None: could not be priced (see note)
-    basis: str  # estimated | measured | measured:* | replay | cache | mixed
+    basis: str  # estimated | measured | measured:* | replay | predicted | cache | mixed
     note: str | None = None
 
 

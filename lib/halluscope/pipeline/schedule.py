@@ -267,7 +267,7 @@ def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float
             out[f"model '{m.id}' ({m.role})"] = cpus * _replicas(m)
     conc = cfg.concurrency
     out["Evaluate actors (concurrency.verify_actors x 1)"] = float(conc.verify_actors)
-    if any(m.backend != "replay" for m in cfg.models if m.role == "test"):
+    if any(not m.replayed for m in cfg.models if m.role == "test"):
         out["Generate actors (concurrency.generate_actors x 0.5)"] = 0.5 * conc.generate_actors
     out["tasks (unit expansion, generation)"] = 1.0
     return out

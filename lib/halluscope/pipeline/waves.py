@@ -30,13 +30,6 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
 DEPLOY_ATTEMPTS = 3
-DEFAULT_DEPLOY_TIMEOUT_S = {"vllm": 3600.0}  # a 405B load from a cache or S3 takes 20-40 minutes
-OTHER_DEPLOY_TIMEOUT_S = 600.0
-
-
-def deploy_timeout_s(spec: ModelSpec) -> float:
-    configured = spec.params.serve.deploy_timeout_s  # type: ignore[union-attr]  # served models only
-    return configured or DEFAULT_DEPLOY_TIMEOUT_S.get(spec.backend, OTHER_DEPLOY_TIMEOUT_S)
 
 
 @dataclass
@@ -147,7 +140,7 @@ class Waves:
             self.finished(job.model, False)
             return _Active(job, record, None, 0.0)
         logger.info("deploying %s (%s, wave %d)", job.model, job.describe(), record.wave)
-        return _Active(job, record, endpoint, record.requested_at + deploy_timeout_s(spec))
+        return _Active(job, record, endpoint, record.requested_at + spec.deploy_timeout_s)
 
     def _deploy_app(self, spec: ModelSpec) -> ServedEndpoint:
         """Serve's own actors (a proxy, the controller) can die on a loaded cluster while an app is
@@ -185,7 +178,7 @@ class Waves:
                 elif state == "DEPLOY_FAILED":
                     self._release(a, f"deployment failed: {message}")
                 elif now > a.deadline:
-                    self._release(a, f"deployment not healthy within {deploy_timeout_s(self.specs[model]):g} s "
+                    self._release(a, f"deployment not healthy within {self.specs[model].deploy_timeout_s:g} s "
                                      f"(serve.deploy_timeout_s){f': {message}' if message else ''}")
             elif r.status == "releasing" and state == "GONE":
                 r.released_at = now

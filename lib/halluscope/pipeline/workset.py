@@ -16,7 +16,7 @@ import ray
 from pydantic import BaseModel, TypeAdapter
 
 from halluscope import records
-from halluscope.config.schema import ModelSpec, ReplayModel, RunConfig
+from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.contract.task import Item, LoadedItems, Task
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import MISSING, GenerationIds, generation_id, stable_id
@@ -138,7 +138,7 @@ def plan_work(cfg: RunConfig, store: RunStore) -> WorkPlan:
             items = source.limited(loaded.items)
             written.update((i.item_id, i) for i in items)
             totals[(m.id, task.name)] = len(items)
-            if isinstance(m, ReplayModel):
+            if m.replayed:
                 found = replay_source(m, task, source.resolver)
                 if found is not None:
                     sources[found[0]] = sha256_file(found[1])
@@ -205,7 +205,7 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | Generatio
         if not todo:
             continue
         texts: list[str | None] | None = None  # a replayed model's, None where its file has no text
-        if isinstance(spec, ReplayModel):
+        if spec.replayed:
             # joined against every item of the task, so rows past a limit are not "unmatched"
             rep = load_replay(spec, task, all_items, ctx.resolver)
             texts = [rep.texts.get(item.item_id) for item, _ in todo]

@@ -1,4 +1,4 @@
-"""The providers of the backends a run serves itself (scripted, hf, vllm): each factory builds the
+"""The provider kinds of the backends a run serves itself (scripted, hf, vllm): each builds the
 client of one deployed model, sized to its Serve options. Registered under the
 ``halluscope.providers`` entry-point group; kept free of Ray Serve's import, as a client only needs
 a handle, looked up on first use."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from halluscope.config.schema import HFModel, ScriptedModel, VLLMModel
 from halluscope.models.base import SamplingParams, share_of
-from halluscope.models.provider import Limits
-from halluscope.models.registry import Context, Endpoint, sampling_of
-from halluscope.models.scripted import ScriptedProvider
+from halluscope.models.provider import Context, Endpoint, Limits, ProviderKind
+from halluscope.models.registry import sampling_of
+from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.models.serve_handle import ServeHandleProvider
 from halluscope.models.vllm_handle import VLLMHandleProvider
 
@@ -32,7 +32,7 @@ def _handle(spec: ScriptedModel | HFModel, context: Context, in_flight: int, sam
     return ServeHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name, limits=limits, sampling=sampling)
 
 
-def scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | ServeHandleProvider:
+def _scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | ServeHandleProvider:
     """In process when the config says so; else its deployment, whose replicas each overlap all
     their ongoing requests."""
     if not spec.served:
@@ -41,13 +41,13 @@ def scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | ServeH
     return _handle(spec, context, opts.num_replicas * opts.max_ongoing_requests, SamplingParams())
 
 
-def hf(spec: HFModel, context: Context) -> ServeHandleProvider:
+def _hf(spec: HFModel, context: Context) -> ServeHandleProvider:
     """One call generating and one waiting per replica: a replica never idles, and no call waits in
     a queue long enough to time out."""
     return _handle(spec, context, 2 * spec.params.serve.num_replicas, sampling_of(spec))
 
 
-def vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
+def _vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
     """The engine deployment by handle, one prompt per call: no HTTP proxy needed on the caller's node."""
     endpoint = _endpoint(spec, context)
     opts = spec.params.serve
@@ -55,3 +55,8 @@ def vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
                               limits=Limits(calls_in_flight=share_of(opts.num_replicas * opts.max_ongoing_requests,
                                                                      context.clients)),
                               sampling=sampling_of(spec))
+
+
+SCRIPTED = ProviderKind(_scripted, predict=lambda spec: ScriptedResponder(spec.params).answer)
+HF = ProviderKind(_hf)
+VLLM = ProviderKind(_vllm)

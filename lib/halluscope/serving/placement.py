@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from halluscope.config.schema import HFModel, ScriptedModel
+from halluscope.config.schema import HFModel, ScriptedModel, VLLMModel
 from halluscope.serving.vllm import worker_bundle
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def placement(spec: ModelSpec) -> tuple[str, float]:
     """(resource, units per replica) a served model holds: GPUs of its accelerator type ("GPU"
     when unnamed) or CPU cores. vLLM runs tensor x pipeline parallel workers per replica, each
     with the worker bundle serving/vllm.py places."""
-    if spec.backend == "vllm":
+    if isinstance(spec, VLLMModel):
         p = spec.params
         workers = p.tensor_parallel_size * p.pipeline_parallel_size
         bundle = worker_bundle(spec)

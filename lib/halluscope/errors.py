@@ -82,6 +82,11 @@ class EndpointDown(HalluscopeError):
     """A model endpoint failed so many calls in a row that the stage stops (circuit breaker)."""
 
 
+class ModelDown(EndpointDown, RuntimeError):
+    """The model breaker's error (``models.model``): an ``EndpointDown``, and a RuntimeError, so a
+    Ray Data stage stops on it instead of retrying the batch."""
+
+
 def user_error(err: BaseException | None) -> HalluscopeError | str | None:
     """A HalluscopeError, also when a Ray worker raised it: Ray wraps it in its own exceptions
     and only the traceback text keeps it, as "halluscope.errors.<Class>: <message>"."""

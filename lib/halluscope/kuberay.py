@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from halluscope.errors import ConfigError, RunError
+from halluscope.retry import GaveUp, RetryPolicy, Transient
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -487,7 +488,7 @@ def _read_status(api: ApiClient, ns: str, name: str, retry_s: float, log: Callab
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    for attempt in range(1, _READ_RETRIES + 1):
+    def attempt(number: int) -> dict:
         try:
             obj = CustomObjectsApi(api).get_namespaced_custom_object(
                 group=GROUP, version=VERSION, namespace=ns, plural=PLURAL, name=name)
@@ -500,11 +501,14 @@ def _read_status(api: ApiClient, ns: str, name: str, retry_s: float, log: Callab
             problem = f"HTTP {err.status}: {_server_message(err)}"
         except HTTPError as err:
             problem = str(err)
-        log(f"RayJob {ns}/{name}: status read failed ({problem}); attempt {attempt} of {_READ_RETRIES}")
-        if attempt < _READ_RETRIES:
-            time.sleep(retry_s)
-    raise RunError(f"cannot read RayJob {ns}/{name} after {_READ_RETRIES} attempts; it keeps running: "
-                   f"kubectl -n {ns} get rayjob {name}")
+        log(f"RayJob {ns}/{name}: status read failed ({problem}); attempt {number} of {_READ_RETRIES}")
+        raise Transient(problem)
+
+    try:
+        return RetryPolicy(_READ_RETRIES - 1, retry_s, retry_s).run(attempt)
+    except GaveUp:
+        raise RunError(f"cannot read RayJob {ns}/{name} after {_READ_RETRIES} attempts; it keeps running: "
+                       f"kubectl -n {ns} get rayjob {name}") from None
 
 
 def _describe(status: dict) -> str:

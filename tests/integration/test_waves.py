@@ -18,6 +18,7 @@ from tests.support.drills import Driver, comparable_tables, id_problems
 
 from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
+from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -58,13 +59,22 @@ def _peak(deployments: list[dict]) -> float:
     return peak
 
 
-def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads_fails_alone(ray_head, tmp_path):
+def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads_fails_alone(ray_head, tmp_path,
+                                                                                            monkeypatch):
+    from halluscope.pipeline import runner
+
     root = f"file://{tmp_path}"
     models = [_model("big", 4, 20), _model("small", 2, 10),
               # loads for 10 minutes: not healthy within its 4 s deadline
               _model("stuck", 2, 10, load_s=600, serve={"deploy_timeout_s": 4})]
-    cfg = parse_config(_config(root, models, gpus=4))
+    # a budget far above the run's: the dollar gate holds nothing back, and is estimated with the waves
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("as_of: '2026-01-01'\nsource: test prices\ngpu_hour_usd: {GPU: 2.0}\n")
+    cfg = parse_config({**_config(root, models, gpus=4), "costs": {"budget_usd": 1000.0, "price_table": str(prices)}})
+    estimates = []
+    monkeypatch.setattr(runner, "estimate_cost", lambda *a, **kw: estimates.append(1) or estimate_cost(*a, **kw))
     result = run(cfg, run_id="waves", progress=False)
+    assert len(estimates) == 1  # the budget gate's and the waves' schedule are one estimate
     store = RunStore(Location.from_url(root), "waves")
     manifest = store.read_json("manifest.json")
     assert manifest["status"] == "failed"

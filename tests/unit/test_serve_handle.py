@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from halluscope import retry
-from halluscope.errors import EndpointDown
+from halluscope.errors import EndpointDown, ModelDown
 from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
-from halluscope.models.provider import Limits, ModelDown
+from halluscope.models.provider import Limits
 from halluscope.models.serve_handle import ServeHandleProvider
 
 

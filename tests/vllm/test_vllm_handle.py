@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from ray.exceptions import RayTaskError
 
+from halluscope.errors import ModelDown
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import Model
-from halluscope.models.provider import Limits, ModelDown
+from halluscope.models.provider import Limits
 from halluscope.models.vllm_handle import VLLMHandleProvider
 
 

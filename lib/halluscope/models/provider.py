@@ -29,16 +29,11 @@ from pydantic import BaseModel
 
 from halluscope.config.schema import Billing
 from halluscope.contract.completion import Completion
-from halluscope.errors import EndpointDown
+from halluscope.errors import ModelDown
 from halluscope.models.base import GenerationRequest
 
 if TYPE_CHECKING:
     from halluscope.sources import DataResolver
-
-
-class ModelDown(EndpointDown, RuntimeError):
-    """The breaker's error: halluscope's ``EndpointDown`` (the CLI prints it plainly), and a
-    RuntimeError, so a Ray Data stage stops on it instead of retrying the batch."""
 
 
 class Unanswered(Exception):

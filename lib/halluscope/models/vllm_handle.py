@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
+from halluscope.errors import ModelDown
 from halluscope.models.answer_formats import structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import describe_error
-from halluscope.models.provider import Limits, ModelDown, RemoteProvider, Retry, Unanswered
+from halluscope.models.provider import Limits, RemoteProvider, Retry, Unanswered
 from halluscope.models.serve_handle import answer_of, forget_serve_client
 
 # Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."

@@ -18,8 +18,8 @@ import ray
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.cost.prices import PriceTable
 from halluscope.pipeline import stages
-from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.generation import generate_model, staged_location
+from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.schedule import Job, job_of, scheduled
@@ -47,6 +47,7 @@ class StageInputs:
     done: GenerationIds
     endpoints: dict
     tracker: Progress
+    estimate: Plan | None = None  # the run's, made once when it opened: the waves' jobs
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
@@ -128,7 +129,8 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
 
     run, cfg = w.run, w.run.cfg
     specs = {m.id: m for m in cfg.models}
-    estimate = estimate_cost(cfg, run.prices, cache=run.cache, done=w.done)
+    estimate = w.estimate
+    assert estimate is not None, "a run with served models under test is estimated when it opens"
     start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
     remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()

@@ -18,6 +18,7 @@ from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
 from halluscope.pipeline.execute import held
+from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.workset import WorkPlan
 from halluscope.records import GenerationIds
@@ -54,6 +55,7 @@ class Opened:
     removed: int  # uncommitted parts an earlier attempt left, removed
     manifest: dict
     timings: dict[str, float]
+    estimate: Plan | None  # for a budget or served models under test: the gate's and the waves' one estimate
 
 
 @dataclass

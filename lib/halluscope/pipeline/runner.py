@@ -96,11 +96,14 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
         raise RunError(f"run {store.loc.url} was started with a different configuration "
                        f"(fingerprint {previous.get('config_fingerprint')} != {run.fingerprint}); "
                        "use a new run id")
-    if cfg.costs.budget_usd is not None:  # before anything is written or started
+    estimate = None
+    if cfg.costs.budget_usd is not None or any(scheduled(m) for m in cfg.models):
+        # once, before anything is written or started: the budget gate and the waves' schedule
         committed = GenerationIds(store.read_table("scores", ["gen_id"]).column("gen_id"))
         estimate = estimate_cost(cfg, run.prices, TokenStats.measure([store]) if committed else None,
                                  cache=run.cache, done=committed)
-        check_budget(estimate, cfg.costs.budget_usd)
+        if cfg.costs.budget_usd is not None:
+            check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()
     work = plan_work(cfg, store)
     knowledge = knowledge_provenance(cfg, run.knowledge)
@@ -118,7 +121,7 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
         "data_sources": work.sources,
     }
     store.write_json("manifest.json", manifest)
-    return Opened(work, done, done_counts, snapshot, removed, manifest, timings)
+    return Opened(work, done, done_counts, snapshot, removed, manifest, timings, estimate)
 
 
 def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool) -> Executed:
@@ -141,7 +144,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
             # the roles are held for the whole run; served models under test in waves (in_waves)
             with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints,
                                                                                              out.deployments):
-                w = StageInputs(run, store, work, done, endpoints, tracker)
+                w = StageInputs(run, store, work, done, endpoints, tracker, opened.estimate)
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
                     out.processed, out.mine, out.schedule = in_waves(w, watchdog, out.budget, here)
                 out.stalls = watchdog.stalls

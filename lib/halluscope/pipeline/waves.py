@@ -24,6 +24,7 @@ import ray
 
 from halluscope.config.schema import ModelSpec
 from halluscope.pipeline.schedule import Admission, Job
+from halluscope.retry import GaveUp, RetryPolicy, Transient
 from halluscope.serving.app import ServedEndpoint, deploy, shutdown, states
 
 logger = logging.getLogger(__name__)
@@ -145,15 +146,21 @@ class Waves:
     def _deploy_app(self, spec: ModelSpec) -> ServedEndpoint:
         """Serve's own actors (a proxy, the controller) can die on a loaded cluster while an app is
         submitted: such a failure is retried twice before it fails the model."""
-        for attempt in range(DEPLOY_ATTEMPTS):
+        failures: list[ray.exceptions.RayActorError] = []
+
+        def attempt(number: int) -> ServedEndpoint:
             try:
                 return deploy([spec], self.http_port, wait=False)[spec.id]  # type: ignore[list-item]
             except ray.exceptions.RayActorError as err:
-                if attempt == DEPLOY_ATTEMPTS - 1:
-                    raise
-                logger.warning("deploying %s: %s; trying again", spec.id, str(err).splitlines()[0])
-                time.sleep(2.0 * (attempt + 1))
-        raise AssertionError("unreachable")
+                failures.append(err)
+                logger.warning("deploying %s (attempt %d of %d): %s", spec.id, number, DEPLOY_ATTEMPTS,
+                               str(err).splitlines()[0])
+                raise Transient(str(err)) from None
+
+        try:
+            return RetryPolicy(DEPLOY_ATTEMPTS - 1, 2.0, 6.0).run(attempt)
+        except GaveUp:
+            raise failures[-1] from None
 
     def _advance(self, active: dict[str, _Active]) -> None:
         now = time.time()

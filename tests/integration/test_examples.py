@@ -35,7 +35,8 @@ EXAMPLES = {
 
 
 def test_every_example_folder_is_tested():
-    folders = {p.parent.name for p in (REPO / "examples").glob("*/run.yaml")} - {"capitals"}  # a plug-in
+    # the plug-ins: test_fifth_benchmark and test_installed_provider install and run them
+    folders = {p.parent.name for p in (REPO / "examples").glob("*/run.yaml")} - {"capitals", "canned_provider"}
     assert folders == set(EXAMPLES)
 
 

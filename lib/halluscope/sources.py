@@ -5,12 +5,10 @@ The same names are used in ``../shared/data`` beside a development checkout, in 
 the download table below, so a run is reproducible wherever its files came from: the manifest
 records each file's sha256.
 
-Downloads come from pinned sources only - HALOGEN's repository at the commit its released numbers
-were computed at - and each must match the sha256 pinned for its name in ``data_sha256.json`` (the
-file as published, before it is gzipped into the cache); a mirror (``$HALLUSCOPE_SOURCE_BASE_URL``)
-must serve the same files. The PyPI name snapshot has no public copy: PyPI's live index changes
-daily, so it is taken only when a config asks for it
-(``benchmarks.halogen.pypi_index: https://pypi.org/simple/``).
+Downloads come from pinned sources only, which the benchmarks publish (``publish``: a data name's
+public URL, and the sha256 each file must have, as published, before it is gzipped into the
+cache; HALOGEN's are ``halogen/published.py``); a mirror (``$HALLUSCOPE_SOURCE_BASE_URL``) must
+serve the same files.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ import re
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterable, Iterator
-from importlib import resources
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -34,13 +32,29 @@ from halluscope.errors import DataError, clip
 # recorded responses and judge outputs can be longer than the csv module's 128 KiB field default
 csv.field_size_limit(sys.maxsize)
 
-HALOGEN_COMMIT = "0bd13ac4d95443d95321b5da53a1a3cffa5e7bd9"  # the released numbers' commit
-HALOGEN_RAW = f"https://raw.githubusercontent.com/AbhilashaRavichander/HALoGEN/{HALOGEN_COMMIT}"
 PYPI_SIMPLE_INDEX = "https://pypi.org/simple/"
-# data name -> sha256 of the file as published (uncompressed)
-PINNED: dict[str, str] = json.loads(resources.files("halluscope").joinpath("data_sha256.json").read_text())
-# our names of HALOGEN's folders -> the repository's (recorded outputs are its model_hallucinations/)
-_HALOGEN_FOLDERS = (("recorded/results/", "scorers/results/"), ("recorded/", "model_hallucinations/"))
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where the data names under ``prefix`` are published: ``url`` of a name (without its
+    ``.gz``), and the sha256 each name's file must have there (``pins``)."""
+
+    prefix: str
+    url: Callable[[str], str]
+    pins: Mapping[str, str]
+
+
+_PUBLISHED: dict[str, Published] = {}
+
+
+def publish(source: Published) -> None:
+    """Called by a benchmark package when it is imported: its files become downloadable."""
+    _PUBLISHED[source.prefix] = source
+
+
+def published(rel_path: str) -> Published | None:
+    return next((p for prefix, p in _PUBLISHED.items() if rel_path.startswith(prefix)), None)
 
 # Environment variables a user (or a test) may set.
 ENV_DATA_DIR = "HALLUSCOPE_DATA_DIR"
@@ -91,18 +105,10 @@ def public_url(rel_path: str) -> str:
     plain = rel_path[:-3] if rel_path.endswith(".gz") else rel_path
     if base:
         return f"{base.rstrip('/')}/{plain}"
-    if plain.startswith("halogen/"):
-        path = plain[len("halogen/"):]
-        for ours, theirs in _HALOGEN_FOLDERS:
-            if path.startswith(ours):
-                path = theirs + path[len(ours):]
-                break
-        return f"{HALOGEN_RAW}/{path}"
-    if plain == "pypi/project-names.txt":
-        raise DataError(f"the pinned PyPI name snapshot {rel_path} has no public copy (PyPI's live index changes "
-                        "daily): put the file in data.dir, or set benchmarks.halogen.pypi_index: "
-                        f"{PYPI_SIMPLE_INDEX} to take today's live index (its sha256 goes into the manifest)")
-    raise DataError(f"no public source is known for data file {rel_path}")
+    source = published(rel_path)
+    if source is None:
+        raise DataError(f"no public source is known for data file {rel_path}")
+    return source.url(plain)
 
 
 def _fetch(url: str, what: str, accept: str | None = None) -> bytes:
@@ -116,7 +122,8 @@ def _fetch(url: str, what: str, accept: str | None = None) -> bytes:
 
 def _download(url: str, dest: Path, rel_path: str) -> None:
     """Fetch a pinned data file, check its sha256, and store it (gzipped if its name says so)."""
-    expected = PINNED.get(rel_path)
+    source = published(rel_path)
+    expected = source.pins.get(rel_path) if source else None
     if expected is None:
         raise DataError(f"data file {rel_path} has no pinned sha256, so it is not downloaded: put it in data.dir")
     body = _fetch(url, f"data file {rel_path}")

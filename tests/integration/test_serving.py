@@ -262,3 +262,18 @@ def test_serve_down_deletes_the_apps_a_killed_driver_left(endpoints, tmp_path, c
     assert "left-over" not in apps and endpoints[SCRIPTED.id].app_name in apps
     assert main(["serve", str(cfg), "--down"]) == 0
     assert "none of its models was being served" in capsys.readouterr().out
+
+
+def test_a_deployment_that_never_runs_fails_at_its_deadline_and_is_removed(endpoints):
+    """What a run serves for its whole length (judge, extractor) waits for its deployment no longer
+    than its deploy_timeout_s, then fails naming the model, and leaves no app behind."""
+    from ray import serve
+
+    stuck = ScriptedModel.model_validate({"id": "stuck/judge", "backend": "scripted", "params": {
+        "default": "x", "load_s": 600, "serve": {**SMALL, "deploy_timeout_s": 3}}})
+    started = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"model 'stuck/judge': deployment not running within 3 s "
+                                           r"\(serve.deploy_timeout_s\)"):
+        deploy([stuck], http_port=free_port())
+    assert time.perf_counter() - started < 30
+    assert "stuck-judge" not in serve.status().applications

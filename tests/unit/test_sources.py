@@ -7,10 +7,10 @@ import pytest
 from tests.conftest import SHARED_DATA
 
 from halluscope.errors import DataError
+from halluscope.halogen.downloads import COMMIT as HALOGEN_COMMIT
+from halluscope.halogen.downloads import PINS as PINNED
 from halluscope.sources import (
     ENV_SOURCE_BASE,
-    HALOGEN_COMMIT,
-    PINNED,
     PYPI_SIMPLE_INDEX,
     DataResolver,
     jsonl_rows,

@@ -18,7 +18,7 @@ import ray
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.cost.prices import PriceTable
 from halluscope.pipeline import stages
-from halluscope.pipeline.generation import generate_model, staged_location
+from halluscope.pipeline.generation import generate_model, left_to_generate, staged_location
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun
@@ -140,7 +140,11 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
         return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, run.cache,
                                      staged_location(w.store.loc, spec.id), cfg.concurrency.generate_batch_size)
 
-    waves = Waves([j for j in estimate.jobs if j.model in wanted], budget, specs, generate,
+    # a model whose rows an earlier attempt generated is evaluated from its staged parts, not deployed again
+    deploy = [m for m in wanted if left_to_generate(blocks[m], w.ctx, w.done, staged_location(w.store.loc, m))]
+    for m in set(wanted) - set(deploy):
+        ready.put((m, True))
+    waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
                   lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port,
                   allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}))
     watchdog.waiting = waves.waiting

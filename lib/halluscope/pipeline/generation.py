@@ -35,6 +35,17 @@ def staged_location(run_loc: Location, model_id: str) -> Location:
     return run_loc.child("staged", model_id.replace("/", "__"))
 
 
+def staged_ids(loc: Location) -> set[str]:
+    """The generations of one model staged so far (by any attempt of the run)."""
+    return set(read_staged(loc, ["gen_id"]).column("gen_id").to_pylist())
+
+
+def left_to_generate(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, loc: Location) -> bool:
+    """Whether a row of these blocks is neither committed nor staged at ``loc``: a model with none
+    left is evaluated from its staged parts, and not deployed again."""
+    return next(_rows(blocks, ctx, done, staged_ids(loc)), None) is not None
+
+
 def _rows(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, staged: set[str]) -> Iterator[dict]:
     for block in blocks:
         for table in expand_unit(block, ctx, done):
@@ -59,7 +70,7 @@ def generate_model(spec: ModelSpec, endpoint: ServedEndpoint, blocks: list[pa.Ta
                    done: GenerationIds, cache: Location | None, out: Location, batch_size: int) -> int:
     """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated."""
     backend = client(spec, Context(endpoint), cache, GENERATION_TEMPLATE)
-    staged = set(read_staged(out, ["gen_id"]).column("gen_id").to_pylist())
+    staged = staged_ids(out)
 
     def one(chunk: list[dict]) -> int:
         answers = backend.generate_batch([GenerationRequest(r["task"], r["item_id"], r["prompt"]) for r in chunk])

@@ -24,6 +24,7 @@ from halluscope.quiet import quiet_ray
 logger = logging.getLogger(__name__)
 
 _HOST = "127.0.0.1"
+_POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,10 @@ def build_application(spec: ServedModel) -> Application:
 def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: bool = True
            ) -> dict[str, ServedEndpoint]:
     """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) if it is not running, deploy
-    every model as its own app and, with ``wait``, wait until all are running (without it, ask
-    ``states`` when they are). Returns endpoints by model id. If any app fails to deploy, the
-    apps of this call are deleted before the error is raised."""
+    every model as its own app and, with ``wait``, wait until all are running, each within its
+    ``deploy_timeout_s`` (without it, ask ``states`` when they are). Returns endpoints by model id.
+    If any app fails to deploy or misses its deadline, the apps of this call are deleted before
+    the error is raised."""
     if not specs:
         return {}
     names = [app_name_for(s.id) for s in specs]
@@ -79,17 +81,35 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
     targets = [serve.RunTarget(target=build_application(s), name=n, route_prefix=f"/{n}")
                for s, n in zip(specs, names)]
     try:
-        handles = serve.run_many(targets, wait_for_applications_running=wait)
-    except RuntimeError as exc:  # Serve names the failed deployment; its status says why
-        detail = _failure_details(names)
-        _delete_apps(names)
-        raise RuntimeError(f"{exc}\n{detail}" if detail else str(exc)) from exc
+        handles = serve.run_many(targets, wait_for_applications_running=False)
+        endpoints = {s.id: ServedEndpoint(model_id=s.id, app_name=n, deployment_name=h.deployment_name,
+                                          base_url=f"http://{_HOST}:{port}/{n}/v1")
+                     for s, n, h in zip(specs, names, handles)}
+        if wait:
+            _wait_running(specs, endpoints)
     except BaseException:
         _delete_apps(names)
         raise
-    return {s.id: ServedEndpoint(model_id=s.id, app_name=n, deployment_name=h.deployment_name,
-                                 base_url=f"http://{_HOST}:{port}/{n}/v1")
-            for s, n, h in zip(specs, names, handles)}
+    return endpoints
+
+
+def _wait_running(specs: Sequence[ServedModel], endpoints: dict[str, ServedEndpoint]) -> None:
+    """Until every app runs; a RuntimeError naming the model when one fails to deploy or is not
+    running within its ``deploy_timeout_s`` (a replica pending for GPUs that never come, say)."""
+    deadline = {s.id: time.monotonic() + s.deploy_timeout_s for s in specs}
+    timeout = {s.id: s.deploy_timeout_s for s in specs}
+    pending = set(deadline)
+    while pending:
+        for model, (status, message) in states([endpoints[m] for m in pending]).items():
+            if status == "RUNNING":
+                pending.discard(model)
+            elif status in ("DEPLOY_FAILED", "UNHEALTHY", "GONE"):
+                raise RuntimeError(f"model '{model}': deployment {status}{f': {message}' if message else ''}")
+            elif time.monotonic() > deadline[model]:
+                raise RuntimeError(f"model '{model}': deployment not running within {timeout[model]:g} s "
+                                   f"(serve.deploy_timeout_s){f': {message}' if message else ''}")
+        if pending:
+            time.sleep(_POLL_S)
 
 
 def shutdown(endpoints: Mapping[str, ServedEndpoint] | Iterable[ServedEndpoint], *, wait: bool = True) -> None:
@@ -158,14 +178,6 @@ def _http_address() -> tuple[str, int]:
 
     config = _get_global_client().http_config
     return str(config.host), int(config.port)
-
-
-def _failure_details(names: Iterable[str]) -> str:
-    """The status messages of the deployments that failed, e.g. a replica constructor's traceback."""
-    apps = serve.status().applications
-    lines = [f"{name}/{dep_name}: {dep.message}" for name in names if name in apps
-             for dep_name, dep in apps[name].deployments.items() if dep.message]
-    return "\n".join(lines)
 
 
 def remove(model_ids: Iterable[str]) -> list[str]:

@@ -83,8 +83,10 @@ def is_served(spec: ModelSpec) -> TypeGuard[ServedModel]:
 
 
 @contextmanager
-def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator[tuple[dict, list[dict]]]:
-    """Deploy the specs Ray Serve must host (scripted, hf, vllm) and remove them afterwards.
+def served(specs: Sequence[ModelSpec], http_port: int | None = None, scope: str | None = None
+           ) -> Iterator[tuple[dict, list[dict]]]:
+    """Deploy the specs Ray Serve must host (scripted, hf, vllm), as apps of ``scope`` (a run id),
+    and remove them afterwards.
 
     Yields the endpoints by model id and a list that, once the block ends, holds each
     deployment's resource seconds (for the costs summary)."""
@@ -96,7 +98,7 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None) -> Iterator
     from halluscope.serving.app import deploy, shutdown
 
     started = time.time()
-    endpoints = deploy(todo, http_port=http_port)
+    endpoints = deploy(todo, http_port=http_port, scope=scope)
     try:
         yield endpoints, deployments
     finally:

@@ -21,7 +21,7 @@ from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import Model
 from halluscope.models.registry import Context, provider
 from halluscope.models.scripted import ScriptedResponder, fault_draw, judge_parts
-from halluscope.serving.app import ServedEndpoint, deploy, shutdown
+from halluscope.serving.app import ServedEndpoint, app_name_for, deploy, shutdown
 
 pytestmark = pytest.mark.slow
 
@@ -111,6 +111,13 @@ def test_scripted_rules_offline():
     draws = [fault_draw(7, "q", a) for a in range(20)]
     assert draws == [fault_draw(7, "q", a) for a in range(20)] and len(set(draws)) == 20
     assert all(0 <= d < 1 for d in draws)
+
+
+def test_a_runs_apps_are_named_under_its_run_id():
+    """Two runs on one Ray cluster serving the same model id deploy, and delete, apps of their own."""
+    assert app_name_for("judge/scripted v1") == "judge-scripted-v1"  # `halluscope serve`: the model alone
+    assert app_name_for("judge/scripted v1", "run-1") == "run-1--judge-scripted-v1"
+    assert app_name_for("judge/scripted v1", "run 2") != app_name_for("judge/scripted v1", "run-1")
 
 
 def test_endpoints_are_loopback_apps(endpoints):

@@ -20,6 +20,7 @@ from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.runner import run
+from halluscope.serving.app import app_name_for
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -41,12 +42,13 @@ def _config(root: str, models: list[dict], gpus: int) -> dict:
             "concurrency": {"batch_size": 8, "generate_batch_size": 8}}
 
 
-def _deployed(names: tuple[str, ...]) -> list[str]:
+def _deployed(run_id: str, models: tuple[str, ...]) -> list[str]:
+    """The apps of these models of this run still deployed."""
     try:
         apps = serve.status().applications
     except RayServeException:  # Serve never started on this cluster: nothing deployed
         return []
-    return [a for a in apps if a in names]
+    return [a for a in apps if a in {app_name_for(m, run_id) for m in models}]
 
 
 def _peak(deployments: list[dict]) -> float:
@@ -99,7 +101,7 @@ def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads
     held = {r["model"]: r["resource_seconds"] for r in costs if r["stage"] == "serve"}
     for m, d in deployments.items():
         assert held[m] == pytest.approx(d["units"] * (d["released_at"] - d["requested_at"]))
-    assert _deployed(tuple(deployments)) == []  # nothing left deployed
+    assert _deployed("waves", tuple(deployments)) == []  # nothing left deployed
 
 
 def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_head, tmp_path):
@@ -107,7 +109,7 @@ def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_hea
     cfg = parse_config(_config(root, [_model("fits", 2, 5), _model("huge", 8, 5)], gpus=4))
     with pytest.raises(ConfigError, match=r"model 'huge' needs 8 GPUs, the budget has 4 GPUs \(cluster.gpus\)"):
         run(cfg, run_id="refused", progress=False)
-    assert _deployed(("fits", "huge")) == []
+    assert _deployed("refused", ("fits", "huge")) == []
 
 
 def _staged_parts(run: Path) -> dict[str, list[Path]]:

@@ -164,6 +164,10 @@ class VLLMParams(_Strict):
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     serve: ServeOptions = Field(default_factory=ServeOptions)
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="seconds one request (its whole answer, not streamed) may take before it is "
+                                        "cancelled and retried; None: 60 + sampling.max_tokens / 5, a decode of 5 "
+                                        "tokens/s per sequence under a full batch")
 
 
 class _Model(_Strict):
@@ -565,4 +569,5 @@ class RunConfig(_Strict):
         for m in keep["models"]:  # likewise an endpoint left at structured_output: off
             if m["params"].get("structured_output") == "off":
                 del m["params"]["structured_output"]
+            m["params"].pop("request_timeout_s", None)  # how long a call may take changes no answer
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]

@@ -132,7 +132,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     estimate = w.estimate
     assert estimate is not None, "a run with served models under test is estimated when it opens"
     start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
-    remove(wanted)  # what a killed driver of this run left deployed holds the GPUs the budget counts
+    remove(wanted, scope=w.store.run_id)  # what a killed driver of this run left holds GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()
     ctx, done_ref = ray.put(w.ctx), ray.put(w.done)
 
@@ -145,7 +145,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     for m in set(wanted) - set(deploy):
         ready.put((m, True))
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
-                  lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port,
+                  lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
                   allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}))
     watchdog.waiting = waves.waiting
     watchdog.signals.append(lambda: waves.last_event)

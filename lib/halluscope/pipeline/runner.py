@@ -142,8 +142,8 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
         record_run_usage(root, services, cfg.models, store.run_id, out.window[0])
         try:
             # the roles are held for the whole run; served models under test in waves (in_waves)
-            with served([m for m in cfg.models if not scheduled(m)], cfg.serve_http_port) as (endpoints,
-                                                                                             out.deployments):
+            roles = [m for m in cfg.models if not scheduled(m)]
+            with served(roles, cfg.serve_http_port, scope=store.run_id) as (endpoints, out.deployments):
                 w = StageInputs(run, store, work, done, endpoints, tracker, opened.estimate)
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
                     out.processed, out.mine, out.schedule = in_waves(w, watchdog, out.budget, here)

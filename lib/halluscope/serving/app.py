@@ -37,9 +37,12 @@ class ServedEndpoint:
     base_url: str
 
 
-def app_name_for(model_id: str) -> str:
-    """Serve app name and route segment for a model id: letters, digits, '_' and '-' only."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", model_id).strip("-") or "model"
+def app_name_for(model_id: str, scope: str | None = None) -> str:
+    """Serve app name and route segment for a model id (letters, digits, '_' and '-' only), under
+    ``scope`` (a run id) when given: two runs on one Ray cluster that serve the same model id then
+    deploy, and delete, apps of their own."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", model_id).strip("-") or "model"
+    return f"{app_name_for(scope)}--{name}" if scope else name
 
 
 def build_application(spec: ServedModel) -> Application:
@@ -64,8 +67,8 @@ def build_application(spec: ServedModel) -> Application:
     ).bind(spec.id, spec.params.model_dump(mode="json"))
 
 
-def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: bool = True
-           ) -> dict[str, ServedEndpoint]:
+def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: bool = True,
+           scope: str | None = None) -> dict[str, ServedEndpoint]:
     """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) if it is not running, deploy
     every model as its own app and, with ``wait``, wait until all are running, each within its
     ``deploy_timeout_s`` (without it, ask ``states`` when they are). Returns endpoints by model id.
@@ -73,7 +76,7 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
     the error is raised."""
     if not specs:
         return {}
-    names = [app_name_for(s.id) for s in specs]
+    names = [app_name_for(s.id, scope) for s in specs]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
         raise ValueError(f"model ids map to the same Serve app name(s) {clashes}; rename the models")
@@ -180,10 +183,10 @@ def _http_address() -> tuple[str, int]:
     return str(config.host), int(config.port)
 
 
-def remove(model_ids: Iterable[str]) -> list[str]:
-    """Delete the apps of these model ids where they run, e.g. those a killed driver left behind
-    on a long-lived cluster; returns the app names deleted."""
-    return _delete_apps([app_name_for(m) for m in model_ids])
+def remove(model_ids: Iterable[str], scope: str | None = None) -> list[str]:
+    """Delete the apps of these model ids (under ``scope``) where they run, e.g. those a killed
+    driver of the run left behind on a long-lived cluster; returns the app names deleted."""
+    return _delete_apps([app_name_for(m, scope) for m in model_ids])
 
 
 def _delete_apps(names: Iterable[str], wait: bool = True) -> list[str]:

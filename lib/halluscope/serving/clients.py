@@ -13,6 +13,8 @@ from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.models.serve_handle import ServeHandleProvider
 from halluscope.models.vllm_handle import VLLMHandleProvider
 
+_SLOW_DECODE_TOKENS_PER_S = 5.0  # per sequence: a floor under what a busy engine decodes for each of its sequences
+
 
 def _endpoint(spec: ScriptedModel | HFModel | VLLMModel, context: Context) -> Endpoint:
     if context.endpoint is None:
@@ -47,13 +49,20 @@ def _hf(spec: HFModel, context: Context) -> ServeHandleProvider:
     return _handle(spec, context, 2 * spec.params.serve.num_replicas, sampling_of(spec))
 
 
+def request_timeout_s(spec: VLLMModel) -> float:
+    """How long one whole (not streamed) answer may take: configured, or long enough for
+    ``max_tokens`` at a slow per-sequence decode, as a busy engine gives each of its sequences."""
+    p = spec.params
+    return p.request_timeout_s or 60.0 + p.sampling.max_tokens / _SLOW_DECODE_TOKENS_PER_S
+
+
 def _vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
     """The engine deployment by handle, one prompt per call: no HTTP proxy needed on the caller's node."""
     endpoint = _endpoint(spec, context)
     opts = spec.params.serve
-    return VLLMHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name,
-                              limits=Limits(calls_in_flight=share_of(opts.num_replicas * opts.max_ongoing_requests,
-                                                                     context.clients)),
+    limits = Limits(calls_in_flight=share_of(opts.num_replicas * opts.max_ongoing_requests, context.clients),
+                    timeout_s=request_timeout_s(spec))
+    return VLLMHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name, limits=limits,
                               sampling=sampling_of(spec))
 
 

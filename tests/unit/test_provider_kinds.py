@@ -1,0 +1,58 @@
+"""The provider kinds the package registers, and what they build from a model's config."""
+
+from __future__ import annotations
+
+import pytest
+
+from halluscope.config.load import parse_config
+from halluscope.config.schema import VLLMModel
+from halluscope.errors import ConfigError
+from halluscope.models.provider import Context
+from halluscope.models.registry import predicted, provider
+from halluscope.provider_registry import registered
+from halluscope.serving.app import ServedEndpoint
+
+ENDPOINT = ServedEndpoint("m", "run--m", "LLMServer:m", "http://127.0.0.1:1/run--m/v1")
+
+
+def _vllm(**params) -> VLLMModel:
+    return VLLMModel.model_validate({"id": "m", "backend": "vllm", "params": {"model_source": "x", **params}})
+
+
+def test_the_built_in_backends_are_registered_kinds():
+    assert {"openai", "recorded", "scripted", "hf", "vllm"} <= set(registered())
+
+
+def test_a_vllm_requests_time_grows_with_its_answer_unless_configured():
+    short, long = _vllm(sampling={"max_tokens": 100}), _vllm(sampling={"max_tokens": 2000})
+    assert provider(short, Context(ENDPOINT)).limits.timeout_s == 80.0  # type: ignore[attr-defined]
+    assert provider(long, Context(ENDPOINT)).limits.timeout_s == 460.0  # type: ignore[attr-defined]
+    fixed = _vllm(sampling={"max_tokens": 2000}, request_timeout_s=30)
+    assert provider(fixed, Context(ENDPOINT)).limits.timeout_s == 30.0  # type: ignore[attr-defined]
+
+
+def test_how_long_a_call_may_take_is_not_part_of_the_fingerprint():
+    def cfg(**params):
+        return parse_config({"tasks": ["halogen/code"], "models": [
+            {"id": "m", "backend": "vllm", "params": {"model_source": "x", **params}}]})
+
+    assert cfg().fingerprint() == cfg(request_timeout_s=30).fingerprint()
+
+
+def test_only_a_stand_in_predicts_its_answers():
+    scripted = parse_config({"tasks": ["halogen/code"], "models": [
+        {"id": "s", "backend": "scripted", "params": {"default": "no idea", "in_process": True}}]}).models[0]
+    answer = predicted(scripted)
+    assert answer is not None and answer("anything") == "no idea"
+    assert predicted(_vllm()) is None
+
+
+def test_a_served_kind_needs_its_deployment():
+    with pytest.raises(ValueError, match="model 'm': backend 'vllm' is served, but no endpoint was deployed"):
+        provider(_vllm(), Context())
+
+
+def test_an_unknown_backend_is_named_with_the_installed_ones():
+    with pytest.raises(ConfigError, match=r"models.0.installed: .*no provider for backend 'tgi' is installed "
+                                          r"\(registered: .*openai.*\)"):
+        parse_config({"tasks": ["halogen/code"], "models": [{"id": "m", "backend": "tgi"}]})

@@ -29,7 +29,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg.storage.root = args.storage_root
     run_id = args.run_id or cfg.run_id or default_run_id(cfg)
     try:
-        result = run(cfg, run_id=run_id, progress=not args.quiet)
+        result = run(cfg, run_id=run_id, progress=not args.quiet, retry_failed=not args.keep_failed)
     except StorageError:
         raise  # nothing was recorded where the storage does not answer, and asking it again takes as long
     except (Exception, KeyboardInterrupt):
@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"resume or name a run; the same id continues where it stopped ({RUN_ID_RULE})")
     r.add_argument("--storage-root", type=_arg(root_problem), help="override storage.root")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.add_argument("--keep-failed", action="store_true",
+                   help="resuming, keep the rows that failed on a transient error (a call out of retries) as they "
+                        "were committed instead of doing them again")
     r.set_defaults(fn=_cmd_run)
     sv = sub.add_parser("serve", help="serve the models of a run config, or a Ray Serve config (serve/*.yaml)")
     sv.add_argument("config")

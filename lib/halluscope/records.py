@@ -6,12 +6,28 @@ never duplicates a row."""
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 MISSING = "no recorded response"  # generations.error of an item its replay file lacks: counted apart
+NOT_STAGED = "no staged generation: the model's deployment ended before this row was generated"
+_GAVE_UP = re.compile(r" \(after \d+ attempts\)$")
+
+
+def gave_up(reason: str, attempts: int) -> str:
+    """The error of a call that failed in a way worth retrying until it ran out of attempts
+    (timeouts, 5xx, busy, lost connections): transient, so a resubmitted run tries its row again."""
+    return f"{reason} (after {attempts} attempts)"
+
+
+def transient_error(error: str | None) -> bool:
+    """Whether a row's error may go away on another try (``gave_up``, or a generation its
+    deployment ended before), as opposed to a final answer such as HTTP 400 or a task's own
+    failure on the text."""
+    return error is not None and (error == NOT_STAGED or _GAVE_UP.search(error) is not None)
 
 
 def stable_id(*parts: object) -> str:

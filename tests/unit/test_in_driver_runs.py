@@ -163,3 +163,37 @@ def test_each_benchmarks_options_are_parsed_once_for_a_config_and_its_run(tmp_pa
     cfg.benchmarks["halogen"] = {"import_name_aliases": False}  # a changed section is parsed anew
     cfg.options_for("halogen")
     assert parsed == ["halogen", "halogen"]
+
+
+def test_rows_that_failed_transiently_are_done_again_when_the_run_is_resubmitted(tmp_path, monkeypatch):
+    """An endpoint that answers 503 to its first calls: those rows are committed with the error
+    (the call ran out of retries); resubmitting the run id takes back the batches holding them and
+    does them again (the call cache answers the rest), unless --keep-failed."""
+    from tests.support.openai_server import FailPlan, OpenAIStubServer
+
+    from halluscope.records import transient_error
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    plan = FailPlan(first_n=4, status=503, prompt_status={})
+    with OpenAIStubServer(fail_plan=plan) as server:
+        model = {"id": "api", "backend": "openai",
+                 "params": {"base_url": server.base_url, "max_retries": 0, "max_concurrency": 1}}
+        cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
+                            "limits": {"max_items_per_task": 12}, "max_error_fraction": 1.0, "models": [model],
+                            "concurrency": {"batch_size": 4}})
+        store = RunStore(Location.from_url(f"file://{tmp_path}"), "t")
+
+        def errors() -> list[str | None]:
+            return store.read_table("scores", ["error"]).column("error").to_pylist()
+
+        run(cfg, run_id="t", progress=False)
+        assert sum(map(transient_error, errors())) == 4 and errors().count(None) == 8
+        kept = run(cfg, run_id="t", progress=False, retry_failed=False)
+        assert kept.processed == 0 and sum(map(transient_error, errors())) == 4
+        calls = server.calls
+        again = run(cfg, run_id="t", progress=False)
+        manifest = store.read_json("manifest.json")
+    assert errors() == [None] * 12 and again.processed == manifest["counts"]["processed"]
+    assert manifest["counts"]["batches_redone"] >= 1 and server.calls - calls == 4  # the rest from the cache
+    ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 12

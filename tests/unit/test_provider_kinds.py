@@ -56,3 +56,13 @@ def test_an_unknown_backend_is_named_with_the_installed_ones():
     with pytest.raises(ConfigError, match=r"models.0.installed: .*no provider for backend 'tgi' is installed "
                                           r"\(registered: .*openai.*\)"):
         parse_config({"tasks": ["halogen/code"], "models": [{"id": "m", "backend": "tgi"}]})
+
+
+def test_which_row_errors_a_resubmitted_run_does_again():
+    from halluscope.records import NOT_STAGED, gave_up, transient_error
+
+    assert transient_error(gave_up("HTTP 503", 5)) and transient_error(gave_up("no answer within 60 s", 1))
+    assert transient_error(NOT_STAGED)
+    for final in (None, "HTTP 400: prompt too long", "decompose failed: ValueError: x", "no recorded response",
+                  "malformed response: KeyError"):
+        assert not transient_error(final), final

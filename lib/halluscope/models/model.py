@@ -27,6 +27,7 @@ from typing import Any, TypeVar, cast
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
 from halluscope.models.provider import LocalProvider, Provider, RemoteProvider, Retry, Unanswered
+from halluscope.records import gave_up
 from halluscope.retry import Breaker, GaveUp, RetryPolicy, Transient
 
 T = TypeVar("T")
@@ -189,7 +190,7 @@ class Model:
         except GaveUp as out:
             for i in pending:
                 results[i] = Completion(text=None, latency_s=latency_s, attempts=out.attempts,
-                                        error=f"{reasons[i]} (after {out.attempts} attempts)")
+                                        error=gave_up(reasons[i], out.attempts))
 
     def _unanswered(self, breaker: Breaker, reason: str) -> None:
         """Count a call nothing came back to; stop the model when ``breaker_threshold`` did in a row."""

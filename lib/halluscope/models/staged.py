@@ -10,11 +10,9 @@ import pyarrow as pa
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
 from halluscope.models.provider import LocalProvider
-from halluscope.records import STAGED, generation_id
+from halluscope.records import NOT_STAGED, STAGED, generation_id, transient_error
 from halluscope.storage.fs import Location
 from halluscope.storage.run import read_parquet
-
-NOT_STAGED = "no staged generation: the model's deployment ended before this row was generated"
 
 
 def read_staged(loc: Location, columns: list[str] | None = None) -> pa.Table:
@@ -26,6 +24,16 @@ def read_staged(loc: Location, columns: list[str] | None = None) -> pa.Table:
             with part.fs.open(part.path, "rb") as f:
                 tables.append(read_parquet(f, columns=columns, schema=STAGED))
     return pa.concat_tables(tables) if tables else STAGED.empty_table().select(columns or STAGED.names)
+
+
+def settled(rows: list[dict]) -> dict[str, dict]:
+    """gen_id -> its staged row; of a generation staged twice (failed transiently, then generated
+    again by a resubmitted run), the row that did not fail transiently."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        if r["gen_id"] not in out or transient_error(out[r["gen_id"]]["error"]):
+            out[r["gen_id"]] = r
+    return out
 
 
 class StagedProvider(LocalProvider):
@@ -41,7 +49,7 @@ class StagedProvider(LocalProvider):
 
     def answer(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         if self._rows is None:
-            self._rows = {r["gen_id"]: r for r in read_staged(self.loc).to_pylist()}
+            self._rows = settled(read_staged(self.loc).to_pylist())
         out = []
         for req in requests:
             row = self._rows.get(generation_id(req.task, req.item_id, self.model_id))

@@ -56,6 +56,7 @@ class Opened:
     manifest: dict
     timings: dict[str, float]
     estimate: Plan | None  # for a budget or served models under test: the gate's and the waves' one estimate
+    redone: int = 0  # committed batches taken back for a row that failed transiently
 
 
 @dataclass
@@ -123,5 +124,5 @@ def _close_manifest(store: RunStore, opened: Opened, done: Executed, failure: st
                             "processed": done.processed,
                             "quarantined_rows": store.read_table("quarantine", ["row"]).num_rows,
                             "missing": missing, "uncommitted_parts_removed": opened.removed,
-                            "late_parts_removed": done.late})
+                            "late_parts_removed": done.late, "batches_redone": opened.redone})
     store.write_json("manifest.json", manifest)

@@ -21,9 +21,9 @@ from halluscope.config.schema import ModelSpec
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE
 from halluscope.models.registry import Context, client
-from halluscope.models.staged import read_staged
+from halluscope.models.staged import read_staged, settled
 from halluscope.pipeline.workset import Expansion, expand_unit
-from halluscope.records import STAGED, GenerationIds, stable_id
+from halluscope.records import STAGED, GenerationIds, stable_id, transient_error
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
 
@@ -36,8 +36,10 @@ def staged_location(run_loc: Location, model_id: str) -> Location:
 
 
 def staged_ids(loc: Location) -> set[str]:
-    """The generations of one model staged so far (by any attempt of the run)."""
-    return set(read_staged(loc, ["gen_id"]).column("gen_id").to_pylist())
+    """The generations of one model staged so far by any attempt of the run, but for those that
+    failed transiently: a resubmitted run generates them again."""
+    rows = settled(read_staged(loc, ["gen_id", "error"]).to_pylist())
+    return {g for g, r in rows.items() if not transient_error(r["error"])}
 
 
 def left_to_generate(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, loc: Location) -> bool:

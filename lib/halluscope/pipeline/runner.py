@@ -24,7 +24,7 @@ from halluscope.pipeline.schedule import check_cpus, check_fits, cpu_demand, job
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
 from halluscope.pipeline.workset import plan_work
-from halluscope.records import GenerationIds
+from halluscope.records import GenerationIds, transient_error
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
 from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
@@ -35,10 +35,13 @@ def default_run_id(cfg: RunConfig) -> str:
     return f"{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
 
 
-def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> RunResult:
+def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_failed: bool = True) -> RunResult:
     """Run (or resume) ``cfg`` as ``run_id``. A run that stops on an error or Ctrl-C records
     ``failed`` / ``interrupted`` with the reason in its manifest; one that went through but has
-    nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``."""
+    nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``.
+    ``retry_failed``: a resumed run does again the committed batches that hold a row whose error
+    was transient (``records.transient_error``: a call out of retries, a generation its
+    deployment ended before); without it, such rows stay as they were committed."""
     check_api_keys(cfg.models)
     check_services(cfg.costs.shared_services, cfg.models)
     fewer_collections()  # the plan and the aggregation build a row object per generation
@@ -48,7 +51,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True) -> Run
     store = RunStore(root, run_id)
     try:
         with stop_signals():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            return _run(cfg, store, progress)
+            return _run(cfg, store, progress, retry_failed)
     except SystemExit as err:
         # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
         if err.code != signal.SIGTERM:
@@ -79,14 +82,14 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         pass  # the error that stopped the run is the one to report
 
 
-def _run(cfg: RunConfig, store: RunStore, progress: bool) -> RunResult:
+def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool) -> RunResult:
     started = time.time()
     run = ResolvedRun.of(cfg)
-    opened = _open(run, store)
+    opened = _open(run, store, retry_failed)
     return finish(run, store, opened, _pipeline(run, store, opened, progress), started)
 
 
-def _open(run: ResolvedRun, store: RunStore) -> Opened:
+def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opened:
     """Check that the run may start or resume, plan it and claim it: everything that can fail on
     bad input (data files, model names, a budget) fails here, in the driver, before any Ray
     worker or model starts."""
@@ -96,10 +99,12 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
         raise RunError(f"run {store.loc.url} was started with a different configuration "
                        f"(fingerprint {previous.get('config_fingerprint')} != {run.fingerprint}); "
                        "use a new run id")
+    redo = _to_redo(store) if previous and retry_failed else set()
     estimate = None
     if cfg.costs.budget_usd is not None or any(scheduled(m) for m in cfg.models):
         # once, before anything is written or started: the budget gate and the waves' schedule
-        committed = GenerationIds(store.read_table("scores", ["gen_id"]).column("gen_id"))
+        kept = store.committed_keys() - redo
+        committed = GenerationIds(store.read_table("scores", ["gen_id"], keys=kept).column("gen_id"))
         estimate = estimate_cost(cfg, run.prices, TokenStats.measure([store]) if committed else None,
                                  cache=run.cache, done=committed)
         if cfg.costs.budget_usd is not None:
@@ -110,7 +115,7 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
     check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings = {"plan_s": round(time.time() - mark, 2)}
     store.claim()
-    snapshot = store.committed_keys()  # read once: an earlier attempt's late commits are not in it
+    snapshot = store.committed_keys() - redo  # read once: an earlier attempt's late commits are not in it
     removed = store.prune(BATCH_TABLES, snapshot)
     done, done_counts = _committed(store, snapshot)
     manifest = {
@@ -121,7 +126,7 @@ def _open(run: ResolvedRun, store: RunStore) -> Opened:
         "data_sources": work.sources,
     }
     store.write_json("manifest.json", manifest)
-    return Opened(work, done, done_counts, snapshot, removed, manifest, timings, estimate)
+    return Opened(work, done, done_counts, snapshot, removed, manifest, timings, estimate, len(redo))
 
 
 def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool) -> Executed:
@@ -197,6 +202,12 @@ def check_same_inputs(previous: dict | None, now: dict[str, str], url: str) -> N
             raise RunError(f"run {url}: {name} changed since the run started (sha256 {digest[:16]}... then, "
                            f"{now[name][:16]}... now), and its committed results came from the old file; "
                            "use a new run id, or restore the file to resume")
+
+
+def _to_redo(store: RunStore) -> set[str]:
+    """The committed batches holding a row whose error may go away on another try."""
+    return store.keys_with("scores", ["error"],
+                           lambda t: any(transient_error(e) for e in t.column("error").to_pylist()))
 
 
 def _committed(store: RunStore, keys: set[str]) -> tuple[GenerationIds, dict[tuple[str, str], int]]:

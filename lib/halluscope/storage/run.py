@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
@@ -261,6 +261,14 @@ class RunStore:
             for v in vals:
                 out.setdefault(v, set()).add(key)
         return out
+
+    def keys_with(self, table: str, columns: list[str], where: Callable[[pa.Table], bool]) -> set[str]:
+        """The committed batches of ``table`` with rows ``where`` picks, each part read alone
+        (``columns`` of it): what a resumed run takes back to do again."""
+        keys = sorted(self.part_keys(table) & self.committed_keys())
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            picked = list(pool.map(lambda key: where(self.read_table(table, columns, keys={key})), keys))
+        return {key for key, hit in zip(keys, picked) if hit}
 
     def write_part(self, table: str, key: str, data: pa.Table, commit: bool = False) -> None:
         """Write one part; a commit part only while this store's attempt owns the run."""

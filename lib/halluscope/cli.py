@@ -191,6 +191,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from halluscope.report.status import status_doc, status_text
+
+    loc = Location.from_url(args.run_uri.rstrip("/"))
+    loc.check_reachable("run")
+    manifest = json.loads(loc.child("manifest.json").read_bytes()) if loc.child("manifest.json").exists() else None
+    progress = json.loads(loc.child("progress.json").read_bytes()) if loc.child("progress.json").exists() else None
+    if manifest is None and progress is None:
+        raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
+    doc = status_doc(loc.path.rstrip("/").rsplit("/", 1)[-1], manifest, progress)
+    print(json.dumps(doc, indent=2, sort_keys=True) if args.json else status_text(doc))
+    return 0
+
+
 def _partial_report(loc) -> str:
     """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
     from halluscope.config.load import parse_config
@@ -244,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_uri")
     rep.add_argument("--json", action="store_true", help="print metrics.json instead of the leaderboard")
     rep.set_defaults(fn=_cmd_report)
+    st = sub.add_parser("status", help="a run's progress: rows evaluated and failed per model, its deployments, "
+                                       "the spend so far")
+    st.add_argument("run_uri")
+    st.add_argument("--json", action="store_true", help="print it as JSON")
+    st.set_defaults(fn=_cmd_status)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")
     pl.add_argument("--stats", action="append", metavar="RUN_URI",

@@ -185,7 +185,7 @@ def test_run_summary_on_screen_gives_the_quarantine_counts_and_folder(tmp_path, 
         "storage": {"root": f"file://{tmp_path}/runs"}, "tasks": ["halogen/code"], "costs": {"price_table": None},
         "models": [{"id": "my-model", "backend": "replay", "params": {"source": "file", "path": "gens.jsonl"}}]}))
 
-    def fake_run(cfg, run_id=None, progress=True):
+    def fake_run(cfg, run_id=None, progress=True, retry_failed=True):
         store = RunStore(Location.from_url(cfg.storage.root), run_id)
         store.write_part("quarantine", "k", pa.Table.from_pylist(QUARANTINED, schema=records.QUARANTINE))
         return runner.RunResult(run_id, store.loc.url, [], "# board", 2, 0, 1.0, {"my-model/halogen/code": 1})
@@ -196,3 +196,20 @@ def test_run_summary_on_screen_gives_the_quarantine_counts_and_folder(tmp_path, 
     assert "not in your file" not in out
     assert f"quarantine: 1 input row(s) set aside, each with its file, row and reason, in {tmp_path}/runs/mine/" \
            "quarantine/" in out
+
+
+def test_status_shows_each_models_rows_its_deployment_and_the_spend():
+    from halluscope.report.status import status_doc, status_text
+
+    progress = {"updated_at": "2026-11-27T10:00:00+00:00", "elapsed_s": 42.0, "spend_so_far_usd": 3.5,
+                "models": {"big": {"done": 8, "failed": 1, "total": 40}, "api": {"done": 40, "total": 40}},
+                "deployments": [{"model": "big", "status": "generating", "wave": 1, "staged_rows": 24,
+                                 "reason": None}]}
+    doc = status_doc("r1", {"status": "running"}, progress)
+    assert doc["models"]["big"] == {"evaluated": 8, "failed": 1, "total": 40, "deployment": {
+        "status": "generating", "wave": 1, "staged_rows": 24, "reason": None}}
+    assert doc["models"]["api"] == {"evaluated": 40, "failed": 0, "total": 40}  # a progress.json of before
+    text = status_text(doc)
+    assert text.splitlines()[0] == "run r1: running" and "spent so far: $3.50" in text
+    assert "wave 1: generating, 24 generated" in text
+    assert status_doc("r2", None, None)["status"] == "not started"

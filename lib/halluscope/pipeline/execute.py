@@ -7,6 +7,7 @@ import math
 import os
 import queue
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import ray
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.cost.prices import PriceTable
 from halluscope.pipeline import stages
-from halluscope.pipeline.generation import generate_model, left_to_generate, staged_location
+from halluscope.pipeline.generation import StagedRows, generate_model, left_to_generate, staged_location
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun
@@ -48,6 +49,7 @@ class StageInputs:
     endpoints: dict
     tracker: Progress
     estimate: Plan | None = None  # the run's, made once when it opened: the waves' jobs
+    deployments: list[Deployment] = field(default_factory=list)  # the waves', as they happen
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,7 +98,7 @@ def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set
     processed, keys = 0, set()
     for batch in committed:
         for r in batch.to_pylist():
-            tracker.add(r["model"], r["task"], r["rows"])
+            tracker.add(r["model"], r["task"], r["rows"], r["failed"])
             processed += r["rows"]
             keys.add(r["key"])
     return processed, keys
@@ -147,6 +149,10 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
                   lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
                   allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}))
+    w.deployments = waves.deployments
+    staged = StagedRows(w.store.loc)
+    w.tracker.views.append(lambda: {"deployments": [{**d.as_dict(), "staged_rows": staged.of(d.model)}
+                                                    for d in list(waves.deployments)]})
     watchdog.waiting = waves.waiting
     watchdog.signals.append(lambda: waves.last_event)
     failed: list[BaseException] = []
@@ -192,16 +198,27 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
     return processed, keys
 
 
-def held(cfg: RunConfig, schedule: list[Deployment],
-         window: tuple[float | None, float | None]) -> list[tuple[float, float, str, float]]:
-    """What the run's deployments held when: the waves' models from request to release, the roles
-    it served for the pipeline's time."""
-    out = [(d.requested_at, d.released_at or d.requested_at, d.resource, d.units) for d in schedule]
+def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],
+         now: float | None = None) -> list[tuple[float, float, str, float]]:
+    """What the run's deployments held when: the waves' models from request to release (to
+    ``now`` for those not released yet), the roles it served for the pipeline's time."""
+    out = [(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units) for d in schedule]
     start, end = window
     if start is not None and end is not None:
         out += [(start, end, j.resource, j.units) for m in cfg.models
                 if m.served and not scheduled(m) for j in [job_of(m)]]
     return out
+
+
+def spend_so_far(cfg: RunConfig, prices: PriceTable | None, schedule: list[Deployment],
+                 started: float | None) -> float | None:
+    """Dollars of the resources the run's deployments have held until now (the waves' models and
+    the roles it serves); calls to priced APIs are counted at the end, from the committed rows."""
+    if prices is None or started is None:
+        return None
+    now = time.time()
+    return round(math.fsum(prices.hours_usd(resource, (to - frm) * units) or 0.0
+                           for frm, to, resource, units in held(cfg, list(schedule), (started, now), now)), 4)
 
 
 def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:

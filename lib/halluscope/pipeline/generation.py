@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import ray
 
 from halluscope.config.schema import ModelSpec
@@ -33,6 +34,25 @@ if TYPE_CHECKING:
 
 def staged_location(run_loc: Location, model_id: str) -> Location:
     return run_loc.child("staged", model_id.replace("/", "__"))
+
+
+class StagedRows:
+    """The rows each model has staged so far in a run, read from the footers of parts not seen
+    before: what ``progress.json`` shows of a wave that only generates."""
+
+    def __init__(self, run_loc: Location) -> None:
+        self.run_loc = run_loc
+        self._rows: dict[str, int] = {}  # part url -> rows
+
+    def of(self, model_id: str) -> int:
+        loc = staged_location(self.run_loc, model_id)
+        names = [n for n in loc.list_names() if n.endswith(".parquet")]
+        for name in names:
+            part = loc.child(name)
+            if part.url not in self._rows:
+                with part.fs.open(part.path, "rb") as f:
+                    self._rows[part.url] = pq.ParquetFile(f).metadata.num_rows
+        return sum(self._rows[loc.child(n).url] for n in names)
 
 
 def staged_ids(loc: Location) -> set[str]:

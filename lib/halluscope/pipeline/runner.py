@@ -16,7 +16,7 @@ from halluscope.errors import Interrupted, RunError, Superseded, error_summary, 
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
-from halluscope.pipeline.execute import StageInputs, budget_source, in_process, in_waves, ray_budget
+from halluscope.pipeline.execute import StageInputs, budget_source, in_process, in_waves, ray_budget, spend_so_far
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
@@ -150,7 +150,10 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
             roles = [m for m in cfg.models if not scheduled(m)]
             with served(roles, cfg.serve_http_port, scope=store.run_id) as (endpoints, out.deployments):
                 w = StageInputs(run, store, work, done, endpoints, tracker, opened.estimate)
-                with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog:
+                tracker.views.append(lambda: {"spend_so_far_usd": spend_so_far(cfg, run.prices, w.deployments,
+                                                                                out.window[0])})
+                with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog, \
+                        tracker.written_meanwhile():
                     out.processed, out.mine, out.schedule = in_waves(w, watchdog, out.budget, here)
                 out.stalls = watchdog.stalls
         finally:

@@ -312,17 +312,18 @@ def scored_parts(batch: pa.Table, store: RunStore,
                  usage: RoleUsage | None = None) -> tuple[Callable[[], None], pa.Table]:
     """Scores a batch (of one row or more): the write of its parts, under a key derived from its
     generation ids (a retried task rewrites the same objects), and what it commits per (model,
-    task) once written."""
+    task) once written: its rows, and those of them that failed."""
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
     tables = split_tables(batch, store.run_id, usage)
-    counts = batch.group_by(["model", "task"]).aggregate([("gen_id", "count")])
+    counts = tables["scores"].group_by(["model", "task"]).aggregate([("gen_id", "count"), ("error", "count")])
     return (lambda: store.write_batch(key, tables),
             pa.table({"key": [key] * counts.num_rows, "model": counts.column("model"),
-                      "task": counts.column("task"), "rows": counts.column("gen_id_count").cast(pa.int64())},
-                     schema=COMMITTED))
+                      "task": counts.column("task"), "rows": counts.column("gen_id_count").cast(pa.int64()),
+                      "failed": counts.column("error_count").cast(pa.int64())}, schema=COMMITTED))
 
 
-COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa.string()), ("rows", pa.int64())])
+COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa.string()), ("rows", pa.int64()),
+                       ("failed", pa.int64())])
 
 
 class Evaluate:

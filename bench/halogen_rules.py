@@ -13,12 +13,12 @@ from collections import Counter
 
 from halluscope.contract.replies import parse_yes_no
 from halluscope.halogen import paper
-from halluscope.halogen.benchmark import TASKS
 from halluscope.halogen.code import extract_imports
 from halluscope.halogen.published import _RESULT_FILES
 from halluscope.halogen.rationalization_binary import copies_example
 from halluscope.halogen.recorded import QUIRKS
 from halluscope.halogen.steps import RECORDED_FILES, read_rows, recorded_path
+from halluscope.halogen.tasks import TASKS
 from halluscope.sources import DataResolver
 
 # recorded folder -> the paper-rule task that reads it

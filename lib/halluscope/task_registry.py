@@ -55,6 +55,13 @@ def stand_ins() -> list[Callable[[str], str | None]]:
     return [b.stand_in for b in _registry()[0].values() if b.stand_in is not None]
 
 
+def recorded_steps() -> dict[str, Callable]:
+    """``module:function`` -> the recorded-steps function a registered benchmark declares: the only
+    code a run config may name (a ``backend: recorded`` model's ``params.steps``)."""
+    return {f"{fn.__module__}:{fn.__qualname__}": fn
+            for b in _registry()[0].values() if (fn := b.recorded_steps) is not None}
+
+
 def benchmark_of(task: str) -> Benchmark:
     benches, _, owner = _registry()
     if task not in owner:

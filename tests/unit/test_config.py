@@ -246,3 +246,10 @@ def test_max_error_fraction_is_a_share():
                       "max_error_fraction": 1.5})
     assert parse_config({"tasks": ["halogen/code"], "models": [{"id": "a", "backend": "replay"}]}) \
         .max_error_fraction == 0.1
+
+
+def test_a_task_named_twice_is_refused():
+    """It would score every generation of the task twice."""
+    with pytest.raises(ConfigError, match=r"tasks: .*task\(s\) named more than once: \['halogen/code'\]"):
+        parse_config({"tasks": ["halogen/code", "halogen/rationalization_binary", "halogen/code"],
+                      "models": [{"id": "a", "backend": "replay"}]})

@@ -762,3 +762,13 @@ def test_shared_model_cache_component() -> None:
         cache = next(v for v in group["template"]["spec"]["volumes"] if v["name"] == "model-cache")
         assert cache == {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}}
     _check_pod_security(docs)
+
+
+def test_the_image_holds_no_local_virtualenv():
+    """make test leaves .venv-vllm (GBs) and .venv-uv beside .venv: none of them goes into the image."""
+    import fnmatch
+
+    ignored = [line.strip() for line in (ROOT / "cluster" / "Dockerfile.dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith(("#", "!"))]
+    for folder in (".venv/", ".venv-vllm/", ".venv-uv/"):
+        assert any(fnmatch.fnmatch(folder, pattern) for pattern in ignored), folder

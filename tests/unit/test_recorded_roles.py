@@ -29,8 +29,12 @@ def _notes_provider(resolver, subject):
     return {"k1": "plain", "k2": ("noted", {"list_split": "x"})}
 
 
-def test_answers_by_key_alternatives_and_notes_and_counts_a_missing_record():
-    backend = RecordedProvider("rec", f"{__name__}:_notes_provider", RESOLVER)
+def test_answers_by_key_alternatives_and_notes_and_counts_a_missing_record(monkeypatch):
+    from halluscope.models import recorded
+
+    ref = f"{__name__}:_notes_provider"
+    monkeypatch.setattr(recorded, "recorded_steps", lambda: {ref: _notes_provider})  # as if a benchmark declared it
+    backend = RecordedProvider("rec", ref, RESOLVER)
     done = backend.answer([GenerationRequest("t", "i", "p", "nope k1", "m"),
                                    GenerationRequest("t", "i", "p", "k2", "m"),
                                    GenerationRequest("t", "i", "p", "k3", "m")])
@@ -39,9 +43,22 @@ def test_answers_by_key_alternatives_and_notes_and_counts_a_missing_record():
     assert done[2].error == NO_RECORD and done[2].attempts == 0
 
 
-def test_a_provider_that_cannot_be_loaded_is_named():
-    with pytest.raises(ValueError, match="no_such_module"):
-        load_provider("no_such_module:replies")
+def test_only_recorded_steps_a_benchmark_declares_are_loaded():
+    """A config is data: naming any other module:function imports nothing."""
+    with pytest.raises(ValueError, match=r"recorded steps 'os:system' are not declared by a registered benchmark "
+                                         r"\(declared: halluscope.halogen.recorded:replies\)"):
+        load_provider("os:system")
+    assert load_provider(STEPS).__name__ == "replies"
+
+
+def test_a_config_naming_other_code_is_refused_when_read():
+    from halluscope.config.load import parse_config
+    from halluscope.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"models.1 \('judge'\): params.steps os:system is not declared"):
+        parse_config({"tasks": ["halogen/code"], "models": [
+            {"id": "m", "backend": "replay"},
+            {"id": "judge", "role": "judge", "backend": "recorded", "params": {"steps": "os:system"}}]})
 
 
 def _config():

@@ -19,7 +19,7 @@ from halluscope.contract.roles import AnswerFormat, Calls, RoleCall
 from halluscope.contract.task import Item
 from halluscope.hallulens import judging
 from halluscope.halogen import prompts as halogen_prompts
-from halluscope.halogen.benchmark import TASKS as HALOGEN_TASKS
+from halluscope.halogen.tasks import TASKS as HALOGEN_TASKS
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.cache import CachedBackend, call_key
 from halluscope.models.model import Model

@@ -15,7 +15,7 @@ from halluscope.config.schema import ReplayModel, RunConfig
 from halluscope.contract.benchmark import KnowledgeFile
 from halluscope.errors import ConfigError, clip
 from halluscope.sources import system_path_problem, url_scheme
-from halluscope.task_registry import benchmark_of, benchmarks, get_task, unknown_task
+from halluscope.task_registry import benchmark_of, benchmarks, get_task, recorded_steps, unknown_task
 
 
 def _moved() -> dict[tuple[str, ...], list[str]]:
@@ -179,6 +179,16 @@ def check_knowledge_sources(cfg: RunConfig, source: str) -> None:
             system_path_problem(folder)
         if problem:
             raise ConfigError(f"invalid run config {source}: {field}: {clip(folder)} {problem}")
+
+
+def check_recorded_steps(cfg: RunConfig, source: str) -> None:
+    """A config is data: the only code it may name is a registered benchmark's recorded steps."""
+    declared = recorded_steps()
+    for i, m in enumerate(cfg.models):
+        steps = getattr(m.params, "steps", None) if m.backend == "recorded" else None
+        if steps is not None and steps not in declared:
+            raise ConfigError(f"invalid run config {source}: models.{i} ('{m.id}'): params.steps {clip(steps)} is "
+                              f"not declared by a registered benchmark (declared: {', '.join(sorted(declared))})")
 
 
 def check_replay_paths(cfg: RunConfig, source: str) -> None:

@@ -15,6 +15,7 @@ from halluscope.config.checks import (
     check_data_dir,
     check_knowledge_sources,
     check_moved_keys,
+    check_recorded_steps,
     check_replay_paths,
     check_task_names,
     check_task_needs,
@@ -42,6 +43,7 @@ def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -
     except ValidationError as err:
         raise ConfigError(validation_message(err, source)) from None
     check_replay_paths(cfg, source)
+    check_recorded_steps(cfg, source)
     check_task_names(cfg.tasks, source)
     check_benchmark_options(cfg, source)
     check_knowledge_sources(cfg, source)

@@ -515,6 +515,15 @@ class RunConfig(_Strict):
         """The run id is the run's folder under storage.root."""
         return v if v is None else checked(v, run_id_problem, ValueError)
 
+    @field_validator("tasks")
+    @classmethod
+    def _unique_tasks(cls, v: list[str]) -> list[str]:
+        """A task named twice would score every generation of it twice."""
+        dupes = sorted({t for t in v if v.count(t) > 1})
+        if dupes:
+            raise ValueError(f"task(s) named more than once: {dupes}")
+        return v
+
     @field_validator("models")
     @classmethod
     def _unique_model_ids(cls, v: list[Any]) -> list[Any]:

@@ -80,6 +80,10 @@ class Benchmark:
     # the ``scores`` columns its metrics read (the run reads no others when every benchmark of it
     # names them: prompts and atoms are most of the table); None: every column
     score_columns: Sequence[str] | None = None
+    # the answers of a released model's recorded pipeline steps by content key, (data resolver,
+    # model) -> answers, that a ``backend: recorded`` role model names as ``module:function``: the
+    # only code a run config may name (None: the benchmark has none)
+    recorded_steps: Callable[[Any, str], Any] | None = None
     # what a scripted stand-in extractor answers to this benchmark's role prompts (None: a prompt
     # it does not recognise), so drills and tests run its LLM-verified paths without a model
     stand_in: Callable[[str], str | None] | None = None

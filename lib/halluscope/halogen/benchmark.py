@@ -1,5 +1,5 @@
-"""HALOGEN registered with the engine: its nine tasks under each rule set, in the order of the
-paper's Table 1, its ``benchmarks.halogen`` options and its metrics."""
+"""HALOGEN registered with the engine: its tasks (``tasks.py``), its ``benchmarks.halogen``
+options, its metrics and the recorded steps of its released models."""
 
 from __future__ import annotations
 
@@ -8,22 +8,12 @@ from collections.abc import Sequence
 from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.metrics import MetricRecord
 from halluscope.halogen.attribution.cli import add_parser as add_attribute_parser
-from halluscope.halogen.biographies import Biographies
-from halluscope.halogen.code import CodePackages
-from halluscope.halogen.grounded import simplification, summarization
-from halluscope.halogen.historical_events import HistoricalEvents
-from halluscope.halogen.lists import FalsePresuppositions, RationalizationNumerical
 from halluscope.halogen.metrics import SCORE_COLUMNS, averages, task_metrics
 from halluscope.halogen.options import MOVED, NAME, HalogenOptions, describe_knowledge
-from halluscope.halogen.paper import RULE_SETS
-from halluscope.halogen.rationalization_binary import RationalizationBinary
-from halluscope.halogen.references import References
+from halluscope.halogen.recorded import replies
 from halluscope.halogen.report import sections
 from halluscope.halogen.stand_in import extract
-
-TASKS = [task(rules) for rules in RULE_SETS
-         for task in (CodePackages, References, summarization, simplification, Biographies, HistoricalEvents,
-                      FalsePresuppositions, RationalizationBinary, RationalizationNumerical)]
+from halluscope.halogen.tasks import TASKS
 
 
 def _metrics(inputs: MetricInputs) -> list[MetricRecord]:
@@ -38,5 +28,6 @@ def _summarize(per_task: Sequence[MetricRecord]) -> list[MetricRecord]:
 BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, metrics_per_model=True,
                       summarize=_summarize, score_columns=SCORE_COLUMNS,
                       stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
+                      recorded_steps=replies,
                       commands=add_attribute_parser,  # halluscope attribute RUN: section 5's analysis
                       description="HALOGEN: nine domains, paper rules and corrected rules")

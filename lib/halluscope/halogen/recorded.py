@@ -18,7 +18,6 @@ from typing import Any
 import pyarrow as pa
 
 from halluscope.halogen import paper
-from halluscope.halogen.benchmark import TASKS
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.steps import (
     FACT_VERDICT,
@@ -31,6 +30,7 @@ from halluscope.halogen.steps import (
     recorded_path,
     step_keys,
 )
+from halluscope.halogen.tasks import TASKS
 from halluscope.knowledge.index_cache import cached_table
 from halluscope.sources import DataResolver
 

@@ -10,7 +10,6 @@ unverified, never guessed.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -18,6 +17,7 @@ from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
 from halluscope.models.provider import LocalProvider, ProviderKind
 from halluscope.sources import DataResolver
+from halluscope.task_registry import recorded_steps
 
 if TYPE_CHECKING:
     from halluscope.config.schema import RecordedModel
@@ -36,14 +36,13 @@ Replies = Callable[[DataResolver, str], Answers]
 
 def load_provider(ref: str) -> Replies:
     """``package.module:function`` -> the function that maps (resolver, subject model) to the
-    recorded answers by content key; a benchmark names its own in the run config."""
-    module, _, attr = ref.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"recorded steps provider {ref!r} cannot be loaded: {err}") from None
-    if not callable(fn):
-        raise ValueError(f"recorded steps provider {ref!r} is not callable")
+    recorded answers by content key, one a registered benchmark declares (``recorded_steps``): a
+    config names code, and is refused, only through the benchmarks installed."""
+    declared = recorded_steps()
+    fn = declared.get(ref)
+    if fn is None:
+        raise ValueError(f"recorded steps {ref!r} are not declared by a registered benchmark "
+                         f"(declared: {', '.join(sorted(declared)) or 'none'})")
     return fn
 
 

@@ -599,3 +599,16 @@ def test_chromium_draws_14_crowded_labels_without_overlap(tmp_path):
         centres = [((m[0] + m[2]) / 2, (m[1] + m[3]) / 2) for m in markers]
         assert not [(a, c) for a in labels for c in centres if _meets(a, (c[0] - 3, c[1] - 3, c[0] + 3, c[1] + 3))]
 
+
+
+def test_a_scatter_of_thousands_of_models_places_no_label(monkeypatch):
+    """Label placement checks each candidate box against every box taken: square in the points.
+    Beyond MAX_LABELLED points none is placed; every point is still drawn, with its tooltip."""
+    placed = []
+    real = svg._place
+    monkeypatch.setattr(svg, "_place", lambda *a: placed.append(1) or real(*a))
+    many = [svg.StyledPoint(f"m{i}", (i % 97) / 97, (i % 89) / 89, svg.style(i)) for i in range(2000)]
+    chart = svg.scatter(many, "t", "x", "y")
+    assert placed == [] and chart.count("<title>") == 2000 and 'class="label"' not in chart
+    few = many[:svg.MAX_LABELLED]
+    assert 'class="label"' in svg.scatter(few, "t", "x", "y") and len(placed) == svg.MAX_LABELLED

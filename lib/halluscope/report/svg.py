@@ -156,6 +156,7 @@ def _nice_max(values: Sequence[float | None]) -> float:
 
 
 Box = tuple[float, float, float, float]
+MAX_LABELLED = 60  # points a scatter labels; more are named by the legend and their tooltips
 
 
 def _overlap(a: Box, b: Box) -> float:
@@ -184,7 +185,9 @@ def scatter(points: Sequence[StyledPoint], title: str, x_label: str, y_label: st
             width: int = 600, height: int = 420) -> str:
     """Points on axes that zoom to the data, each labelled where its label fits without touching
     another label or point (a label moved away from its point gets a thin leader line); the
-    page's legend, by shape and colour, names every point, labelled or not."""
+    page's legend, by shape and colour, names every point, labelled or not. Beyond
+    ``MAX_LABELLED`` points none is labelled: a chart that size has no room for labels, and
+    placing them costs the square of the points (each against every box taken)."""
     drawn = [(p, p.x, p.y) for p in points if p.x is not None and p.y is not None]
     f = _Frame(width, height, 52, 16, 28, 44, _nice_max([y for _, _, y in drawn]))
     x_max = _nice_max([x for _, x, _ in drawn])
@@ -200,8 +203,8 @@ def scatter(points: Sequence[StyledPoint], title: str, x_label: str, y_label: st
     xy = [(p, f.left + f.plot_w * min(max(px, 0.0), x_max) / x_max, f.py(py)) for p, px, py in drawn]
     taken: list[Box] = [(x - 8, y - 8, x + 8, y + 8) for _, x, y in xy]
     bounds = (float(f.left), float(f.top), float(width - f.right), float(f.top + f.plot_h))
-    labels = []
-    for p, x, y in sorted(xy, key=lambda t: (t[1], t[2])):
+    labels: list[str] = []
+    for p, x, y in sorted(xy, key=lambda t: (t[1], t[2])) if len(xy) <= MAX_LABELLED else []:
         text = _short(p.label, 26)
         placed = _place(x, y, CHAR_W * len(text) + 2, taken, bounds)
         if placed is None:

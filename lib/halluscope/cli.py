@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, user_error
+from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, StorageFull, user_error
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
@@ -30,7 +30,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     run_id = args.run_id or cfg.run_id or default_run_id(cfg)
     try:
         result = run(cfg, run_id=run_id, progress=not args.quiet, retry_failed=not args.keep_failed)
-    except StorageError:
+    except StorageError as err:
+        if isinstance(err, StorageFull):  # its manifest may be unwritable too: the command, whatever it says
+            print(f"halluscope: once space is freed, resume run {run_id} (committed work is kept):\n"
+                  f"  {_resume_command(args, run_id)}", file=sys.stderr)
         raise  # nothing was recorded where the storage does not answer, and asking it again takes as long
     except (Exception, KeyboardInterrupt):
         hint = _resume_hint(cfg, args, run_id)
@@ -73,10 +76,13 @@ def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
         return None
     if not manifest or manifest.get("status") not in ("failed", "interrupted"):
         return None
-    words = [_prog(), "run", *([args.config] if args.config else []), "--run-id", run_id,
-             *(["--storage-root", args.storage_root] if args.storage_root else [])]
     return (f"halluscope: run {run_id} is recorded as {manifest['status']}; to resume it (committed work is "
-            f"kept):\n  {shlex.join(words)}")
+            f"kept):\n  {_resume_command(args, run_id)}")
+
+
+def _resume_command(args: argparse.Namespace, run_id: str) -> str:
+    return shlex.join([_prog(), "run", *([args.config] if args.config else []), "--run-id", run_id,
+                       *(["--storage-root", args.storage_root] if args.storage_root else [])])
 
 
 def _prog() -> str:

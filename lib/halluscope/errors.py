@@ -26,6 +26,10 @@ class StorageError(HalluscopeError):
     such bucket, access denied."""
 
 
+class StorageFull(StorageError):
+    """No space left (or a quota reached) where the run writes: resumable once space is freed."""
+
+
 class RunError(HalluscopeError):
     """A run cannot start or continue (e.g. resuming with a different config)."""
 

@@ -197,3 +197,34 @@ def test_rows_that_failed_transiently_are_done_again_when_the_run_is_resubmitted
     assert manifest["counts"]["batches_redone"] >= 1 and server.calls - calls == 4  # the rest from the cache
     ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()
     assert len(ids) == len(set(ids)) == 12
+
+
+def test_a_full_disk_is_one_line_naming_the_file_leaves_no_temporary_and_resumes(tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    import yaml
+
+    from halluscope.cli import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text(yaml.safe_dump(_config(f"file://{tmp_path / 'runs'}")))
+    real_fsync, writes = os.fsync, []
+
+    def full(fd: int) -> None:  # the disk fills up after the run's first few files
+        writes.append(fd)
+        if len(writes) > 6:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["run", str(cfg_path), "--run-id", "full", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write " in err and "No space left on device" in err and "Traceback" not in err
+    assert "--run-id full" in err  # the command that resumes it
+    assert not [p for p in (tmp_path / "runs").rglob(".tmp-*")]
+    monkeypatch.setattr(os, "fsync", real_fsync)  # space freed
+    assert main(["run", str(cfg_path), "--run-id", "full", "--quiet"]) == 0
+    ids = RunStore(Location.from_url(f"file://{tmp_path / 'runs'}"), "full").read_table("scores", ["gen_id"])
+    assert ids.num_rows == len(set(ids.column("gen_id").to_pylist())) == 48

@@ -12,7 +12,7 @@ import ray
 
 from halluscope.config.schema import RunConfig
 from halluscope.cost.shared import check_services, record_run_usage
-from halluscope.errors import Interrupted, RunError, Superseded, error_summary, stop_signals
+from halluscope.errors import Interrupted, RunError, StorageError, Superseded, error_summary, stop_signals
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
@@ -78,8 +78,8 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
                         reason=why if interrupted else error_summary(err),
                         finished_at=dt.datetime.now(dt.UTC).isoformat())
         store.write_json("manifest.json", manifest)
-    except (Superseded, OSError):
-        pass  # the error that stopped the run is the one to report
+    except (Superseded, OSError, StorageError):
+        pass  # the error that stopped the run is the one to report (a full disk takes the manifest too)
 
 
 def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool) -> RunResult:

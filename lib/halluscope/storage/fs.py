@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from halluscope.errors import ConfigError, StorageError
+from halluscope.errors import ConfigError, StorageError, StorageFull
 
 if TYPE_CHECKING:  # storage sits below config: it reads a spec's fields, never builds one
     from halluscope.storage.spec import StorageSpec
@@ -111,16 +112,25 @@ class Location:
         """Readers see the old object or the whole new one, never a half-written file.
 
         Object stores commit an object only when its upload completes; a local (or other POSIX)
-        filesystem gets a temporary name in the same folder and a rename."""
+        filesystem gets a temporary name in the same folder and a rename. A full disk (or a quota)
+        leaves no temporary behind and is one line naming the file."""
         if isinstance(self.fs, LocalFileSystem):
             parent = os.path.dirname(self.path)
             os.makedirs(parent, exist_ok=True)
             tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(self.path)}")
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except OSError as err:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+                if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise StorageFull(f"cannot write {self.path}: {os.strerror(err.errno)} "
+                                       f"({len(data):,} bytes); free space and resume the run") from None
+                raise
         else:
             self.fs.pipe_file(self.path, data)
 

@@ -3,7 +3,7 @@
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 MAX_SHOWN_CHARS = 200  # of a value echoed in an error message: a 100 MB path is not printed whole
@@ -53,13 +53,14 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if 
 
 
 @contextmanager
-def stop_signals() -> Iterator[None]:
+def stop_signals() -> Iterator[Callable[[], None]]:
     """SIGTERM and SIGHUP raise ``Interrupted`` while the block runs (a run then records why it
     stopped, as for Ctrl-C); the handlers before are restored afterwards. The first signal only: a
-    second one while the run unwinds (removing its deployments) is ignored. Python takes signals in
-    the main thread alone, so elsewhere this does nothing."""
+    second one while the run unwinds (removing its deployments) is ignored. Yields ``rearm``, which
+    installs them again after something replaced them (``ray.init`` puts in its own, which outlives
+    ``ray.shutdown``). Python takes signals in the main thread alone, so elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda: None
         return
     raised: list[int] = []
 
@@ -68,9 +69,13 @@ def stop_signals() -> Iterator[None]:
             raised.append(signum)
             raise Interrupted(signum)
 
+    def rearm() -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, stop)
+
     before = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
-        yield
+        yield rearm
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)

@@ -105,3 +105,29 @@ def test_stop_signals_raise_once_and_only_in_the_main_thread(unhandled):
     thread.start()
     thread.join()
     assert errors == []
+
+
+def test_sigterm_after_the_pipeline_is_recorded_though_ray_replaced_the_handler(tmp_path, capsys, monkeypatch,
+                                                                                 unhandled):
+    """A stop while the results are aggregated, after the pipeline left another handler in place
+    (ray.init's outlives ray.shutdown; here the default, which would end the process without a
+    word), records the run interrupted, as one during the pipeline does."""
+    from halluscope.pipeline import finish, runner
+
+    pipeline, aggregate = runner._pipeline, finish.aggregate
+
+    def pipeline_then_replaced(*args, **kwargs):
+        out = pipeline(*args, **kwargs)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        return out
+
+    def stopped_while_aggregating(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        return aggregate(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_pipeline", pipeline_then_replaced)
+    monkeypatch.setattr(finish, "aggregate", stopped_while_aggregating)
+    path = _replay_config(tmp_path, ["p0", "p1"])
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 143
+    _check_recorded(tmp_path, capsys, path, "SIGTERM")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import time
+from collections.abc import Callable
 
 import ray
 
@@ -50,8 +51,8 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_
     root.check_reachable("storage.root")  # in seconds, one line naming the URL (botocore retries for a minute)
     store = RunStore(root, run_id)
     try:
-        with stop_signals():  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            return _run(cfg, store, progress, retry_failed)
+        with stop_signals() as rearm:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            return _run(cfg, store, progress, retry_failed, rearm)
     except SystemExit as err:
         # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
         if err.code != signal.SIGTERM:
@@ -82,11 +83,14 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         pass  # the error that stopped the run is the one to report (a full disk takes the manifest too)
 
 
-def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool) -> RunResult:
+def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, rearm: Callable[[], None]
+         ) -> RunResult:
     started = time.time()
     run = ResolvedRun.of(cfg)
     opened = _open(run, store, retry_failed)
-    return finish(run, store, opened, _pipeline(run, store, opened, progress), started)
+    executed = _pipeline(run, store, opened, progress)
+    rearm()  # Ray's handler, put in by ray.init, exits the process: the rest of the run records a stop too
+    return finish(run, store, opened, executed, started)
 
 
 def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opened:

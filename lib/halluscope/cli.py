@@ -74,7 +74,7 @@ def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
         manifest = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id).read_json("manifest.json")
     except (OSError, HalluscopeError):
         return None
-    if not manifest or manifest.get("status") not in ("failed", "interrupted"):
+    if not manifest or manifest.get("status") not in ("failed", "interrupted", "over_budget"):
         return None
     return (f"halluscope: run {run_id} is recorded as {manifest['status']}; to resume it (committed work is "
             f"kept):\n  {_resume_command(args, run_id)}")

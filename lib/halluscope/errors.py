@@ -30,6 +30,11 @@ class StorageFull(StorageError):
     """No space left (or a quota reached) where the run writes: resumable once space is freed."""
 
 
+class OverBudget(HalluscopeError):
+    """What a running run has spent crossed ``costs.budget_usd``: it stops, its committed work kept,
+    and resumes under a raised budget."""
+
+
 class RunError(HalluscopeError):
     """A run cannot start or continue (e.g. resuming with a different config)."""
 

@@ -228,3 +228,37 @@ def test_a_full_disk_is_one_line_naming_the_file_leaves_no_temporary_and_resumes
     assert main(["run", str(cfg_path), "--run-id", "full", "--quiet"]) == 0
     ids = RunStore(Location.from_url(f"file://{tmp_path / 'runs'}"), "full").read_table("scores", ["gen_id"])
     assert ids.num_rows == len(set(ids.column("gen_id").to_pylist())) == 48
+
+
+def test_a_run_whose_spend_crosses_its_budget_stops_there_and_resumes_under_a_raised_one(tmp_path, monkeypatch):
+    """The plan assumed one-token answers (max_tokens 1), the endpoint answers at length: the
+    estimate passes the budget, what the calls cost does not. The run stops over_budget once its
+    committed spend crosses it, and resumes under a raised budget to every id once."""
+    from tests.support.openai_server import OpenAIStubServer
+
+    from halluscope.errors import OverBudget
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("as_of: '2026-01-01'\nsource: test prices\n"
+                      "api_usd_per_million_tokens: {stub: {input: 10000.0, output: 10000.0}}\n")  # a cent a token
+    with OpenAIStubServer() as server:
+        def cfg(budget: float):
+            return parse_config({
+                "storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"], "limits": {"max_items_per_task": 12},
+                "concurrency": {"batch_size": 2, "generate_batch_size": 2},
+                "costs": {"price_table": str(prices), "budget_usd": budget},
+                "models": [{"id": "stub", "backend": "openai",
+                            "params": {"base_url": server.base_url, "sampling": {"max_tokens": 1}}}]})
+
+        store = RunStore(Location.from_url(f"file://{tmp_path}"), "b")
+        with pytest.raises(OverBudget, match=r"costs.budget_usd \$5.00 crossed: \$[0-9.]+ spent so far"):
+            run(cfg(5.0), run_id="b", progress=False)
+        manifest = store.read_json("manifest.json")
+        assert manifest["status"] == "over_budget" and "raise the budget and resume" in manifest["reason"]
+        stopped_at = store.read_table("scores", ["gen_id"]).num_rows
+        assert 0 < stopped_at < 12
+        resumed = run(cfg(100.0), run_id="b", progress=False)
+    assert resumed.failure is None and resumed.processed == 12 - stopped_at
+    ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 12

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -114,11 +114,31 @@ def ledger(tally: CallTally, models: list[ModelSpec], deployments: list[dict], p
     return pa.Table.from_pylist(rows, schema=COSTS)
 
 
+def service_tokens_usd(spec: ModelSpec, prices: PriceTable | None, service: str, input_tokens: int,
+                       output_tokens: int) -> tuple[float, str]:
+    """A model listed under a shared service is priced by the service's time, unless the price
+    table lists it per token: a hosted API is what it is, whatever service line names it."""
+    usd = prices.tokens_usd(spec.api_model, input_tokens, output_tokens) if prices else None
+    if usd is None:
+        return 0.0, f"priced by the time of shared service '{service}' (stage shared)"
+    return usd, f"a hosted API, priced per token although listed under shared service '{service}'"
+
+
+def calls_usd(tally: CallTally, models: Sequence[ModelSpec], prices: PriceTable | None,
+              services: Mapping[str, str]) -> float:
+    """The dollars of the calls tallied so far, the unpriced left out: what a running run has
+    spent on calls (its deployments' time is priced apart)."""
+    specs = {m.id: m for m in models}
+    return math.fsum(usd for (model, _, _), a in tally.acc.items()
+                     for usd, _ in [_calls_usd(specs[model], a, prices, services.get(model), True)]
+                     if usd is not None)
+
+
 def _calls_usd(spec: ModelSpec, a: dict, prices: PriceTable | None, service: str | None,
                deployed: bool) -> tuple[float | None, str | None]:
     """The dollars of one (model, task, stage) row of calls, and why it is 0 or unpriced."""
     if service is not None:
-        return 0.0, f"priced by the time of shared service '{service}' (stage shared)"
+        return service_tokens_usd(spec, prices, service, a["input_tokens"], a["output_tokens"])
     if spec.billing == "free" or a["calls"] == 0:
         return 0.0, None  # recorded answers and cache hits cost nothing
     if spec.billing == "in_process":

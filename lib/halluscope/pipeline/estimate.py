@@ -43,7 +43,7 @@ from typing import cast
 from halluscope.config.schema import ModelSpec, RunConfig, ServedModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
-from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE
+from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
@@ -244,7 +244,7 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
         row.usd, row.note = 0.0, IN_PROCESS
     elif spec.billing == "tokens":
         if spec.id in shared:
-            row.usd, row.note = 0.0, f"priced by the time of shared service '{shared[spec.id]}' (stage shared)"
+            row.usd, row.note = service_tokens_usd(spec, prices, shared[spec.id], tin, tout)
         elif prices is None:
             row.note = NO_PRICE_TABLE
         else:

@@ -50,6 +50,7 @@ class StageInputs:
     tracker: Progress
     estimate: Plan | None = None  # the run's, made once when it opened: the waves' jobs
     deployments: list[Deployment] = field(default_factory=list)  # the waves', as they happen
+    on_commit: Callable[[str], None] | None = None  # told each committed batch's key (spend.BudgetWatch)
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
@@ -88,18 +89,23 @@ def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: li
     generate = stages.Generate(models, {}, run.cache) if _live(models) else None
     evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size)
     ctx = ctx or expansion(cfg, store, work)
+    size = cfg.concurrency.generate_batch_size  # as Ray Data batches generation: what a budget stop waits for
     for block in blocks:
         for batch in expand_unit(block, ctx, done):
-            yield from evaluate(generate(batch) if generate else batch)
+            for start in range(0, batch.num_rows, size):
+                chunk = batch.slice(start, size)
+                yield from evaluate(generate(chunk) if generate else chunk)
 
 
-def _tracked(committed: Iterable[pa.Table], tracker: Progress) -> tuple[int, set[str]]:
+def _tracked(committed: Iterable[pa.Table], w: StageInputs) -> tuple[int, set[str]]:
     """The generations and keys of the parts committed (Evaluate's output), tracked as they come."""
     processed, keys = 0, set()
     for batch in committed:
         for r in batch.to_pylist():
-            tracker.add(r["model"], r["task"], r["rows"], r["failed"])
+            w.tracker.add(r["model"], r["task"], r["rows"], r["failed"])
             processed += r["rows"]
+            if r["key"] not in keys and w.on_commit is not None:
+                w.on_commit(r["key"])
             keys.add(r["key"])
     return processed, keys
 
@@ -266,7 +272,7 @@ def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], sta
     in between, sized apart from evaluation (``staged``: models that generated earlier in the run
     answer from there). ``in_driver``: the same stages in this process instead (``in_process``)."""
     if in_driver:
-        return _tracked(driver_batches(w.run, w.store, w.plan, blocks, w.done, models, w.ctx), w.tracker)
+        return _tracked(driver_batches(w.run, w.store, w.plan, blocks, w.done, models, w.ctx), w)
     run, cfg = w.run, w.run.cfg
     conc = cfg.concurrency
     rows = sum(w.plan.totals.get(unit, 0) for b in blocks
@@ -290,4 +296,4 @@ def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], sta
                         # the last ends (with one, actors idled a quarter of the time between
                         # blocks); more would queue behind a busy actor while another runs dry
                         compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=2))
-    return _tracked(ds.iter_batches(batch_size=None, batch_format="pyarrow"), w.tracker)
+    return _tracked(ds.iter_batches(batch_size=None, batch_format="pyarrow"), w)

@@ -13,7 +13,15 @@ import ray
 
 from halluscope.config.schema import RunConfig
 from halluscope.cost.shared import check_services, record_run_usage
-from halluscope.errors import Interrupted, RunError, StorageError, Superseded, error_summary, stop_signals
+from halluscope.errors import (
+    Interrupted,
+    OverBudget,
+    RunError,
+    StorageError,
+    Superseded,
+    error_summary,
+    stop_signals,
+)
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
@@ -22,6 +30,7 @@ from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
 from halluscope.pipeline.schedule import check_cpus, check_fits, cpu_demand, job_of, scheduled
+from halluscope.pipeline.spend import BudgetWatch
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
 from halluscope.pipeline.workset import plan_work
@@ -72,10 +81,11 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         return
     interrupted = isinstance(err, KeyboardInterrupt)
     why = str(err) if isinstance(err, Interrupted) else "interrupted (Ctrl-C)"
+    status = "interrupted" if interrupted else "over_budget" if isinstance(err, OverBudget) else "failed"
     try:
         store.check_owner()
         manifest = store.read_json("manifest.json") or {"run_id": store.run_id}
-        manifest.update(status="interrupted" if interrupted else "failed",
+        manifest.update(status=status,
                         reason=why if interrupted else error_summary(err),
                         finished_at=dt.datetime.now(dt.UTC).isoformat())
         store.write_json("manifest.json", manifest)
@@ -154,8 +164,10 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
             roles = [m for m in cfg.models if not scheduled(m)]
             with served(roles, cfg.serve_http_port, scope=store.run_id) as (endpoints, out.deployments):
                 w = StageInputs(run, store, work, done, endpoints, tracker, opened.estimate)
-                tracker.views.append(lambda: {"spend_so_far_usd": spend_so_far(cfg, run.prices, w.deployments,
-                                                                                out.window[0])})
+                held_usd = lambda: spend_so_far(cfg, run.prices, w.deployments, out.window[0])  # noqa: E731
+                tracker.views.append(lambda: {"spend_so_far_usd": held_usd()})
+                if cfg.costs.budget_usd is not None:
+                    w.on_commit = BudgetWatch(run, store, cfg.costs.budget_usd, held_usd).committed
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog, \
                         tracker.written_meanwhile():
                     out.processed, out.mine, out.schedule = in_waves(w, watchdog, out.budget, here)

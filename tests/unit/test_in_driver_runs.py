@@ -257,7 +257,7 @@ def test_a_run_whose_spend_crosses_its_budget_stops_there_and_resumes_under_a_ra
         manifest = store.read_json("manifest.json")
         assert manifest["status"] == "over_budget" and "raise the budget and resume" in manifest["reason"]
         stopped_at = store.read_table("scores", ["gen_id"]).num_rows
-        assert 0 < stopped_at < 12
+        assert 0 < stopped_at < 12, stopped_at
         resumed = run(cfg(100.0), run_id="b", progress=False)
     assert resumed.failure is None and resumed.processed == 12 - stopped_at
     ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()

@@ -7,33 +7,22 @@ its model answer in one (a request without a format keys as it always did). Entr
 workers and many runs can add to one cache without locks. Only successful calls are cached.
 
 Only parts this cache wrote are read back (``read_calls``, the one reader: the Generate stage,
-the role calls and ``halluscope plan`` all go through it). A part is named by the sha256 of its
-bytes, ``part-<sha256>.parquet``, and is used only when
-
-- its bytes still hash to its name (a part altered after it was written is not used),
-- it is a Parquet file with the call-cache schema,
-- on a local root: it is a regular file directly in the model's folder, neither of them a
-  symbolic link (lstat, never followed), owned by this user and writable by no one else. On S3
-  and other object stores there are no owners or links; the digest is what is checked there
-  (whoever can write the bucket is trusted, as they are for the run's results).
-
-Anything else in the folder - a planted or altered part, a foreign file (``evil.pkl``), a part
-that is not Parquet, a part written by an older halluscope (``part-<16 hex>.parquet``, named by
-its keys, not by its bytes, so it cannot be verified: treated as foreign and its calls made
-again) - is skipped with a warning naming the file and the reason (once per file per process),
-counted in ``CacheRead.skipped`` / ``CachedBackend.skipped``, and never fails the run: its calls
-are cache misses. A model folder that is a symbolic link (or not a folder) is not read at all and
-no new answers are written into it.
+the role calls and ``halluscope plan`` all go through it), through ``storage.verified``: named
+by the sha256 of their bytes, regular files of this user that no one else may write. Anything
+else in the folder - a planted or altered part, a foreign file (``evil.pkl``), a part written by
+an older halluscope (``part-<16 hex>.parquet``, named by its keys, not by its bytes, so it cannot
+be verified) - is skipped with a warning naming the file and the reason, counted in
+``CacheRead.skipped`` / ``CachedBackend.skipped``, and never fails the run: its calls are cache
+misses. A model folder that is a symbolic link (or not a folder) is not read at all and no new
+answers are written into it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -43,23 +32,15 @@ from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.base import GenerationRequest, ModelBackend, constrains_answers
 from halluscope.records import CALL_CACHE
-from halluscope.storage.fs import Location, UntrustedPath, list_private, read_private, write_private
-from halluscope.storage.run import read_parquet, table_to_bytes
+from halluscope.storage.fs import Location, UntrustedPath
+from halluscope.storage.run import table_to_bytes
+from halluscope.storage.verified import read_parts, skip, write_part
 
 GENERATION_TEMPLATE = "raw-prompt-v1"  # a generation sends the item's prompt as the only user message
 
 logger = logging.getLogger(__name__)
 
-_PART = re.compile(r"part-([0-9a-f]{64})\.parquet")
 _LEGACY_PART = re.compile(r"part-[0-9a-f]{16}\.parquet")
-_FIELDS = [(f.name, f.type) for f in CALL_CACHE]
-_skipped: dict[str, str] = {}  # url -> reason, every file or folder skipped in this process
-_skipped_lock = threading.Lock()
-
-
-def part_name(data: bytes) -> str:
-    """The name a part's bytes are stored under: their sha256."""
-    return f"part-{hashlib.sha256(data).hexdigest()}.parquet"
 
 
 def model_folder(cache: Location, model_id: str) -> Location:
@@ -67,19 +48,11 @@ def model_folder(cache: Location, model_id: str) -> Location:
     return cache.child(model_id.replace("/", "__"))
 
 
-def skipped_parts() -> dict[str, str]:
-    """Every cache file or folder skipped in this process so far, with the reason."""
-    with _skipped_lock:
-        return dict(_skipped)
-
-
-def _skip(found: dict[str, str], url: str, reason: str, consequence: str) -> None:
-    found[url] = reason
-    with _skipped_lock:
-        first = url not in _skipped
-        _skipped[url] = reason
-    if first:
-        logger.warning("call cache: skipping %s: it %s; %s", url, reason, consequence)
+def _foreign(name: str) -> str:
+    if _LEGACY_PART.fullmatch(name):
+        return ("was written by an older halluscope (named by its keys, not by the sha256 of its bytes), so its "
+                "content cannot be verified; delete it to silence this warning")
+    return "is not a part this cache wrote (parts are named part-<sha256 of their bytes>.parquet)"
 
 
 @dataclass
@@ -92,51 +65,21 @@ class CacheRead:
     writable: bool = True
 
 
-def _part_table(folder: Location, name: str) -> tuple[pa.Table | None, str]:
-    """A checked part's table, or None and why it is not used."""
-    found = _PART.fullmatch(name)
-    if found is None:
-        if _LEGACY_PART.fullmatch(name):
-            return None, ("was written by an older halluscope (named by its keys, not by the sha256 of its "
-                          "bytes), so its content cannot be verified; delete it to silence this warning")
-        return None, "is not a part this cache wrote (parts are named part-<sha256 of their bytes>.parquet)"
-    try:
-        data = read_private(folder, name)
-    except UntrustedPath as err:
-        return None, err.reason
-    except OSError as err:
-        return None, f"cannot be read ({err.strerror or err})"
-    if hashlib.sha256(data).hexdigest() != found[1]:
-        return None, "does not hash to the sha256 in its name (altered after it was written)"
-    try:
-        table = read_parquet(io.BytesIO(data))
-    except (pa.ArrowException, OSError, ValueError) as err:
-        return None, f"is not a readable Parquet file ({type(err).__name__})"
-    if [(f.name, f.type) for f in table.schema] != _FIELDS:
-        return None, "does not have the call-cache columns"
-    return table, ""
-
-
 def read_calls(cache: Location, model_id: str) -> CacheRead:
     """The cached answers of ``model_id``: the one reader of the call cache (see the module's
     docstring for what is used and what is skipped)."""
     folder = model_folder(cache, model_id)
     out = CacheRead()
     try:
-        names = list_private(folder)
+        for table in read_parts(folder, CALL_CACHE, "call cache", "its answers are not used (the calls are made again)",
+                                out.skipped, _foreign):
+            for row in table.to_pylist():
+                if isinstance(row["key"], str) and isinstance(row["text"], str):
+                    out.entries[row["key"]] = row
     except UntrustedPath as err:
         out.writable = False
-        _skip(out.skipped, err.url, err.reason,
-              f"no cached answers of {model_id} are read from it and none are added to it")
-        return out
-    for name in names:
-        table, why = _part_table(folder, name)
-        if table is None:
-            _skip(out.skipped, folder.child(name).url, why, "its answers are not used (the calls are made again)")
-            continue
-        for row in table.to_pylist():
-            if isinstance(row["key"], str) and isinstance(row["text"], str):
-                out.entries[row["key"]] = row
+        skip(out.skipped, "call cache", err.url, err.reason,
+             f"no cached answers of {model_id} are read from it and none are added to it")
     return out
 
 
@@ -185,10 +128,11 @@ class CachedBackend:
             return
         data = table_to_bytes(pa.Table.from_pylist(rows, schema=CALL_CACHE))
         try:
-            write_private(self.loc, part_name(data), data)
+            write_part(self.loc, data)
         except UntrustedPath as err:
             self._read.writable = False
-            _skip(self._read.skipped, err.url, err.reason, f"new answers of {self.model_id} are not cached")
+            skip(self._read.skipped, "call cache", err.url, err.reason,
+                 f"new answers of {self.model_id} are not cached")
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         entries = self._load()

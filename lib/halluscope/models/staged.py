@@ -11,18 +11,21 @@ from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
 from halluscope.models.provider import LocalProvider
 from halluscope.records import NOT_STAGED, STAGED, generation_id, transient_error
-from halluscope.storage.fs import Location
-from halluscope.storage.run import read_parquet
+from halluscope.storage.fs import Location, UntrustedPath
+from halluscope.storage.verified import read_parts, skip
 
 
 def read_staged(loc: Location, columns: list[str] | None = None) -> pa.Table:
-    """Every staged part of one model (empty when none)."""
-    tables = []
-    for name in sorted(loc.list_names()):
-        if name.endswith(".parquet"):
-            part = loc.child(name)
-            with part.fs.open(part.path, "rb") as f:
-                tables.append(read_parquet(f, columns=columns, schema=STAGED))
+    """Every staged part of one model that its run wrote (``storage.verified``: named by the
+    sha256 of its bytes, a file of this user no one else may write); a planted, altered or linked
+    part is skipped with a warning, and its rows are generated again. Empty when none."""
+    skipped: dict[str, str] = {}
+    try:
+        tables = [t.select(columns) if columns else t for t in read_parts(
+            loc, STAGED, "staged generations", "its rows are generated again", skipped)]
+    except UntrustedPath as err:
+        skip(skipped, "staged generations", err.url, err.reason, "none of its rows is used")
+        tables = []
     return pa.concat_tables(tables) if tables else STAGED.empty_table().select(columns or STAGED.names)
 
 

@@ -24,9 +24,10 @@ from halluscope.models.cache import GENERATION_TEMPLATE
 from halluscope.models.registry import Context, client
 from halluscope.models.staged import read_staged, settled
 from halluscope.pipeline.workset import Expansion, expand_unit
-from halluscope.records import STAGED, GenerationIds, stable_id, transient_error
+from halluscope.records import STAGED, GenerationIds, transient_error
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
+from halluscope.storage.verified import write_part
 
 if TYPE_CHECKING:
     from halluscope.serving.app import ServedEndpoint
@@ -100,8 +101,7 @@ def generate_model(spec: ModelSpec, endpoint: ServedEndpoint, blocks: list[pa.Ta
             {"gen_id": r["gen_id"], "text": c.text, "input_tokens": c.input_tokens, "output_tokens": c.output_tokens,
              "latency_s": c.latency_s, "attempts": c.attempts, "cached": bool(c.extra.get("cached")),
              "error": c.error} for r, c in zip(chunk, answers)]
-        name = f"part-{stable_id(*sorted(r['gen_id'] for r in chunk))}.parquet"
-        out.child(name).write_bytes_atomic(table_to_bytes(pa.Table.from_pylist(rows, schema=STAGED)))
+        write_part(out, table_to_bytes(pa.Table.from_pylist(rows, schema=STAGED)))  # named by its digest
         return len(rows)
 
     return sum(one(chunk) for chunk in _chunks(_rows(blocks, ctx, done, staged), batch_size))

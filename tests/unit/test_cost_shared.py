@@ -1,6 +1,7 @@
 """Shared services' time charged to the runs that used it (halluscope.cost.shared): usage records
 under <root>/_shared/services/, each run's share of overlapping intervals, and the ledger rows."""
 
+import datetime as dt
 import json
 import math
 
@@ -45,7 +46,18 @@ NOW = 100 * HOUR
 
 @pytest.fixture()
 def root(tmp_path):
-    return Location.from_url(str(tmp_path / "runs"))
+    """A storage root where the runs these tests name exist (a usage record of a run that does not
+    is not read), each alive from the epoch to NOW."""
+    loc = Location.from_url(str(tmp_path / "runs"))
+    for run_id in ("a", "b", "other", "alone", "r"):
+        lived(loc, run_id)
+    return loc
+
+
+def lived(root, run_id, created_at=0.0, finished_at=None):
+    iso = lambda t: None if t is None else dt.datetime.fromtimestamp(t, dt.UTC).isoformat()  # noqa: E731
+    root.child(run_id, "manifest.json").write_bytes_atomic(json.dumps(
+        {"run_id": run_id, "created_at": iso(created_at), "finished_at": iso(finished_at)}).encode())
 
 
 def rows(root, run_id, start, end, cfg=CFG, prices=None):
@@ -117,7 +129,7 @@ def test_usage_records_are_json_under_the_root_and_resumes_add_intervals(root):
     # an unreadable record is skipped and said so
     root.child("_shared", "services", "halluscope-serve", "broken.json").write_bytes_atomic(b"{not json")
     assert set(usage(root, "halluscope-serve")[0]) == {"r"} and usage(root, "halluscope-serve")[1] == 1
-    assert "1 unreadable usage record(s) ignored" in rows(root, "r", None, None)[0]["note"]
+    assert "1 usage record(s) skipped: unreadable, or not what they claim" in rows(root, "r", None, None)[0]["note"]
 
 
 def test_calls_to_served_models_are_priced_by_the_service_not_by_tokens(root):
@@ -187,3 +199,26 @@ def test_services_are_distinct_and_name_http_models_of_the_run():
                              "costs": {"shared_services": [{"name": "s", "usd_per_hour": 1, "models": ["m"]}]}})
     with pytest.raises(ConfigError, match=r"backend \(scripted\) is not an API billed per token"):
         check_services(scripted.costs.shared_services, scripted.models)
+
+
+def test_a_usage_record_bills_only_the_run_it_lies_under_inside_its_lifetime(root):
+    """Planted records: one naming a run that does not exist (it would cut every other run's share),
+    one under a run's name that names another run inside, one with an interval long before the run
+    was created (it would bill the run for years), one with a time that is not a number."""
+    folder = root.child("_shared", "services", "halluscope-serve")
+    record_usage(root, "halluscope-serve", "r", 0, HOUR)
+    lived(root, "young", created_at=50 * HOUR, finished_at=60 * HOUR)
+
+    def plant(name, doc):
+        folder.child(f"{name}.json").write_bytes_atomic(json.dumps(doc).encode())
+
+    for i in range(99):
+        plant(f"ghost{i}", {"service": "halluscope-serve", "run_id": f"ghost{i}", "intervals": [[0, HOUR]]})
+    plant("a", {"service": "halluscope-serve", "run_id": "r", "intervals": [[0, HOUR]]})
+    plant("young", {"service": "halluscope-serve", "run_id": "young", "intervals": [[0, 60 * HOUR]]})
+    plant("b", {"service": "halluscope-serve", "run_id": "b", "intervals": [[0, "NaN"]]})
+    runs, skipped = usage(root, "halluscope-serve", NOW)
+    assert set(runs) == {"r"} and skipped == 102
+    (row,) = rows(root, "r", None, None)
+    assert math.isclose(row["resource_seconds"], HOUR)  # alone: the ghosts cut nothing
+    assert "102 usage record(s) skipped" in row["note"]

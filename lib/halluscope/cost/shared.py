@@ -19,13 +19,23 @@ aggregates while another is still running sees that one's open interval and spli
 An interval never closed (its attempt died) ends where the same run's next attempt starts, and
 counts for at most ``MAX_OPEN_S`` after its start.
 
+A record is read back only as what it claims to be: the run it bills is the one its file is named
+after (the ``run_id`` and ``service`` inside must agree), that run exists under the storage root
+(its ``manifest.json``), and every interval is a pair of finite times inside that run's lifetime
+(from its manifest's ``created_at``, a minute of slack either side, to its ``finished_at``, or now
+while it runs). On a local root the file must also be a regular file of this user that no one
+else may write (``storage.fs.read_private``). Anything else is skipped and counted: a planted
+record can neither bill a run for time it did not live nor cut another run's share.
+
 Calls to a model a shared service serves are then not priced by tokens: the ledger gives those
 rows 0 and the service's row carries the run's share (``ledger(..., extra_rows=service_rows(...))``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -34,14 +44,15 @@ from halluscope.config.schema import CostSpec, ModelSpec
 from halluscope.cost.ledger import NO_PRICE_TABLE
 from halluscope.cost.prices import PriceTable
 from halluscope.errors import ConfigError
-from halluscope.storage.fs import Location
-from halluscope.storage.names import check_run_id
+from halluscope.storage.fs import Location, UntrustedPath, read_private
+from halluscope.storage.names import check_run_id, run_id_problem
 
 SERVICES = "_shared/services"  # under the storage root; a run id cannot start with "_"
 # an interval whose run never recorded its end counts this long at most: the RayJob's
 # activeDeadlineSeconds (k8s/base/rayjob.yaml) stops an attempt after 24 hours
 MAX_OPEN_S = 86400.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_SLACK_S = 60.0  # clocks of the pods that write a run's records and its manifest may differ this much
 
 Service = CostSpec.SharedService
 Interval = tuple[float, float | None]
@@ -104,20 +115,41 @@ def check_services(shared_services: Sequence[Service], models: Sequence[ModelSpe
         raise ConfigError("costs.shared_services: " + "; ".join(problems))
 
 
-def usage(root: Location, service: str) -> tuple[dict[str, list[Interval]], int]:
-    """Every run's recorded intervals of ``service``, and the number of unreadable records skipped."""
+def usage(root: Location, service: str, now: float | None = None) -> tuple[dict[str, list[Interval]], int]:
+    """Every run's recorded intervals of ``service``, and the number of records skipped (unreadable,
+    or not what they claim: see the module's docstring)."""
     loc = usage_location(root, service)
+    now = time.time() if now is None else now
     runs: dict[str, list[Interval]] = {}
     bad = 0
     for name in loc.list_names():
         if not name.endswith(".json"):
             continue
+        run_id = name[:-len(".json")]
         try:
-            doc = json.loads(loc.child(name).read_bytes())
-            runs[str(doc.get("run_id") or name[:-len(".json")])] = _intervals(doc)
-        except (ValueError, TypeError, AttributeError, KeyError):
+            doc = json.loads(read_private(loc, name))
+            if run_id_problem(run_id) or doc.get("run_id") != run_id or doc.get("service") != service:
+                raise ValueError("names another run or service than its file")
+            intervals = _intervals(doc)
+            if not _lived(root, run_id, intervals, now):
+                raise ValueError("lies outside its run's lifetime, or its run does not exist")
+            runs[run_id] = intervals
+        except (ValueError, TypeError, AttributeError, KeyError, OSError, UntrustedPath):
             bad += 1
     return runs, bad
+
+
+def _lived(root: Location, run_id: str, intervals: list[Interval], now: float) -> bool:
+    """Whether every interval is finite, ordered and inside the run's lifetime (its manifest)."""
+    try:
+        manifest = json.loads(root.child(run_id, "manifest.json").read_bytes())
+        born = dt.datetime.fromisoformat(manifest["created_at"]).timestamp() - _SLACK_S
+        ended = manifest.get("finished_at")
+        died = (dt.datetime.fromisoformat(ended).timestamp() if ended else now) + _SLACK_S
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all(math.isfinite(s) and born <= s <= died
+               and (e is None or (math.isfinite(e) and s <= e <= died)) for s, e in intervals)
 
 
 def charged_seconds(own: Iterable[Interval], others: Iterable[Iterable[Interval]], now: float) -> float:
@@ -165,7 +197,7 @@ def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service]
     now = time.time() if now is None else now
     rows = []
     for service in services_of(shared_services, models):
-        runs, bad = usage(root, service.name)
+        runs, bad = usage(root, service.name, now)
         own = [iv for iv in runs.pop(run_id, []) if start is None or iv[0] != start]
         if start is not None and end is not None:
             own.append((start, end))
@@ -178,7 +210,7 @@ def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service]
         sharing = sum(_overlap(mine, _union(o, now)) for o in runs.values())
         basis = (f"{share:,.0f} s charged of {used:,.0f} s in use, shared with {sharing} other run(s)"
                  + (f" at ${rate:,.2f}/h" if rate is not None else "")
-                 + (f"; {bad} unreadable usage record(s) ignored" if bad else ""))
+                 + (f"; {bad} usage record(s) skipped: unreadable, or not what they claim" if bad else ""))
         rows.append({"model": service.name, "role": "service", "task": "*", "stage": "shared", "calls": 0,
                      "cached_calls": 0, "failed_calls": 0, "input_tokens": 0, "output_tokens": 0,
                      "resource": service.resource, "resource_seconds": share,

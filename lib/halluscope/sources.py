@@ -146,6 +146,8 @@ def _live_pypi_names() -> bytes:
 def _fetch_any(url: str) -> bytes:
     import fsspec
 
+    import halluscope.storage.fs  # noqa: F401 - its fsspec defaults bound every S3 request
+
     try:
         with fsspec.open(url, "rb") as src:
             return src.read()

@@ -204,3 +204,21 @@ def test_a_run_store_on_s3_through_the_container_credentials_chain(
         loc.write_bytes_atomic(b'{"attempt": 1}')
         assert loc.read_bytes() == b'{"attempt": 1}'
     assert calls and calls[0]["path"] == "/v1/credentials" and calls[0]["authorization"] == "pod-identity-token"
+
+
+def test_an_s3_path_under_a_local_root_is_addressed_as_configured_and_bounded(monkeypatch: pytest.MonkeyPatch
+                                                                              ) -> None:
+    """cache.root: s3://... beside a local storage root takes the section's endpoint and keys (it
+    went to the default chain, and with ambient credentials to AWS itself), and no request waits
+    longer than the timeouts."""
+    from halluscope.storage.fs import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Location
+
+    monkeypatch.setenv("HS_TEST_KEY", "AKIDEXAMPLE")
+    monkeypatch.setenv("HS_TEST_SECRET", "not-a-real-secret")
+    local = StorageSpec(root="file:///tmp/runs", endpoint_url="http://127.0.0.1:9", **KEYS)
+    opts = storage_options(local, "s3://cache-bucket/calls")
+    assert opts["client_kwargs"]["endpoint_url"] == "http://127.0.0.1:9" and opts["key"] == "AKIDEXAMPLE"
+    assert (opts["config_kwargs"]["connect_timeout"], opts["config_kwargs"]["read_timeout"]) == (
+        CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+    fs = Location.from_url("s3://cache-bucket/calls", local).fs
+    assert fs.client_kwargs["endpoint_url"] == "http://127.0.0.1:9" and fs.key == "AKIDEXAMPLE"

@@ -78,6 +78,8 @@ def read_yaml(uri: str, what: str = "run config", storage_options: dict | None =
     anchors or aliases, strings at most MAX_VALUE_CHARS long; every refusal is one line."""
     import fsspec
 
+    import halluscope.storage.fs  # noqa: F401 - its fsspec defaults bound every S3 request
+
     shown = clip(uri)
     try:
         with fsspec.open(uri, "r", encoding="utf-8", **(storage_options or {})) as f:

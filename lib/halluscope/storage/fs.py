@@ -61,11 +61,24 @@ def _static_keys(spec: StorageSpec) -> dict:
     return {}
 
 
-def storage_options(spec: StorageSpec) -> dict:
-    """fsspec options for a StorageSpec; credentials come from the named environment variables,
-    else from botocore's default chain (see `_static_keys`)."""
+CONNECT_TIMEOUT_S = 10.0  # an S3 endpoint that does not accept the connection in this long is down
+READ_TIMEOUT_S = 120.0  # nor one that accepted it and sends nothing back in this long
+# ... also for the S3 paths opened without a storage section (a config's URL, a knowledge file,
+# a download): fsspec's defaults for every S3 filesystem made without config_kwargs of its own
+fsspec.config.conf.setdefault("s3", {}).setdefault(
+    "config_kwargs", {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
+                      "retries": {"max_attempts": 4, "mode": "standard"}})
+
+
+def storage_options(spec: StorageSpec, url: str | None = None) -> dict:
+    """fsspec options for a path of the storage section ``spec`` (``url``, its root by default):
+    an S3 path, the root or another (a call cache, a knowledge file), is addressed as the section
+    configures, endpoint and credentials from its named environment variables, else from
+    botocore's default chain (see `_static_keys`), never from a default it was not given. Every
+    S3 request connects within ``CONNECT_TIMEOUT_S`` and answers within ``READ_TIMEOUT_S``, retried
+    by botocore: no path hangs a run."""
     opts: dict = {}
-    if spec.root.startswith("s3://"):
+    if (url or spec.root).startswith("s3://"):
         client_kwargs: dict = {}
         if spec.endpoint_url:
             client_kwargs["endpoint_url"] = spec.endpoint_url
@@ -75,7 +88,8 @@ def storage_options(spec: StorageSpec) -> dict:
             opts["client_kwargs"] = client_kwargs
         opts.update(_static_keys(spec))
         # transient S3 errors (throttling, 5xx, dropped connections) are retried by botocore
-        opts.setdefault("config_kwargs", {"retries": {"max_attempts": 8, "mode": "adaptive"}})
+        opts.setdefault("config_kwargs", {"retries": {"max_attempts": 8, "mode": "adaptive"},
+                                          "connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S})
     return opts
 
 
@@ -88,7 +102,7 @@ class Location:
 
     @classmethod
     def from_url(cls, url: str, spec: StorageSpec | None = None) -> Location:
-        opts = storage_options(spec) if spec and url.startswith("s3://") else {}
+        opts = storage_options(spec, url) if spec and url.startswith("s3://") else {}
         if url.startswith("file://"):
             url = os.path.abspath(url[len("file://"):])
         fs, path = fsspec.core.url_to_fs(url, **opts)

@@ -772,3 +772,30 @@ def test_the_image_holds_no_local_virtualenv():
                if line.strip() and not line.startswith(("#", "!"))]
     for folder in (".venv/", ".venv-vllm/", ".venv-uv/"):
         assert any(fnmatch.fnmatch(folder, pattern) for pattern in ignored), folder
+
+
+@pytest.mark.parametrize("overlay", ["base", "dev", "prod"])
+def test_every_overlay_runs_a_config_and_an_entrypoint_this_repository_ships(overlay):
+    """`kubectl apply -k` starts a RayJob on $(HALLUSCOPE_CONFIG): its file name must be one of the
+    shipped configs (uploaded to the bucket), and the entrypoint's script must exist."""
+    shipped = {p.name for d in ("jobs/configs", "lib/halluscope/configs") for p in (ROOT / d).glob("*.yaml")}
+    docs = kubectl_kustomize(overlay)
+    (settings,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "halluscope-settings"]
+    assert settings["data"]["HALLUSCOPE_CONFIG"].rsplit("/", 1)[-1] in shipped
+    for job in (d for d in docs if d["kind"] == "RayJob"):
+        script = job["spec"]["entrypoint"].split()[1]
+        assert (ROOT / script).is_file(), script
+
+
+def test_only_head_pods_mount_a_service_account_token():
+    """The head's autoscaler scales through the Kubernetes API; workers and the submitter call none."""
+    for doc in kubectl_kustomize("base"):
+        spec = doc.get("spec", {})
+        cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig") or (spec if doc["kind"] == "RayCluster"
+                                                                                 else None)
+        if cluster is None:
+            continue
+        for group in cluster["workerGroupSpecs"]:
+            assert group["template"]["spec"]["automountServiceAccountToken"] is False, (doc["kind"], group["groupName"])
+        if doc["kind"] == "RayJob":
+            assert spec["submitterPodTemplate"]["spec"]["automountServiceAccountToken"] is False

@@ -3,6 +3,12 @@
 Computed from the ``scores`` table read back from storage, with sums over rows (never means of
 shard means). Generations that failed are excluded and counted as errors; items with no recorded
 response (not in a replay file) are excluded and counted apart, as missing: they are not failures.
+
+Each figure comes with its standard error and a 95% interval (``stderr``, ``ci95``, ``method``):
+the response ratio, the hallucination score and the utility score are means over the items (one
+generation per prompt: the prompt is the sampled unit), so their errors are the analytic ones of a
+mean; the micro score is a ratio of sums over responses, whose error is the delta method's,
+clustered by response. The averages over tasks are unweighted means of independent task means.
 """
 
 from __future__ import annotations
@@ -22,6 +28,41 @@ AVG_REFUSAL = "halogen/avg-refusal"
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
+
+
+Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+MEAN_SE = "analytic standard error of a mean over items (one generation per prompt)"
+RATIO_SE = "delta-method standard error of a ratio of sums, clustered by response"
+TASK_MEAN_SE = "standard error of an unweighted mean of independent task means"
+
+
+def mean_se(values: list[float]) -> float | None:
+    """s / sqrt(n), s the sample standard deviation; None below two values."""
+    n = len(values)
+    return float(np.std(np.asarray(values, float), ddof=1) / math.sqrt(n)) if n > 1 else None
+
+
+def proportion_se(k: int, n: int) -> float | None:
+    """``mean_se`` of n values of which k are 1 and the rest 0."""
+    return math.sqrt(k / n * (1 - k / n) / (n - 1)) if n > 1 else None
+
+
+def ratio_se(num: list[float], den: list[float]) -> float | None:
+    """Of sum(num) / sum(den) over n clusters: sqrt(n / (n - 1) * sum((num_i - R den_i)^2)) / sum(den)."""
+    n, total = len(num), math.fsum(den)
+    if n < 2 or not total:
+        return None
+    x, y = np.asarray(num, float), np.asarray(den, float)
+    r = x.sum() / total
+    return float(math.sqrt(n / (n - 1) * float(((x - r * y) ** 2).sum())) / total)
+
+
+def _bars(values: dict[str, float | None], errors: dict[str, float | None], methods: dict[str, str]) -> dict:
+    """``stderr``, ``ci95`` and ``method`` of a record's figures (None where a figure or its error is)."""
+    def interval(value: float | None, se: float | None) -> list[float] | None:
+        return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
+
+    return {"stderr": errors, "ci95": {k: interval(v, errors.get(k)) for k, v in values.items()}, "method": methods}
 
 
 TOP_UNITS = 30  # most frequent unsupported units kept per (model, task)
@@ -44,13 +85,17 @@ def _sums(scores: pa.Table, counted: pa.ChunkedArray) -> dict[tuple[str, str], d
         "n_errors": pc.not_equal(error, MISSING).fill_null(False), "n_responded": counted,
         **{k: pc.if_else(counted, scores.column(k).cast(pa.int64()), zero)
            for k in ("n_atoms", "n_unsupported", "n_unverified")},
-        "g": pc.if_else(scored, scores.column("g"), None), "f": pc.if_else(counted, scores.column("f"), None)})
+        "g": pc.if_else(scored, scores.column("g"), None), "f": pc.if_else(counted, scores.column("f"), None),
+        # per responded generation: its unsupported and its verified atoms, the micro score's clusters
+        "u": pc.if_else(counted, scores.column("n_unsupported").cast(pa.int64()), None),
+        "v": pc.if_else(counted, pc.subtract(scores.column("n_atoms").cast(pa.int64()),
+                                             scores.column("n_unverified").cast(pa.int64())), None)})
     counts = ["n_items", "n_errors", "n_missing", "n_responded", "n_atoms", "n_unsupported", "n_unverified"]
+    lists = ["g", "f", "u", "v"]
     grouped = flags.group_by(["model", "task"], use_threads=False).aggregate(
-        [(k, "sum") for k in counts] + [("g", "list"), ("f", "list")])
+        [(k, "sum") for k in counts] + [(k, "list") for k in lists])
     return {(r["model"], r["task"]): {**{k: r[f"{k}_sum"] for k in counts},
-                                      "g": [v for v in r["g_list"] if v is not None],
-                                      "f": [v for v in r["f_list"] if v is not None]}
+                                      **{k: [v for v in r[f"{k}_list"] if v is not None] for k in lists}}
             for r in grouped.to_pylist()}
 
 
@@ -102,19 +147,27 @@ def task_metrics(scores: pa.Table) -> list[dict]:
     top = _top_unsupported(scores, counted)
     out = []
     for (model, task), a in sorted(acc.items()):
-        out.append({
-            "model": model, "task": task, "task_kind": kinds[task],
-            "n_items": int(a["n_items"]), "n_errors": int(a["n_errors"]), "n_missing": int(a["n_missing"]),
-            "n_responded": int(a["n_responded"]),
-            "n_atoms": int(a["n_atoms"]), "n_unsupported": int(a["n_unsupported"]),
-            "n_unverified": int(a["n_unverified"]),
+        figures = {
             "response_ratio": _ratio(a["n_responded"], a["n_items"]),
             # macro, as the paper defines it: mean over responded generations of f(y)
             "hallucination_score": _ratio(math.fsum(a["f"]), a["n_responded"]),
             # micro: unsupported atoms over verified atoms, pooled over responded generations
             "hallucination_score_micro": _ratio(a["n_unsupported"], a["n_atoms"] - a["n_unverified"]),
             "utility_score": _ratio(math.fsum(a["g"]), a["n_items"]),
+        }
+        errors = {"response_ratio": proportion_se(int(a["n_responded"]), int(a["n_items"])),
+                  "hallucination_score": mean_se(a["f"]),
+                  "hallucination_score_micro": ratio_se(a["u"], a["v"]),
+                  "utility_score": mean_se(a["g"])}
+        out.append({
+            "model": model, "task": task, "task_kind": kinds[task],
+            "n_items": int(a["n_items"]), "n_errors": int(a["n_errors"]), "n_missing": int(a["n_missing"]),
+            "n_responded": int(a["n_responded"]),
+            "n_atoms": int(a["n_atoms"]), "n_unsupported": int(a["n_unsupported"]),
+            "n_unverified": int(a["n_unverified"]),
+            **figures,
             "top_unsupported": top.get((model, task), []),
+            **_bars(figures, errors, {k: RATIO_SE if k == "hallucination_score_micro" else MEAN_SE for k in figures}),
         })
     return out
 
@@ -140,9 +193,14 @@ def averages(per_task: list[dict]) -> list[dict]:
         rec = {"model": model, "task": task + (CORRECTED if rules == "corrected" else ""), "task_kind": kind,
                "aggregate": True, "n_tasks": len(rows), "n_items": sum(r["n_items"] for r in rows),
                "n_errors": sum(r["n_errors"] for r in rows)}
+        errors: dict[str, float | None] = {}
         for key in ("response_ratio", "hallucination_score", "hallucination_score_micro", "utility_score"):
-            vals = [r[key] for r in rows if r[key] is not None and not math.isnan(r[key])]
-            rec[key] = sum(vals) / len(vals) if vals else None
+            used = [r for r in rows if r[key] is not None and not math.isnan(r[key])]
+            rec[key] = sum(r[key] for r in used) / len(used) if used else None
+            ses = [r.get("stderr", {}).get(key) for r in used]
+            errors[key] = (math.sqrt(math.fsum(se * se for se in ses)) / len(used)
+                           if used and all(se is not None for se in ses) else None)
+        rec.update(_bars({k: rec[k] for k in errors}, errors, dict.fromkeys(errors, TASK_MEAN_SE)))
         out.append(rec)
     return out
 

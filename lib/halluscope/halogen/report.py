@@ -165,6 +165,7 @@ def _task_table(task: str, rows: list[dict], twins: dict[str, dict]) -> Table:
     """One task's records: ours, the released numbers and the difference, and, for a paper task
     run beside its ``@corrected`` twin, the corrected rules' numbers."""
     columns = [Column("model"), Column("n", ","), *(Column(c, ".3f") for c in ("H", "H micro", "R", "U")),
+               *(Column(c, ".4f") for c in ("H s.e.", "U s.e.")),
                *(Column(c, ".3f") for c in ("H released", "R released", "U released")),
                *(Column(c, "+.4f") for c in ("dH", "dR"))]
     columns += [Column(c, ".3f") for c in ("H corrected", "R corrected", "U corrected")] if twins else []
@@ -172,7 +173,9 @@ def _task_table(task: str, rows: list[dict], twins: dict[str, dict]) -> Table:
     lines = []
     for r in rows:
         pub = published(r["model"], task) or {}
+        errors = r.get("stderr") or {}
         line = [r["model"], r.get("n_items"), *(_value(r.get(k)) for k in (H, "hallucination_score_micro", R, U)),
+                *(_value(errors.get(k)) for k in (H, U)),
                 *(_value(pub.get(k)) for k in (H, R, U)), *(_delta(r.get(k), pub.get(k)) for k in (H, R))]
         if twins:
             twin = twins.get(r["model"], {})
@@ -180,7 +183,10 @@ def _task_table(task: str, rows: list[dict], twins: dict[str, dict]) -> Table:
         lines.append(line + [r.get("n_errors"), r.get("n_missing", 0)])
     kind = rows[0].get("task_kind")
     title = f"{task} ({kind}-based): {RULES[rule_set(task)]}{', corrected rules beside them' if twins else ''}"
-    return Table(title, columns, lines, collapsed=True)
+    return Table(title, columns, lines, collapsed=True, notes=[
+        "s.e.: the standard error of H and U over the task's items (metrics.json has every figure's 95% interval "
+        "and how it was computed); two models whose H differ by less than about twice their combined s.e. are not "
+        "told apart by these items."])
 
 
 def per_task(records: list[dict]) -> Section | None:

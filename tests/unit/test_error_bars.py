@@ -1,0 +1,61 @@
+"""Standard errors beside HALOGEN's figures, checked against an independent computation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy import stats
+
+from halluscope.halogen.metrics import Z95, averages, mean_se, proportion_se, ratio_se, task_metrics
+
+RNG = np.random.default_rng(7)
+
+
+def test_the_error_of_a_mean_is_scipys_sem():
+    values = RNG.random(57).tolist()
+    assert mean_se(values) == pytest.approx(stats.sem(values))
+    flags = (RNG.random(80) < 0.3).astype(float)
+    assert proportion_se(int(flags.sum()), 80) == pytest.approx(stats.sem(flags))
+    assert mean_se([0.5]) is None and proportion_se(1, 1) is None
+
+
+def test_the_ratio_error_is_the_linearised_variance_of_its_clusters():
+    num, den = RNG.integers(0, 6, 40).astype(float), RNG.integers(1, 9, 40).astype(float)
+    r = num.sum() / den.sum()
+    # the delta method by hand: the ratio's influence of each cluster, its sample variance over n
+    z = (num - r * den) / den.mean()
+    assert ratio_se(num.tolist(), den.tolist()) == pytest.approx(stats.sem(z))
+    # clusters of unequal size: more spread than a mean over atoms would claim
+    atoms = np.repeat(num / den, den.astype(int))
+    assert ratio_se(num.tolist(), den.tolist()) != pytest.approx(stats.sem(atoms))
+
+
+def _scores(model: str, n: int, p_respond: float) -> list[dict]:
+    rows = []
+    for _ in range(n):
+        responded = bool(RNG.random() < p_respond)
+        atoms = int(RNG.integers(1, 6)) if responded else 0
+        bad = int(RNG.integers(0, atoms + 1)) if responded else 0
+        rows.append({"model": model, "task": "halogen/code", "task_kind": "response", "error": None,
+                     "responded": responded, "n_atoms": atoms, "n_unsupported": bad, "n_unverified": 0,
+                     "f": bad / atoms if atoms else None, "g": 1.0 - (bad / atoms if atoms else 0.0) if responded
+                     else 0.0})
+    return rows
+
+
+def test_every_task_record_carries_its_error_interval_and_method():
+    rows = _scores("a", 200, 0.8)
+    (rec,) = task_metrics(pa.Table.from_pylist(rows))
+    f = [r["f"] for r in rows if r["responded"]]
+    assert rec["stderr"]["hallucination_score"] == pytest.approx(stats.sem(f))
+    lo, hi = rec["ci95"]["hallucination_score"]
+    assert (lo + hi) / 2 == pytest.approx(rec["hallucination_score"]) and hi - lo == pytest.approx(
+        2 * Z95 * stats.sem(f))
+    assert rec["stderr"]["utility_score"] == pytest.approx(stats.sem([r["g"] for r in rows]))
+    assert set(rec["stderr"]) == set(rec["ci95"]) == set(rec["method"]) == {
+        "response_ratio", "hallucination_score", "hallucination_score_micro", "utility_score"}
+    (avg,) = averages([rec, {**rec, "task": "halogen/references"}])
+    assert avg["stderr"]["utility_score"] == pytest.approx(math.sqrt(2) * rec["stderr"]["utility_score"] / 2)

@@ -59,3 +59,16 @@ def test_every_task_record_carries_its_error_interval_and_method():
         "response_ratio", "hallucination_score", "hallucination_score_micro", "utility_score"}
     (avg,) = averages([rec, {**rec, "task": "halogen/references"}])
     assert avg["stderr"]["utility_score"] == pytest.approx(math.sqrt(2) * rec["stderr"]["utility_score"] / 2)
+
+
+def test_neighbours_in_the_ranking_are_told_apart_only_beyond_their_interval():
+    from halluscope.halogen.report import rank_separations, separated
+
+    def rec(model, h, se):
+        return {"model": model, "task": "halogen/code", "hallucination_score": h, "stderr": {"hallucination_score": se}}
+
+    a, b, c = rec("a", 0.10, 0.01), rec("b", 0.12, 0.01), rec("c", 0.30, 0.02)
+    assert separated(a, b) is False  # 0.02 < 1.96 * sqrt(2) * 0.01
+    assert separated(b, c) is True and separated(a, {"model": "x", "hallucination_score": 0.5}) is None
+    (row,) = rank_separations([c, a, b]).rows
+    assert row[:4] == ["halogen/code", 3, 1, 2] and row[4] == "a ≈ < b < c"

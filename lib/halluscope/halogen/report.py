@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Section, Series, Table
 from halluscope.halogen import causes
-from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
+from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, Z95, rule_set
 from halluscope.halogen.published import SOURCE, published
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 
@@ -249,12 +249,45 @@ def domain_bars(records: list[dict]) -> Section | None:
         "the task's items)."], parts=charts)
 
 
+def separated(a: dict, b: dict, key: str = H) -> bool | None:
+    """Whether two models' ``key`` differ by more than their 95% interval of the difference, taken
+    as unpaired (conservative: the correlation of answers to the same items is not used); None
+    when either lacks the figure or its error."""
+    va, vb = _value(a.get(key)), _value(b.get(key))
+    sa, sb = (_value((r.get("stderr") or {}).get(key)) for r in (a, b))
+    if va is None or vb is None or sa is None or sb is None:
+        return None
+    return abs(va - vb) > Z95 * math.hypot(sa, sb)
+
+
+def rank_separations(tasks: list[dict]) -> Table | None:
+    """Per task, the models ranked by H and how many neighbours in that ranking the errors tell apart."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for r in tasks:
+        if _value(r.get(H)) is not None:
+            by_task[r["task"]].append(r)
+    rows: list[list[Cell]] = []
+    for task, recs in sorted(by_task.items()):
+        ranked = sorted(recs, key=lambda r: (_value(r.get(H)) or 0.0, r["model"]))
+        told = [separated(a, b) for a, b in zip(ranked, ranked[1:])]
+        rows.append([task, len(ranked), sum(t is True for t in told), sum(t is not None for t in told),
+                     " < ".join(r["model"] + ("" if t is None or t else " ≈") for r, t in zip(ranked, [*told, None]))])
+    if not rows:
+        return None
+    return Table("Which neighbours in the H ranking differ", ["task", "models", "told apart", "pairs with errors",
+                                                              Column("ranking by H (≈: not told apart from the next)",
+                                                                     wrap=True)], rows, collapsed=True,
+                 notes=["Adjacent models in each task's H ranking, told apart when their difference exceeds its "
+                        "95% interval (errors taken as unpaired, which overstates it: the same items' answers "
+                        "are correlated)."])
+
+
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: HALOGEN's tables, then its charts (read from the records' flat objects)."""
     rows = [r.as_json() for r in records]
     tasks = [r for r in rows if not r.get("aggregate")]
     aggregates = [r for r in rows if r.get("aggregate")]
     parts = [*paper_tables(rows, "paper"), reproduction(tasks), *paper_tables(rows, "corrected"),
-             averages_table(aggregates), rejected_packages(tasks), per_task(tasks)]
+             averages_table(aggregates), rejected_packages(tasks), per_task(tasks), rank_separations(tasks)]
     main = Section("HALOGEN", [PREAMBLE], DEFINITIONS, [p for p in parts if p is not None])
     return [s for s in (main, refusal_scatter(aggregates), domain_bars(tasks)) if s is not None]

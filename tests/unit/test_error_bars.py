@@ -72,3 +72,14 @@ def test_neighbours_in_the_ranking_are_told_apart_only_beyond_their_interval():
     assert separated(b, c) is True and separated(a, {"model": "x", "hallucination_score": 0.5}) is None
     (row,) = rank_separations([c, a, b]).rows
     assert row[:4] == ["halogen/code", 3, 1, 2] and row[4] == "a ≈ < b < c"
+
+
+def test_the_plan_says_the_smallest_difference_each_task_can_detect():
+    from halluscope.pipeline.plan_view import detectable
+
+    found = detectable({"halogen/code": 1085, "halogen/references": 100, "empty": 0})
+    # (z_.975 + z_.8) * 0.5 * sqrt(2 / n): 0.060 with the code domain's 1,085 prompts
+    assert found["halogen/code"] == {"items": 1085, "difference": pytest.approx(0.0601, abs=5e-4)}
+    assert found["halogen/references"]["difference"] == pytest.approx(
+        (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.5 * math.sqrt(2 / 100))
+    assert "empty" not in found

@@ -52,7 +52,7 @@ from halluscope.knowledge.specs import evidence_words
 from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
 from halluscope.models.registry import predicted, revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
-from halluscope.pipeline.plan_view import Plan, PlanRow
+from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
 from halluscope.pipeline.schedule import Window, job_of, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.token_stats import TokenStats
@@ -110,6 +110,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     evidence = {t: evidence_words(cfg.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}
     items = item_source(cfg)
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
+    evaluated: dict[str, int] = defaultdict(int)  # task -> items a model under test is evaluated on
     for task_name in cfg.tasks:
         task = get_task(task_name)
         rule_of: dict[tuple[str, str], StageRule] = {(r.stage, r.role): r for r in task.cost_rules()}
@@ -121,6 +122,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
             if task_name not in cfg.tasks_of(m):  # models[].tasks: the run never makes this pair
                 continue
             listed = items.items(task_name, m.id)
+            evaluated[task_name] = max(evaluated[task_name], len(listed))
             new = done.unseen([generation_id(task_name, i.item_id, m.id) for i in listed])
             todo = [i for i, n in zip(listed, new) if n]
             with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
@@ -129,7 +131,9 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
             for stage, role in stages:
                 _add_role_stage(acc, roles[role], task_name, stage, role, m.id, with_text, shape, stats,
                                 rule_of.get((stage, role)))
-    return _price(cfg, acc, prices, o, stats)
+    priced = _price(cfg, acc, prices, o, stats)
+    priced.detectable = detectable(evaluated)
+    return priced
 
 
 def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool, stats: TokenStats,

@@ -42,6 +42,8 @@ class Plan:
     jobs: list[Job] = field(default_factory=list)  # the served models under test, with estimated times
     schedule: Schedule = field(default_factory=Schedule)  # their waves under the run's GPU budget
     budget: dict[str, float] | None = None
+    # task -> the smallest difference between two models its items can detect (``detectable``)
+    detectable: dict[str, dict] = field(default_factory=dict)
 
     @property
     def total_usd(self) -> float:
@@ -82,7 +84,7 @@ class Plan:
 
     def as_dict(self) -> dict:
         return {"rows": [asdict(r) for r in self.rows], "totals": self.totals(), "wall_hours": self.wall_hours,
-                "schedule": self.schedule_dict(), "notes": list(self.notes),
+                "schedule": self.schedule_dict(), "detectable": self.detectable, "notes": list(self.notes),
                 "options": self.options.model_dump(mode="json")}
 
     def schedule_lines(self) -> list[str]:
@@ -127,8 +129,26 @@ class Plan:
         if self.unpriced:
             lines.append("unpriced: " + "; ".join(sorted({f"{r.model} ({r.role}): {r.note}" for r in self.unpriced})))
         lines += self.schedule_lines()
+        if self.detectable:
+            lines += ["", f"smallest difference between two models each task can detect ({DETECTABLE}):",
+                      *(f"  {task}: {d['difference']:.3f} with {d['items']:,} items"
+                        for task, d in self.detectable.items())]
         lines += ["notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines)
+
+
+# a difference in a per-item figure in [0, 1] (a rate, a score), found at 80% power by a two-sided
+# 5% test between two models' independent samples of n items: (z_.975 + z_.8) * sd * sqrt(2 / n),
+# sd at its bound for such a figure, 0.5 (a figure spread less, or models compared on the same
+# items, pairs, detect smaller differences)
+_Z_ALPHA, _Z_POWER, SD_BOUND = 1.959963984540054, 0.8416212335729143, 0.5
+DETECTABLE = "80% power, 5% two-sided, a figure in [0, 1] at its largest spread, sd 0.5"
+
+
+def detectable(items: dict[str, int]) -> dict[str, dict]:
+    """task -> {items, difference}: what ``DETECTABLE`` says, for the items each task evaluates."""
+    return {task: {"items": n, "difference": (_Z_ALPHA + _Z_POWER) * SD_BOUND * math.sqrt(2 / n)}
+            for task, n in sorted(items.items()) if n > 0}
 
 
 def _clock(seconds: float) -> str:

@@ -211,6 +211,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_show(args: argparse.Namespace) -> int:
+    from halluscope.report.show import show
+    from halluscope.storage.run import RunStore
+
+    loc = Location.from_url(args.run_uri.rstrip("/"))
+    loc.check_reachable("run")
+    if not loc.child("manifest.json").exists():
+        raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
+    run_id = loc.path.rstrip("/").rsplit("/", 1)[-1]
+    store = RunStore(Location(loc.fs, loc.path.rstrip("/").rsplit("/", 1)[0]), run_id)
+    print(show(store, args.model, args.task, args.item, args.hallucinated))
+    return 0
+
+
 def _partial_report(loc) -> str:
     """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
     from halluscope.config.load import parse_config
@@ -269,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("run_uri")
     st.add_argument("--json", action="store_true", help="print it as JSON")
     st.set_defaults(fn=_cmd_status)
+    sh = sub.add_parser("show", help="the evidence behind a number: one response, its units and each verdict")
+    sh.add_argument("run_uri")
+    sh.add_argument("--model", required=True)
+    sh.add_argument("--task", required=True)
+    sh.add_argument("--item", help="the item to show (default: the first scored one)")
+    sh.add_argument("--hallucinated", action="store_true", help="the response with the most unsupported units")
+    sh.set_defaults(fn=_cmd_show)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")
     pl.add_argument("--stats", action="append", metavar="RUN_URI",

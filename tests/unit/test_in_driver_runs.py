@@ -262,3 +262,23 @@ def test_a_run_whose_spend_crosses_its_budget_stops_there_and_resumes_under_a_ra
     assert resumed.failure is None and resumed.processed == 12 - stopped_at
     ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()
     assert len(ids) == len(set(ids)) == 12
+
+
+def test_show_prints_a_response_its_units_and_each_verdict(tmp_path, monkeypatch, capsys):
+    from halluscope.cli import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = parse_config(_config(f"file://{tmp_path}"))
+    run(cfg, run_id="s", progress=False)
+    scores = RunStore(Location.from_url(f"file://{tmp_path}"), "s").read_table("scores").to_pylist()
+    worst = min((r for r in scores if r["model"] == "alpaca_7b" and r["task"] == "halogen/summarization"
+                 and (r["f"] or 0.0) > 0), key=lambda r: (-r["f"], r["item_id"]))  # the most hallucinated
+    assert main(["show", str(tmp_path / "s"), "--model", "alpaca_7b", "--task", "halogen/summarization",
+                 "--hallucinated"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"alpaca_7b on halogen/summarization, item {worst['item_id']} (run s)")
+    assert f"{worst['n_unsupported']} of {worst['n_atoms']} units unsupported" in out
+    assert out.count("UNSUPPORTED ") == worst["n_unsupported"] and "judge" in out
+    assert main(["show", str(tmp_path / "s"), "--model", "alpaca_7b", "--task", "halogen/summarization",
+                 "--item", "no-such-item"]) == 0
+    assert "no item no-such-item of model alpaca_7b" in capsys.readouterr().out

@@ -135,15 +135,6 @@ class Model:
                     self._opened = _Opened(loop, asyncio.Semaphore(provider.limits.calls_in_flight),
                                            Breaker(provider.limits.breaker_threshold))
         return self._opened
-        if self._opening is None or self._opened is not None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._opened is None or self._opened.loop is not loop:
-                provider = cast(RemoteProvider, self.provider)
-                await provider.open()
-                self._opened = _Opened(loop, asyncio.Semaphore(provider.limits.calls_in_flight),
-                                       Breaker(provider.limits.breaker_threshold))
-        return self._opened
 
     async def _send(self, opened: _Opened, requests: Sequence[GenerationRequest],
                     results: list[Completion | None], indices: list[int]) -> None:

@@ -102,7 +102,8 @@ class Model:
         return getattr(self.provider, "answer_keys", None)
 
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        """One completion per request, in order. Raises only ``ModelDown``."""
+        """One completion per request, in order. Raises ``ModelDown`` when the endpoint is down, and a
+        set-up error (an API key not set) at once; every other failure is the completion's error."""
         if isinstance(self.provider, LocalProvider):
             return self.provider.answer(requests)
         if not requests:

@@ -222,3 +222,19 @@ def test_a_usage_record_bills_only_the_run_it_lies_under_inside_its_lifetime(roo
     (row,) = rows(root, "r", None, None)
     assert math.isclose(row["resource_seconds"], HOUR)  # alone: the ghosts cut nothing
     assert "102 usage record(s) skipped" in row["note"]
+
+
+def test_a_hosted_api_listed_under_a_service_is_still_priced_per_token():
+    """A model the price table prices per token is what it is, whatever service line names it: a
+    $0/h service listing gpt-4o no longer makes its calls free."""
+    from halluscope.cost.ledger import service_tokens_usd
+
+    prices = PriceTable.model_validate({"as_of": "2026-01-01", "source": "t",
+                                        "api_usd_per_million_tokens": {"gpt-4o": {"input": 2.5, "output": 10.0}}})
+    hosted = parse_config({"tasks": ["halogen/code"], "models": [{"id": "gpt4o", "backend": "openai", "params": {
+        "base_url": "https://api.example.com/v1", "model": "gpt-4o"}}]}).models[0]
+    usd, note = service_tokens_usd(hosted, prices, "free-service", 1_000_000, 100_000)
+    assert usd == pytest.approx(3.5) and "hosted API" in note
+    judge = CFG.models[1]  # llama-70b on the RayService: no token price, so the service's time prices it
+    assert service_tokens_usd(judge, prices, "halluscope-serve", 1000, 10) == (
+        0.0, "priced by the time of shared service 'halluscope-serve' (stage shared)")

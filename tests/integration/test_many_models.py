@@ -54,7 +54,8 @@ def test_progress_and_partial_results_while_running(ray_head, tmp_path, capsys):
     generated = [sum(m.get("deployment", {}).get("staged_rows") or 0 for m in s["models"].values())
                  for s in statuses]
     evaluated = [sum(m["evaluated"] for m in s["models"].values()) for s in statuses]
-    assert len(set(generated)) > 2 and len(set(evaluated)) > 2, (generated, evaluated)
+    # generation moves part by part; evaluation a model's staged rows at a time, once its deployment went
+    assert len(set(generated)) > 2 and len(set(evaluated)) > 1, (generated, evaluated)
     assert evaluated == sorted(evaluated) and max(evaluated) <= 40 * len(MODELS)
     assert {s["status"] for s in statuses} == {"running"}
     assert any(m.get("deployment", {}).get("status") == "generating" for s in statuses for m in s["models"].values())

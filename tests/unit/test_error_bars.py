@@ -71,7 +71,7 @@ def test_neighbours_in_the_ranking_are_told_apart_only_beyond_their_interval():
     assert separated(a, b) is False  # 0.02 < 1.96 * sqrt(2) * 0.01
     assert separated(b, c) is True and separated(a, {"model": "x", "hallucination_score": 0.5}) is None
     (row,) = rank_separations([c, a, b]).rows
-    assert row[:4] == ["halogen/code", 3, 1, 2] and row[4] == "a ≈ < b < c"
+    assert row[:4] == ["halogen/code", 3, 1, 2] and row[4] == "a ≈ b ＜ c"
 
 
 def test_the_plan_says_the_smallest_difference_each_task_can_detect():

@@ -260,6 +260,15 @@ def separated(a: dict, b: dict, key: str = H) -> bool | None:
     return abs(va - vb) > Z95 * math.hypot(sa, sb)
 
 
+def _ranking(ranked: list[dict], told: list[bool | None]) -> str:
+    """``a ≈ b ＜ c``: lowest H first, ``＜`` where the errors tell two neighbours apart (a full-width
+    sign: Markdown and HTML keep it as it is), ``·`` where one of them has no error."""
+    out = ranked[0]["model"]
+    for r, t in zip(ranked[1:], told):
+        out += f" {'·' if t is None else '＜' if t else '≈'} {r['model']}"  # ·: an error is missing
+    return out
+
+
 def rank_separations(tasks: list[dict]) -> Table | None:
     """Per task, the models ranked by H and how many neighbours in that ranking the errors tell apart."""
     by_task: dict[str, list[dict]] = defaultdict(list)
@@ -271,11 +280,11 @@ def rank_separations(tasks: list[dict]) -> Table | None:
         ranked = sorted(recs, key=lambda r: (_value(r.get(H)) or 0.0, r["model"]))
         told = [separated(a, b) for a, b in zip(ranked, ranked[1:])]
         rows.append([task, len(ranked), sum(t is True for t in told), sum(t is not None for t in told),
-                     " < ".join(r["model"] + ("" if t is None or t else " ≈") for r, t in zip(ranked, [*told, None]))])
+                     _ranking(ranked, told)])
     if not rows:
         return None
     return Table("Which neighbours in the H ranking differ", ["task", "models", "told apart", "pairs with errors",
-                                                              Column("ranking by H (≈: not told apart from the next)",
+                                                              Column("ranking by H, lowest first (≈: not told apart)",
                                                                      wrap=True)], rows, collapsed=True,
                  notes=["Adjacent models in each task's H ranking, told apart when their difference exceeds its "
                         "95% interval (errors taken as unpaired, which overstates it: the same items' answers "

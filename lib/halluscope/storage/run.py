@@ -265,9 +265,15 @@ class RunStore:
     def keys_with(self, table: str, columns: list[str], where: Callable[[pa.Table], bool]) -> set[str]:
         """The committed batches of ``table`` with rows ``where`` picks, each part read alone
         (``columns`` of it): what a resumed run takes back to do again."""
-        keys = sorted(self.part_keys(table) & self.committed_keys())
+        keys = sorted(self.part_keys(table) & self.committed_keys())  # the folders listed once
+
+        def picks(key: str) -> bool:
+            part = self.part(table, key)
+            with part.fs.open(part.path, "rb") as f:
+                return where(read_parquet(f, columns=columns))
+
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            picked = list(pool.map(lambda key: where(self.read_table(table, columns, keys={key})), keys))
+            picked = list(pool.map(picks, keys))
         return {key for key, hit in zip(keys, picked) if hit}
 
     def write_part(self, table: str, key: str, data: pa.Table, commit: bool = False) -> None:

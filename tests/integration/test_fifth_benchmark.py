@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pyarrow.parquet as pq
-from tests.support.plugins import CAPITALS, EXAMPLES, env_with, halluscope, install
+from tests.support.plugins import CAPITALS, EXAMPLES, env_with, halluscope, install, run_capitals
 
 EXAMPLE = EXAMPLES / "capitals"
 
@@ -25,11 +25,7 @@ def test_a_benchmark_outside_the_package_plugs_into_the_engine(tmp_path):
     # on Ray, whose workers must find the benchmark too (8 generations would run in the driver)
     config.write_text((EXAMPLE / "run.yaml").read_text() + "\nray: {in_process_below: 0}\n")
     shutil.copy(EXAMPLE / "answers.jsonl", tmp_path / "answers.jsonl")
-    root = f"file://{tmp_path / 'runs'}"
-    first = halluscope(env, "run", str(config), "--run-id", "capitals", "--storage-root", root, "--quiet")
-    assert first.returncode == 0, first.stderr[-3000:]
-    run = tmp_path / "runs" / "capitals"
-    (record,) = [r for r in json.loads((run / "metrics.json").read_text()) if r.get("benchmark") == "capitals"]
+    run, record = run_capitals(env, config, "capitals", tmp_path / "runs")
     # 8 questions; "I don't know" for Australia; Mombasa and Toronto are wrong
     assert (record["n"], record["response_ratio"], record["wrong_answer_rate"]) == (8, 7 / 8, 2 / 7)
     assert "## Capitals (worked example)" in (run / "leaderboard.md").read_text()

@@ -6,11 +6,10 @@ benchmark's does (test_fifth_benchmark)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pyarrow.parquet as pq
-from tests.support.plugins import CANNED, CAPITALS, EXAMPLES, env_with, halluscope, install
+from tests.support.plugins import CANNED, CAPITALS, EXAMPLES, env_with, halluscope, install, run_capitals
 
 
 def test_a_provider_outside_the_package_answers_a_run(tmp_path):
@@ -20,12 +19,7 @@ def test_a_provider_outside_the_package_answers_a_run(tmp_path):
     env = env_with(site)
     config = tmp_path / "run.yaml"
     shutil.copy(EXAMPLES / "canned_provider" / "run.yaml", config)
-    root = f"file://{tmp_path / 'runs'}"
-    done = halluscope(env, "run", str(config), "--run-id", "canned", "--storage-root", root, "--quiet")
-    assert done.returncode == 0, done.stderr[-3000:]
-
-    run = tmp_path / "runs" / "canned"
-    (record,) = [r for r in json.loads((run / "metrics.json").read_text()) if r.get("benchmark") == "capitals"]
+    run, record = run_capitals(env, config, "canned", tmp_path / "runs")
     # 8 questions; France, Japan and Kenya have replies (Mombasa is wrong), the rest "I don't know"
     assert (record["n"], record["response_ratio"], record["wrong_answer_rate"]) == (8, 3 / 8, 1 / 3)
     gens = pq.read_table(run / "generations").to_pylist()

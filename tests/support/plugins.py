@@ -3,6 +3,7 @@ path and a dist-info whose entry_points.txt names what it registers."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -35,3 +36,12 @@ def halluscope(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 CAPITALS = ("capitals", "capitals_bench", "[halluscope.benchmarks]\ncapitals = capitals_bench:BENCHMARK\n")
 CANNED = ("canned_provider", "canned_provider", "[halluscope.providers]\ncanned = canned_provider:KIND\n")
+
+
+def run_capitals(env: dict[str, str], config: Path, run_id: str, runs: Path) -> tuple[Path, dict]:
+    """``halluscope run CONFIG`` of a capitals config: the run's folder and its capitals record."""
+    done = halluscope(env, "run", str(config), "--run-id", run_id, "--storage-root", f"file://{runs}", "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = runs / run_id
+    (record,) = [r for r in json.loads((run / "metrics.json").read_text()) if r.get("benchmark") == "capitals"]
+    return run, record

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
@@ -347,13 +347,15 @@ class InstalledModel(_Model):
         return getattr(self.params, "model", None) or self.id
 
 
-_BUILT_IN = {"replay", "recorded", "openai", "scripted", "hf", "vllm"}
+# the backends the built-in configs name, read from their ``backend`` literals
+_BUILT_IN: set[str] = {get_args(c.model_fields["backend"].annotation)[0]
+             for c in (ReplayModel, RecordedModel, OpenAIModel, ScriptedModel, HFModel, VLLMModel)}
 
 
 def _kind_tag(value: Any) -> str:
     """A built-in backend's own config class; any other backend is an installed provider's."""
     backend = value.get("backend") if isinstance(value, dict) else getattr(value, "backend", None)
-    return backend if backend in _BUILT_IN else "installed"
+    return backend if isinstance(backend, str) and backend in _BUILT_IN else "installed"
 
 
 ServedModel = ScriptedModel | HFModel | VLLMModel

@@ -25,6 +25,7 @@ from halluscope.contract.roles import AnswerFormat
 from halluscope.models.answer_formats import chosen, response_format, structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams, share_of
 from halluscope.models.provider import Limits, ProviderKind, RemoteProvider, Retry, Unanswered
+from halluscope.models.registry import sampling_of
 from halluscope.retry import retry_after_s
 
 if TYPE_CHECKING:
@@ -153,11 +154,10 @@ def _redact(text: str, secret: str | None) -> str:
 def _build(spec: OpenAIModel, context: Context) -> OpenAIProvider:
     """The ``openai`` backend's factory: ``context.clients`` clients share ``max_concurrency``."""
     p = spec.params
-    s = p.sampling
     return OpenAIProvider(model_id=spec.id, base_url=p.base_url, model=p.model, api_key_env=p.api_key_env,
                           limits=Limits(calls_in_flight=share_of(p.max_concurrency, context.clients),
                                         timeout_s=p.timeout_s, max_retries=p.max_retries),
-                          sampling=SamplingParams(s.temperature, s.top_p, s.max_tokens),
+                          sampling=sampling_of(spec),
                           structured_output=p.structured_output)
 
 

@@ -27,7 +27,7 @@ from halluscope.pipeline.workset import Expansion, expand_unit
 from halluscope.records import STAGED, GenerationIds, transient_error
 from halluscope.storage.fs import Location
 from halluscope.storage.run import table_to_bytes
-from halluscope.storage.verified import write_part
+from halluscope.storage.verified import is_part_name, write_part
 
 if TYPE_CHECKING:
     from halluscope.serving.app import ServedEndpoint
@@ -39,7 +39,8 @@ def staged_location(run_loc: Location, model_id: str) -> Location:
 
 class StagedRows:
     """The rows each model has staged so far in a run, read from the footers of parts not seen
-    before: what ``progress.json`` shows of a wave that only generates."""
+    before: what ``progress.json`` shows of a wave that only generates (a count on display, so
+    parts are taken by their names; what answers is read through ``storage.verified``)."""
 
     def __init__(self, run_loc: Location) -> None:
         self.run_loc = run_loc
@@ -47,7 +48,7 @@ class StagedRows:
 
     def of(self, model_id: str) -> int:
         loc = staged_location(self.run_loc, model_id)
-        names = [n for n in loc.list_names() if n.endswith(".parquet")]
+        names = [n for n in loc.list_names() if is_part_name(n)]
         for name in names:
             part = loc.child(name)
             if part.url not in self._rows:

@@ -37,6 +37,11 @@ _skipped: dict[str, str] = {}  # url -> reason, every file or folder skipped in 
 _skipped_lock = threading.Lock()
 
 
+def is_part_name(name: str) -> bool:
+    """Whether ``name`` is one ``part_name`` gives (its content still to be checked: ``read_parts``)."""
+    return _PART.fullmatch(name) is not None
+
+
 def part_name(data: bytes) -> str:
     """The name a part's bytes are stored under: their sha256."""
     return f"part-{hashlib.sha256(data).hexdigest()}.parquet"

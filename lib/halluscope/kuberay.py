@@ -568,10 +568,12 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     in that Kueue LocalQueue (suspended) until its quota is free.
     """
     from halluscope.config.load import load_config
+    from halluscope.pipeline.schedule import check_layout
 
     if in_cluster and (kubeconfig or context):
         raise ConfigError("in-cluster credentials exclude a kubeconfig or context: pass one or the other")
     cfg = load_config(config_uri)
+    check_layout(cfg)
     root = find_checkout()
     template = load_template(manifest, root)
     located = cluster_uri(config_uri, root or Path.cwd())

@@ -453,6 +453,26 @@ class RaySpec(_Strict):
                                         "without starting Ray; 0: always on Ray")
 
 
+class NodeGroup(_Strict):
+    """Nodes of one kind in the physical cluster: a tensor-parallel group runs on one node's GPUs."""
+
+    name: str = Field(min_length=1, description="the group's name, as messages name its nodes (gpu-worker-0, ...)")
+    count: int = Field(ge=1, description="nodes of this kind the run can have (on an autoscaling cluster: the "
+                                         "group's maximum)")
+    gpus: int = Field(ge=0, description="GPUs per node")
+    accelerator: str | None = Field(default=None, description="GPU type (a cluster/prices.yaml key, e.g. H100)")
+
+
+class ServiceHold(_Strict):
+    """What a long-lived service (a RayService's judge or extractor) holds on the nodes before any
+    run: ``replicas`` engines of ``gpus`` GPUs each, every engine on one node."""
+
+    name: str = Field(min_length=1)
+    gpus: int = Field(ge=1, description="GPUs per replica (tensor x pipeline parallel)")
+    replicas: int = Field(default=1, ge=1, description="replicas held at all times (the autoscaler's minimum)")
+    accelerator: str | None = None
+
+
 class ClusterSpec(_Strict):
     """What the run may hold of the cluster. Served models under test are deployed in waves that
     fit beside the roles the run serves; a model larger than the budget is refused before any
@@ -463,6 +483,16 @@ class ClusterSpec(_Strict):
                                   "(e.g. {H100: 16}); None: the GPUs of the Ray cluster at the start (on an "
                                   "autoscaling cluster, set the GPU group's maximum here, or the queue's quota)")
     cpus: float | None = Field(default=None, gt=0, description="logical CPUs the run may hold; None: the cluster's")
+    nodes: list[NodeGroup] = Field(default_factory=list, description=(
+        "the physical cluster's GPU nodes: each served replica is placed on one node, as Ray's "
+        "STRICT_PACK does, so a layout that can never run is refused before anything starts"))
+    pod_gpus: int | None = Field(default=None, ge=1, description=(
+        "GPUs each Ray worker pod asks of a node (k8s: the GPU group's nvidia.com/gpu); the RayService "
+        "and the run's RayJob are Ray clusters of their own, each placing engines inside its own pods. "
+        "None: one Ray cluster over the nodes (ray_cluster.yaml on VMs)"))
+    service: list[ServiceHold | str] = Field(default_factory=list, description=(
+        "what a shared RayService holds on those nodes, placed before the run's models: holds, or "
+        "paths of Serve configs (serve/*.yaml) whose engines are read (TP x PP x min replicas)"))
     stall_timeout_s: float = Field(default=600.0, gt=0,
                                    description="with no progress for this long, the run says what waits")
 
@@ -473,6 +503,12 @@ class ClusterSpec(_Strict):
         if any(n < 0 for n in values):
             raise ValueError("GPU counts must be >= 0")
         return v
+
+    @model_validator(mode="after")
+    def _service_needs_nodes(self) -> ClusterSpec:
+        if self.service and not self.nodes:
+            raise ValueError("cluster.service places holds on cluster.nodes: describe the nodes too")
+        return self
 
     def gpu_budget(self) -> dict[str, float] | None:
         """Accelerator type (or "GPU": any) -> GPUs; None when the config sets none."""

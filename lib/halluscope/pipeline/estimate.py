@@ -53,7 +53,7 @@ from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
 from halluscope.models.registry import predicted, revision_of, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
-from halluscope.pipeline.schedule import Window, job_of, scheduled, simulate
+from halluscope.pipeline.schedule import Window, job_of, layout, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
@@ -213,7 +213,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
                              cfg.cluster.cpus or (cfg.ray.num_cpus if cfg.ray.address is None else None))
-    sched = simulate(jobs, budget)
+    sched = simulate(jobs, budget, layout(cfg))
     windows = {w.model: w for w in sched.windows}
     others = [s for m, s in busy_wall.items() if m not in windows]
     known = [s for s in others if s is not None]

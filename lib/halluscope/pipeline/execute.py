@@ -23,7 +23,7 @@ from halluscope.pipeline.generation import StagedRows, generate_model, left_to_g
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun
-from halluscope.pipeline.schedule import Job, job_of, scheduled
+from halluscope.pipeline.schedule import Job, job_of, layout, scheduled
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.watchdog import Watchdog
 from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit, expansion
@@ -154,6 +154,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
         ready.put((m, True))
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
                   lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
+                  layout=layout(cfg),
                   allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}))
     w.deployments = waves.deployments
     staged = StagedRows(w.store.loc)

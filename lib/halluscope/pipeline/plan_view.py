@@ -94,11 +94,14 @@ class Plan:
         s, d = self.schedule, self.schedule_dict()
         budget = ", ".join(f"{k} {v:g}" for k, v in (self.budget or {}).items() if math.isfinite(v)) or "none known"
         lines = ["", f"schedule of the served models under test (budget: {budget}):"]
+        if s.cluster:
+            lines.append(f"  before the run's models: {s.cluster}")
         for i, wave in enumerate(s.waves()):
             lines.append(f"  wave {i + 1}: {', '.join(wave)}")
         for w in sorted(s.windows, key=lambda w: (w.start_s, w.model)):
             lines.append(f"  {w.model}: {w.units:g} {w.resource}, deploy {_clock(w.start_s)}, generate "
-                         f"{_clock(w.ready_s)}-{_clock(w.end_s)}, released {_clock(w.end_s)}")
+                         f"{_clock(w.ready_s)}-{_clock(w.end_s)}, released {_clock(w.end_s)}"
+                         + (f", on {' + '.join(w.nodes)}" if w.nodes else ""))
         bound = f" (lower bound {_clock(d['lower_bound_s'])})" if d["lower_bound_s"] is not None else ""
         usd = "unpriced" if d["usd"] is None else f"${d['usd']:,.2f}"
         lines.append(f"  peak GPUs {d['peak_gpus']:g}; makespan {_clock(s.makespan_s)}{bound}; GPU-hours busy "

@@ -29,7 +29,7 @@ from halluscope.pipeline.execute import StageInputs, budget_source, in_process, 
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
-from halluscope.pipeline.schedule import check_cpus, check_fits, cpu_demand, job_of, scheduled
+from halluscope.pipeline.schedule import check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
 from halluscope.pipeline.spend import BudgetWatch
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
@@ -193,7 +193,7 @@ def _start_ray(cfg: RunConfig) -> tuple[bool, dict[str, float]]:
         check_cpus(cfg, cpus)
     waved = [job_of(m) for m in cfg.models if scheduled(m)]
     budget = ray_budget(cfg, cpus) if waved else {}
-    check_fits(waved, budget, budget_source(cfg))  # before any deployment, the roles' included
+    check_fits(waved, budget, budget_source(cfg), layout(cfg))  # before any deployment, the roles' included
     # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
     ray.data.DataContext.get_current().enable_progress_bars = False
     return started, budget

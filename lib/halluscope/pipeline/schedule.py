@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.errors import ConfigError
+from halluscope.pipeline.nodes import RUN, Demand, Layout
 from halluscope.serving.placement import placement
 
 CPU = "CPU"
@@ -35,6 +36,12 @@ class Job:
     units: float  # per replica x replicas
     deploy_s: float | None = None
     generate_s: float | None = None
+    replicas: int = 1
+
+    @property
+    def demand(self) -> Demand:
+        """What it asks of the nodes: each replica's GPUs on one node."""
+        return Demand(self.model, self.resource, self.units / self.replicas, self.replicas)
 
     @property
     def seconds(self) -> float | None:
@@ -72,8 +79,16 @@ def refusals(jobs: Iterable[Job], budget: dict[str, float], what: str = "cluster
     return out
 
 
-def check_fits(jobs: Iterable[Job], budget: dict[str, float], what: str = "cluster.gpus") -> None:
-    problems = refusals(jobs, budget, what)
+def check_fits(jobs: Iterable[Job], budget: dict[str, float], what: str = "cluster.gpus",
+               layout: Layout | None = None) -> None:
+    """Refuses the models that alone exceed the budget or, with ``layout``, that no node can hold
+    (that message names the nodes, and replaces the budget's)."""
+    jobs = list(jobs)
+    by_nodes = {j.model: r for j in jobs if layout is not None and j.resource != CPU
+                for r in [layout.refusal(j.demand)] if r}
+    problems = refusals([j for j in jobs if j.model not in by_nodes], budget, what)
+    if layout is not None and by_nodes:
+        problems.append(layout.refused(list(by_nodes.values())))
     if problems:
         raise ConfigError("refused before any deployment: " + "; ".join(problems))
 
@@ -88,10 +103,11 @@ def order(jobs: Sequence[Job]) -> list[Job]:
 class Admission:
     """The run's and the estimate's one rule for which model starts next."""
 
-    def __init__(self, jobs: Sequence[Job], budget: dict[str, float]) -> None:
-        check_fits(jobs, budget)
+    def __init__(self, jobs: Sequence[Job], budget: dict[str, float], layout: Layout | None = None) -> None:
+        check_fits(jobs, budget, layout=layout)
         self.pending = order(jobs)
         self.free = dict(budget)
+        self.layout = layout  # node by node, when the config describes the nodes
 
     def start(self, allowed: Callable[[Job], bool] | None = None) -> list[Job]:
         """Every pending model that fits in what is free now, in order (the later ones backfill);
@@ -99,7 +115,8 @@ class Admission:
         started = []
         for j in list(self.pending):
             pool = pool_of(j.resource, self.free)
-            if pool is not None and j.units <= self.free[pool] + 1e-9 and (allowed is None or allowed(j)):
+            if pool is not None and j.units <= self.free[pool] + 1e-9 and (allowed is None or allowed(j)) \
+                    and (self.layout is None or j.resource == CPU or self.layout.take(j.demand)):
                 self.free[pool] -= j.units
                 self.pending.remove(j)
                 started.append(j)
@@ -109,6 +126,8 @@ class Admission:
         pool = pool_of(job.resource, self.free)
         if pool is not None:
             self.free[pool] += job.units
+        if self.layout is not None:
+            self.layout.release(job.model)
 
 
 @dataclass
@@ -122,6 +141,7 @@ class Window:
     start_s: float
     ready_s: float
     end_s: float
+    nodes: tuple[str, ...] = ()  # where its replicas run, when the config describes the nodes
 
     @property
     def held_s(self) -> float:
@@ -136,6 +156,7 @@ class Window:
 class Schedule:
     windows: list[Window] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cluster: str | None = None  # the described nodes, as the service and the run's roles hold them
 
     @property
     def makespan_s(self) -> float:
@@ -180,11 +201,11 @@ class Schedule:
                 "gpu_hours_held": self.held_hours(), "gpu_hours_busy": self.busy_hours(),
                 "models": [{"model": w.model, "wave": w.wave, "resource": w.resource, "units": w.units,
                             "deploy_start_s": round(w.start_s, 3), "generate_start_s": round(w.ready_s, 3),
-                            "release_s": round(w.end_s, 3)} for w in self.windows],
-                "notes": list(self.notes)}
+                            "release_s": round(w.end_s, 3), "nodes": list(w.nodes)} for w in self.windows],
+                "cluster": self.cluster, "notes": list(self.notes)}
 
 
-def simulate(jobs: Sequence[Job], budget: dict[str, float] | None) -> Schedule:
+def simulate(jobs: Sequence[Job], budget: dict[str, float] | None, layout: Layout | None = None) -> Schedule:
     """The schedule ``Admission`` gives when every model takes its estimated time. Without a
     budget every model starts at once; a model of unknown time ends the simulation there."""
     if not jobs:
@@ -193,16 +214,17 @@ def simulate(jobs: Sequence[Job], budget: dict[str, float] | None) -> Schedule:
         budget = {}
         for j in jobs:
             budget[j.resource] = budget.get(j.resource, 0.0) + j.units
-    admission = Admission(jobs, budget)
+    admission = Admission(jobs, budget, layout)
     now, wave = 0.0, 0
     running: list[tuple[float, Job]] = []  # (end, job)
-    schedule = Schedule()
+    schedule = Schedule(cluster=layout.describe() if layout else None)
     while admission.pending or running:
         started = admission.start()
         for j in started:
             deploy = j.deploy_s or 0.0
             end = now + (j.seconds if j.seconds is not None else math.inf)
-            schedule.windows.append(Window(j.model, wave, j.resource, j.units, now, now + deploy, end))
+            nodes = tuple(layout.nodes_of(j.model)) if layout else ()
+            schedule.windows.append(Window(j.model, wave, j.resource, j.units, now, now + deploy, end, nodes))
             running.append((end, j))
         wave += bool(started)
         if not running:
@@ -233,14 +255,33 @@ def _replicas(spec: ModelSpec) -> int:
 
 def job_of(spec: ModelSpec, deploy_s: float | None = None, generate_s: float | None = None) -> Job:
     resource, units = placement(spec)
-    return Job(spec.id, resource, units * _replicas(spec), deploy_s, generate_s)
+    return Job(spec.id, resource, units * _replicas(spec), deploy_s, generate_s, _replicas(spec))
+
+
+def layout(cfg: RunConfig) -> Layout | None:
+    """The nodes ``cluster.nodes`` describes, held by the shared service and then by the roles the
+    run serves for its whole length; None when the config describes no node. Each call is a
+    fresh copy: the waves and the estimate each place their models on their own."""
+    nodes = Layout.of(cfg.cluster)
+    if nodes is None:
+        return None
+    for m in cfg.models:
+        if m.served and not scheduled(m) and (j := job_of(m)).resource != CPU and not nodes.take(j.demand):
+            raise ConfigError(f"refused before any deployment: the {m.role} '{m.id}' the run serves needs "
+                              f"{j.replicas} x {j.units / j.replicas:g} GPUs, each replica on one node; "
+                              f"{nodes.describe()}")
+    return nodes
 
 
 def budget(cfg: RunConfig, gpus_found: float | None, cpus: float | None) -> dict[str, float] | None:
-    """What the waves may hold: ``cluster.gpus``, else ``gpus_found`` (the Ray cluster's; None:
-    unknown, and then no budget at all), less the GPUs of the roles the run serves; of ``cpus``
+    """What the waves may hold: ``cluster.gpus`` (a quota), else what the shared service leaves of
+    ``cluster.nodes``, else ``gpus_found`` (the Ray cluster's; None: unknown, and then no budget at
+    all), less the GPUs of the roles the run serves; of ``cpus``
     (None: not known, not limited) what the roles and the pipeline's actors leave (``cpu_demand``)."""
     gpus = cfg.cluster.gpu_budget()
+    nodes = Layout.of(cfg.cluster)
+    if gpus is None and nodes is not None:  # what the service leaves of the described nodes
+        gpus = {"GPU": nodes.free_for(RUN)}
     if gpus is None:
         if gpus_found is None:
             return None
@@ -254,6 +295,17 @@ def budget(cfg: RunConfig, gpus_found: float | None, cpus: float | None) -> dict
                 out[pool] -= j.units
     out[CPU] = math.inf if cpus is None else cpus - sum(cpu_demand(cfg, scheduled_models=False).values())
     return out
+
+
+def check_layout(cfg: RunConfig) -> None:
+    """What ``submit`` asks before it creates anything: the served models under test fit the GPUs
+    and nodes the config describes, beside the shared service and the roles the run serves."""
+    gpus = budget(cfg, None, None)  # None: neither cluster.gpus nor cluster.nodes, the Ray cluster's at the start
+    if gpus is None:
+        return
+    jobs = [j for m in cfg.models if scheduled(m) for j in [job_of(m)] if j.resource != CPU]
+    check_fits(jobs, {k: v for k, v in gpus.items() if k != CPU},
+               "cluster.gpus" if cfg.cluster.gpus is not None else "cluster.nodes", layout(cfg))
 
 
 def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float]:

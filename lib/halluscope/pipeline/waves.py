@@ -23,6 +23,7 @@ from typing import Any
 import ray
 
 from halluscope.config.schema import ModelSpec
+from halluscope.pipeline.nodes import Layout
 from halluscope.pipeline.schedule import Admission, Job
 from halluscope.retry import GaveUp, RetryPolicy, Transient
 from halluscope.serving.app import ServedEndpoint, deploy, shutdown, states
@@ -76,9 +77,9 @@ class Waves:
 
     def __init__(self, jobs: Sequence[Job], budget: dict[str, float], specs: dict[str, ModelSpec],
                  generate: Callable[[ModelSpec, ServedEndpoint], Any], finished: Callable[[str, bool], None], *,
-                 http_port: int | None = None, scope: str | None = None,
+                 http_port: int | None = None, scope: str | None = None, layout: Layout | None = None,
                  allowed: Callable[[Job, list[Deployment]], str | None] | None = None) -> None:
-        self.admission = Admission(jobs, budget)
+        self.admission = Admission(jobs, budget, layout)
         self.scope = scope  # the run id: its apps are its own on a shared cluster
         self.specs = specs
         self.generate = generate

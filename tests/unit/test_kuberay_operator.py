@@ -441,6 +441,19 @@ def test_queue_refusals_come_before_any_request(kube: DeletingKube, kubeconfig: 
     assert kube.requests == []
 
 
+def test_a_layout_no_node_can_hold_is_refused_before_any_request(kube: DeletingKube, kubeconfig: str) -> None:
+    """The shipped open-models config on the two p5 nodes its RayService fills: refused, naming the nodes."""
+    doc = yaml.safe_load((CONFIG.parents[0] / "open-models-served.yaml").read_text())
+    doc["cluster"]["nodes"][0]["count"] = 2
+    uri = "memory://halluscope-test/kueue/two-nodes.yaml"
+    with fsspec.open(uri, "w") as f:
+        f.write(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"needs 1 x 4 H100 GPUs, each replica on one node in a pod of 8.* "
+                                          r"The nodes: 2 nodes, 12 of 16 GPUs in use, 16 asked for by pods.* Add a node"):
+        run(kubeconfig, config=uri)
+    assert kube.requests == []
+
+
 def test_cli_queue_and_allow_tag(kube: DeletingKube, kubeconfig: str, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser(prog="halluscope")
     add_parser(parser.add_subparsers(dest="command", required=True))

@@ -87,7 +87,8 @@ class Layout:
             # named apart from a model under test that may share its model id
             demand = Demand(f"{hold.name} (service)", hold.accelerator or ANY_GPU, float(hold.gpus), hold.replicas)
             if not layout.take(demand, SERVICE):
-                raise ConfigError(f"cluster.service: {hold.name} ({hold.replicas} x {hold.gpus} GPUs, each on one "
+                kind = f"{hold.accelerator} " if hold.accelerator else ""
+                raise ConfigError(f"cluster.service: {hold.name} ({hold.replicas} x {hold.gpus} {kind}GPUs, each on one "
                                   f"node) does not fit the nodes cluster.nodes describes: {layout.describe()}")
         return layout
 

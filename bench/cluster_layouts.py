@@ -1,0 +1,178 @@
+"""`make bench`, cluster layouts: served models under test on a simulated multi-node cluster, the
+shared RayService's GPUs placed first, in the layouts an operator of 8-GPU nodes chooses from.
+
+Each layout is a Ray cluster of its own on this machine (``ray.cluster_utils.Cluster``: a head
+for the pipeline's actors and N nodes declaring 8 logical GPUs each). Where the RayService holds
+the judge (TP4) and the extractor (TP8) of serve/*.yaml, each in a pod of 8 GPUs as on
+Kubernetes, stand-in actors hold those whole nodes; the models under test are scripted stand-ins
+that hold their GPUs per replica, load for ``load_s`` and produce ``tokens_per_s``.
+
+- 2 x 8, the RayService first: the plan and the submit check refuse the run before anything
+  starts, with the nodes in the message;
+- 2 x 8, judge and extractor served by the run instead: the run completes;
+- 3 x 8, the RayService first: the run's pod takes the third node;
+- 4 x 8 under a quota of 16 GPUs (cluster.gpus), the RayService first.
+
+Records: ``layout_refused_correctly``; ``layout_makespan_ratio`` (each layout's makespan over
+its lower bound, max(GPU-work / the run's GPUs, the longest model)); ``layout_plan_error`` (the
+plan's makespan and dollars against the run's, the worst layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support: free ports; bench.many_models: the simulated GPUs' price
+SERVICE = [str(REPO / "serve" / "judge-llama-3.1-70b.yaml"), str(REPO / "serve" / "extractor-llama-3.1-405b-fp8.yaml")]
+GPUS_PER_NODE = 8
+# (id, tensor parallel GPUs, words per answer, tokens/s per replica)
+MODELS = [("tp4-a", 4, 40, 20.0), ("tp4-b", 4, 40, 20.0), ("tp2-a", 2, 20, 10.0), ("tp1-a", 1, 20, 10.0)]
+ITEMS = 24
+LOAD_S = 2.0
+# name -> (nodes, the RayService holds the first ones, cluster.gpus quota)
+LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),
+           "3x8-service": (3, True, None), "4x8-quota-16": (4, True, 16)}
+
+
+def config(tmp: Path, layout: str, items: int, address: str | None = None) -> dict:
+    from bench.many_models import PRICES
+    from tests.support.servers import free_port
+
+    nodes, service, quota = LAYOUTS[layout]
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "prices.yaml").write_text(PRICES)
+    serve = {"num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 2}
+    tested = [{"id": mid, "backend": "scripted", "params": {
+        "default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate, "load_s": LOAD_S,
+        "serve": {**serve, "num_gpus": gpus}}} for mid, gpus, words, rate in MODELS]
+    roles = [] if service else [{"id": role, "role": role, "backend": "scripted", "params": {
+        "default": "no", "serve": {**serve, "num_gpus": gpus}}} for role, gpus in (("judge", 4), ("extractor", 8))]
+    cluster = {"nodes": [{"name": "gpu", "count": nodes, "gpus": GPUS_PER_NODE, "accelerator": "H100"}],
+               **({"pod_gpus": GPUS_PER_NODE, "service": SERVICE} if service else {}),
+               **({"gpus": quota} if quota else {})}
+    return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": ["halogen/code"], "serve_http_port": free_port(),
+            "models": [*tested, *roles], "limits": {"max_items_per_task": items}, "cluster": cluster,
+            "costs": {"price_table": str(tmp / "prices.yaml")}, "cache": {"enabled": False},
+            "concurrency": {"batch_size": 64, "generate_batch_size": 64, "verify_actors": 1},
+            **({"ray": {"address": address}} if address else {})}
+
+
+def refused(tmp: Path, layout: str, items: int) -> str | None:
+    """The message plan and submit's check give, None when both let the layout through."""
+    from halluscope.config.load import parse_config
+    from halluscope.errors import ConfigError
+    from halluscope.pipeline.estimate import plan
+    from halluscope.pipeline.resolved import price_table
+    from halluscope.pipeline.schedule import check_layout
+
+    cfg = parse_config(config(tmp, layout, items))
+    messages = []
+    for check in (lambda: check_layout(cfg), lambda: plan(cfg, price_table(cfg))):
+        try:
+            check()
+        except ConfigError as err:
+            messages.append(str(err))
+    return messages[0] if len(messages) == 2 and messages[0] == messages[1] else None
+
+
+def measure(tmp: Path, layout: str, items: int) -> dict:
+    """One run of the layout on a Ray cluster of its own, against its plan."""
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+
+    from halluscope.config.load import parse_config
+    from halluscope.pipeline.estimate import plan
+    from halluscope.pipeline.resolved import price_table
+    from halluscope.pipeline.runner import run
+    from halluscope.pipeline.schedule import layout as run_layout
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    nodes, service, _ = LAYOUTS[layout]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0})
+    try:
+        for i in range(nodes):
+            cluster.add_node(num_cpus=1, num_gpus=GPUS_PER_NODE, resources={f"gpu-{i}": 1})
+        cfg = parse_config(config(tmp, layout, items, cluster.address))
+        estimate = plan(cfg, price_table(cfg))
+        ray.init(address=cluster.address)
+        # the RayService's pods: whole nodes, where the layout placed them
+        placed = run_layout(cfg)
+        assert placed is not None
+        held = [ray.remote(num_gpus=GPUS_PER_NODE, resources={m.name: 0.01})(_Pod).remote()
+                for m in placed.machines if any(r.owner == "service" for r in m.ray_nodes)]
+        ray.get([h.ready.remote() for h in held])
+        result = run(cfg, run_id=layout, progress=False)
+        store = RunStore(Location.from_url(cfg.storage.root), layout)
+        manifest = store.read_json("manifest.json") or {}
+        costs = store.read_table_file("costs.parquet").to_pylist()
+    finally:
+        serve.shutdown()  # Serve keeps its client in the process: the next layout's cluster is another
+        ray.shutdown()
+        cluster.shutdown()
+    deployments = [d for d in manifest["schedule"]["deployments"]]
+    start = min(d["requested_at"] for d in deployments)
+    makespan = max(d["released_at"] for d in deployments) - start
+    busy = {d["model"]: d["generated_at"] - d["ready_at"] for d in deployments}
+    run_gpus = estimate.budget["GPU"] if estimate.budget else float(nodes * GPUS_PER_NODE)
+    bound = max(math.fsum(d["units"] * busy[d["model"]] for d in deployments) / run_gpus, max(busy.values()))
+    usd = math.fsum(r["usd"] for r in costs if r["usd"] is not None)
+    planned = estimate.schedule_dict()
+    return {"layout": layout, "status": manifest["status"], "processed": result.processed, "run_gpus": run_gpus,
+            "makespan_s": makespan, "lower_bound_s": bound, "plan_makespan_s": planned["makespan_s"],
+            "usd": usd, "plan_usd": estimate.total_usd, "waves": planned["waves"],
+            "errors": {"makespan": abs(planned["makespan_s"] - makespan) / makespan,
+                       "usd": abs(estimate.total_usd - usd) / usd}}
+
+
+class _Pod:
+    """A RayService pod's GPUs, held for the layout's run."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def records(message: str | None, runs: list[dict]) -> list[dict]:
+    out = [{"name": "layout_refused_correctly", "value": int(message is not None and "The nodes: 2 nodes" in message),
+            "unit": "bool", "baseline": message or "not refused", "baseline_value": 1,
+            "ratio": int(message is not None)}]
+    for r in runs:
+        out.append({"name": "layout_makespan_ratio", "value": round(r["makespan_s"], 1), "unit": "s",
+                     "baseline": f"{r['layout']}: lower bound max(GPU-work / {r['run_gpus']:g}, longest model); "
+                                 f"status {r['status']}, waves {r['waves']}",
+                     "baseline_value": round(r["lower_bound_s"], 1),
+                     "ratio": round(r["makespan_s"] / r["lower_bound_s"], 3)})
+    worst = max(runs, key=lambda r: max(r["errors"].values()))
+    error = max(worst["errors"].values())
+    out.append({"name": "layout_plan_error", "value": round(error, 4), "unit": "relative error",
+                "baseline": (f"worst of {len(runs)} layouts, {worst['layout']}: plan makespan "
+                             f"{worst['plan_makespan_s']:.1f} s vs {worst['makespan_s']:.1f} s, plan "
+                             f"${worst['plan_usd']:.4f} vs ledger ${worst['usd']:.4f}; target 0.15"),
+                "baseline_value": 0.15, "ratio": round(error / 0.15, 3)})
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--layouts", nargs="+", default=[k for k in LAYOUTS if k != "2x8-service"],
+                   choices=[k for k in LAYOUTS if k != "2x8-service"], help="the layouts to run")
+    p.add_argument("--items", type=int, default=ITEMS, help="code prompts per model")
+    p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="layouts-") as folder:
+        message = refused(Path(folder), "2x8-service", args.items)
+        runs = [measure(Path(folder) / name, name, args.items) for name in args.layouts]
+    print(json.dumps({"refused": message, "runs": runs}, indent=1))
+    if args.json:
+        print(json.dumps(records(message, runs)))
+
+
+if __name__ == "__main__":
+    main()

@@ -88,8 +88,8 @@ class Layout:
             demand = Demand(f"{hold.name} (service)", hold.accelerator or ANY_GPU, float(hold.gpus), hold.replicas)
             if not layout.take(demand, SERVICE):
                 kind = f"{hold.accelerator} " if hold.accelerator else ""
-                raise ConfigError(f"cluster.service: {hold.name} ({hold.replicas} x {hold.gpus} {kind}GPUs, each on one "
-                                  f"node) does not fit the nodes cluster.nodes describes: {layout.describe()}")
+                raise ConfigError(f"cluster.service: {hold.name} ({hold.replicas} x {hold.gpus} {kind}GPUs, each on "
+                                  f"one node) does not fit the nodes cluster.nodes describes: {layout.describe()}")
         return layout
 
     @property
@@ -149,7 +149,8 @@ class Layout:
         if largest < d.size:
             where = f"a pod holds {largest:g} (cluster.pod_gpus)" if self.pod_gpus is not None else \
                 f"the largest node has {largest:g}"
-            return f"model '{d.holder}' needs {d.size:g} {kind}GPUs on one node and {where}: lower its tensor parallelism"
+            return (f"model '{d.holder}' needs {d.size:g} {kind}GPUs on one node and {where}: lower its tensor "
+                    "parallelism")
         return (f"model '{d.holder}' needs {d.replicas} x {d.size:g} {kind}GPUs, each replica on one node"
                 + (f" in a pod of {self.pod_gpus:g}" if self.pod_gpus is not None else ""))
 

@@ -5,7 +5,8 @@ Each layout is a Ray cluster of its own on this machine (``ray.cluster_utils.Clu
 for the pipeline's actors and N nodes declaring 8 logical GPUs each). Where the RayService holds
 the judge (TP4) and the extractor (TP8) of serve/*.yaml, each in a pod of 8 GPUs as on
 Kubernetes, stand-in actors hold those whole nodes; the models under test are scripted stand-ins
-that hold their GPUs per replica, load for ``load_s`` and produce ``tokens_per_s``.
+that hold their GPUs per replica, load for ``load_s`` and produce ``tokens_per_s``: two TP4 and
+four TP2, each generating for about 90 s at the default size.
 
 - 2 x 8, the RayService first: the plan and the submit check refuse the run before anything
   starts, with the nodes in the message;
@@ -31,9 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support: free ports; bench.many_models: the simulated GPUs' price
 SERVICE = [str(REPO / "serve" / "judge-llama-3.1-70b.yaml"), str(REPO / "serve" / "extractor-llama-3.1-405b-fp8.yaml")]
 GPUS_PER_NODE = 8
-# (id, tensor parallel GPUs, words per answer, tokens/s per replica)
-MODELS = [("tp4-a", 4, 40, 20.0), ("tp4-b", 4, 40, 20.0), ("tp2-a", 2, 20, 10.0), ("tp1-a", 1, 20, 10.0)]
-ITEMS = 24
+# (id, tensor parallel GPUs, words per answer, tokens/s per replica): each generates for the same
+# time, so every layout's models pack its GPUs exactly (two TP4 and two TP2 fill 8 GPUs twice) and
+# the lower bound is one a schedule can reach, but for the waves' deployment starts
+MODELS = [*((f"tp4-{c}", 4, 40, 20.0) for c in "ab"), *((f"tp2-{c}", 2, 20, 10.0) for c in "abcd")]
+ITEMS = 36
 LOAD_S = 2.0
 # name -> (nodes, the RayService holds the first ones, cluster.gpus quota)
 LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from halluscope.halogen.metrics import Z95, averages, mean_se, proportion_se, ratio_se, task_metrics
+from halluscope.contract.errorbars import Z95, mean_se, proportion_se, ratio_se
+from halluscope.halogen.metrics import averages, task_metrics
 
 RNG = np.random.default_rng(7)
 
@@ -83,3 +84,19 @@ def test_the_plan_says_the_smallest_difference_each_task_can_detect():
     assert found["halogen/references"]["difference"] == pytest.approx(
         (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.5 * math.sqrt(2 / 100))
     assert "empty" not in found
+
+
+def test_fewl_means_carry_the_standard_error_of_a_mean_over_questions():
+    from halluscope.fewl.report import _model_record
+
+    scores = [0.5, -0.25, 0.125, 0.0, 0.75]
+    rows = [{"gen_id": f"g{i}"} for i in range(len(scores) + 1)]  # the last one unscored
+    evidence = {f"g{i}": {"score": s, "truthfulness": s + 1, "penalty": 0.5, "methods": {}} for i, s in enumerate(scores)}
+    r = _model_record("m", "fewl/score", rows, evidence)
+    assert (r["scored"], r["unscored"]) == (5, 1)
+    assert r["stderr"]["mean_score"] == pytest.approx(stats.sem(scores))
+    assert r["stderr"]["mean_truthfulness"] == pytest.approx(stats.sem(scores))
+    assert r["stderr"]["mean_penalty"] == 0.0
+    assert r["stderr"]["share_above_zero"] == pytest.approx(stats.sem([1, 0, 1, 0, 1]))
+    low, high = r["ci95"]["mean_score"]
+    assert (low + high) / 2 == pytest.approx(r["mean_score"])

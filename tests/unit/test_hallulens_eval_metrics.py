@@ -313,3 +313,35 @@ def test_over_trials_invariants():
             assert out["std"] >= 0.0
         rng.shuffle(trials)
         assert metrics.over_trials(trials, ["x"])["x"] == out
+
+
+def test_each_trials_figures_carry_their_standard_errors():
+    """Proportions over the items and means over the answered prompts, against scipy's s.e.m."""
+    from scipy import stats
+
+    from halluscope.contract.errorbars import Z95
+
+    m = metrics.precise_wikiqa(qa_example())
+    # 10 scored items, 3 abstained; 7 answered, 3 hallucinated; 4 correct
+    assert m["stderr"]["false_refusal_rate"] == pytest.approx(stats.sem([1] * 3 + [0] * 7))
+    assert m["stderr"]["hallucination_rate"] == pytest.approx(stats.sem([1] * 3 + [0] * 4))
+    assert m["stderr"]["correct_rate"] == pytest.approx(stats.sem([1] * 4 + [0] * 6))
+    low, high = m["ci95"]["correct_rate"]
+    assert (low + high) / 2 == pytest.approx(0.4) and high - low == pytest.approx(2 * Z95 * stats.sem([1] * 4 + [0] * 6))
+    assert set(m["method"]) == {"false_refusal_rate", "hallucination_rate", "correct_rate"}
+
+    w = metrics.longwiki(longwiki_example(), k=32)
+    assert w["stderr"]["precision"] == pytest.approx(stats.sem([0.8, 0.9, 0.5]))
+    assert w["stderr"]["recall_at_k"] == pytest.approx(stats.sem([0.25, 1.0, 0.0625]))
+    assert w["stderr"]["false_refusal_rate"] == pytest.approx(stats.sem([1, 1, 0, 0, 0]))
+
+
+def test_the_headline_false_acceptance_rate_combines_its_subtasks_errors_and_a_rate_set_by_hand_has_none():
+    rows = [metrics.EntityJudged(f"m{i}", "mixed", "animal", i % 3 == 0) for i in range(12)] + \
+        [metrics.EntityJudged(f"g{i}", "generated", "plant", i % 2 == 0) for i in range(10)]
+    m = metrics.nonexistent(rows)
+    mixed, generated = (m["subtasks"][s]["stderr"]["false_acceptance_rate"] for s in ("mixed", "generated"))
+    assert m["stderr"]["false_acceptance_rate"] == pytest.approx((mixed ** 2 + generated ** 2) ** 0.5 / 2)
+    o = metrics.nonexistent(rows, [metrics.DomainOverride("mixed", "animal", 0.0, "by hand")])
+    assert o["stderr"]["false_acceptance_rate"] is None and o["ci95"]["false_acceptance_rate"] is None
+    assert o["subtasks"]["mixed"]["by_domain"]["animal"]["stderr"]["false_acceptance_rate"] is None

@@ -239,6 +239,11 @@ def test_each_differing_domain_names_its_cause_and_links_the_docs(tmp_path):
     # models, differ, reproduced, max |dH|, mean |dH|, max |dR|, why
     assert _row(repro, "references") == ["1", "0", "1", "0.0000", "0.0000", "0.0000",
                                          '<span class="wrap">matches the released numbers</span>']
+    # the total the README promises: every pair with a released H and R, and how many are reproduced
+    domains = [d for d in re.findall(r"<tr><td>(.*?)</td>", repro[:repro.index("</table>")]) if d != "all"]
+    total = _row(repro, "all")
+    assert len(domains) > 2 and total[:3] == [str(sum(int(_row(repro, d)[i]) for d in domains)) for i in range(3)]
+    assert "(domain, model) pairs scored have a released H and R to compare" in total[-1]
     # a difference no cause explains says so, still with the link
     assert f'<a href="{DOCS_HREF}">no known cause</a>' in _row(repro, "biographies")[-1]
     # the link's anchor is the section's heading in the repository's docs, as GitHub names it

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.errorbars import bars, mean_se
 from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Section, Table
 from halluscope.contract.task import Item
@@ -29,6 +30,9 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
+QUESTION_MEAN_SE = "analytic standard error of a mean over the scored questions (one answer per question)"
+
+
 def _model_record(model: str, task: str, rows: list[dict], evidence: dict[str, dict]) -> dict:
     scored = [evidence[r["gen_id"]] for r in rows if "score" in evidence.get(r["gen_id"], {})]
     methods: dict[str, list[float]] = defaultdict(list)
@@ -36,13 +40,14 @@ def _model_record(model: str, task: str, rows: list[dict], evidence: dict[str, d
         for m, s in e["methods"].items():
             if not isinstance(s, str):
                 methods[m].append(s)
+    per_item = {"mean_score": [e["score"] for e in scored], "mean_truthfulness": [e["truthfulness"] for e in scored],
+                "mean_penalty": [e["penalty"] for e in scored],
+                "share_above_zero": [float(e["score"] > 0) for e in scored]}
+    figures = {k: _mean(v) for k, v in per_item.items()}
     return {"model": model, "task": task, "items": len(rows), "scored": len(scored),
-            "unscored": len(rows) - len(scored),
-            "mean_score": _mean([e["score"] for e in scored]),
-            "mean_truthfulness": _mean([e["truthfulness"] for e in scored]),
-            "mean_penalty": _mean([e["penalty"] for e in scored]),
-            "share_above_zero": _mean([float(e["score"] > 0) for e in scored]),
-            "methods": {m: _mean(v) for m, v in sorted(methods.items())}}
+            "unscored": len(rows) - len(scored), **figures,
+            "methods": {m: _mean(v) for m, v in sorted(methods.items())},
+            **bars(figures, {k: mean_se(v) for k, v in per_item.items()}, dict.fromkeys(figures, QUESTION_MEAN_SE))}
 
 
 def _evaluation_record(task: str, items: list[Item], first: dict[str, dict]) -> dict:

@@ -21,6 +21,12 @@ Unscored items are counted by reason and reported, never scored: a failed genera
 call (``error``), an unreadable judge answer (None), a LongWiki prompt whose claims all stayed
 unverified. Counts are integers and sums of per-prompt values use ``math.fsum`` (correctly
 rounded), so a result does not depend on the order of shards or rows.
+
+Each trial's figures carry a standard error and a 95% interval (``stderr``, ``ci95``, ``method``):
+its rates are proportions over its items and LongWiki's precision, Recall@K and F1@K means over its
+answered prompts, one generation per prompt, so their errors are the analytic ones; the headline
+false acceptance rate, a mean of two independent subtask rates, combines theirs. A rate set by
+hand has none.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from halluscope.contract.errorbars import bars, mean_se, proportion_se
 from halluscope.errors import DataError
 
 CORRECT, INCORRECT, UNVERIFIABLE = "CORRECT", "INCORRECT", "UNVERIFIABLE"  # the correctness judge's labels
@@ -44,6 +51,11 @@ NONEXISTENT_KEYS = ("false_acceptance_rate", "subtasks.mixed.false_acceptance_ra
 
 
 Bin = int | str  # a test set's bin label: 7 or "7"
+
+PROPORTION_SE = "analytic standard error of a proportion over the trial's items (one generation per prompt)"
+PROMPT_MEAN_SE = "analytic standard error of a mean over the trial's answered prompts"
+SUBTASK_MEAN_SE = "standard error of the mean of the two independent subtask rates"
+BY_HAND = "a rate set by hand (benchmarks.hallulens overrides) enters it: no sampling error"
 
 
 def _ratio(num: float, den: int) -> float | None:
@@ -96,11 +108,14 @@ def _qa_counts(records: Iterable[QAJudged]) -> dict[str, int]:
 
 def _qa_rates(c: dict[str, int]) -> dict[str, Any]:
     hallucinated = c["n_incorrect"] + c["n_unverifiable"]
-    return {**c, "n_hallucinated": hallucinated,
-            "false_refusal_rate": _ratio(c["n_abstained"], c["n_scored"]),
-            # defined as 0 when every scored item was refused
-            "hallucination_rate": None if not c["n_scored"] else _ratio(hallucinated, c["n_answered"]) or 0.0,
-            "correct_rate": _ratio(c["n_correct"], c["n_scored"])}
+    rates = {"false_refusal_rate": _ratio(c["n_abstained"], c["n_scored"]),
+             # defined as 0 when every scored item was refused
+             "hallucination_rate": None if not c["n_scored"] else _ratio(hallucinated, c["n_answered"]) or 0.0,
+             "correct_rate": _ratio(c["n_correct"], c["n_scored"])}
+    errors = {"false_refusal_rate": proportion_se(c["n_abstained"], c["n_scored"]),
+              "hallucination_rate": proportion_se(hallucinated, c["n_answered"]),
+              "correct_rate": proportion_se(c["n_correct"], c["n_scored"])}
+    return {**c, "n_hallucinated": hallucinated, **rates, **bars(rates, errors, dict.fromkeys(rates, PROPORTION_SE))}
 
 
 def precise_wikiqa(records: Iterable[QAJudged]) -> dict[str, Any]:
@@ -180,12 +195,15 @@ def _longwiki_one(records: Sequence[LongFormJudged], k: int, zero_claims_is_refu
             recalls.append(rec)
             f1s.append(f1)
     n = c["n_answered"]
-    return {**c, "k": k,
-            "false_refusal_rate": _ratio(c["n_refused"], c["n_scored"]),
-            "precision": _ratio(math.fsum(precisions), n),
-            "recall_at_k": _ratio(math.fsum(recalls), n),
-            "f1_at_k": _ratio(math.fsum(f1s), n),
-            "median_claims": statistics.median(claim_counts) if claim_counts else None}
+    figures = {"false_refusal_rate": _ratio(c["n_refused"], c["n_scored"]),
+               "precision": _ratio(math.fsum(precisions), n),
+               "recall_at_k": _ratio(math.fsum(recalls), n),
+               "f1_at_k": _ratio(math.fsum(f1s), n)}
+    errors = {"false_refusal_rate": proportion_se(c["n_refused"], c["n_scored"]), "precision": mean_se(precisions),
+              "recall_at_k": mean_se(recalls), "f1_at_k": mean_se(f1s)}
+    methods = {k: PROPORTION_SE if k == "false_refusal_rate" else PROMPT_MEAN_SE for k in figures}
+    return {**c, "k": k, **figures, "median_claims": statistics.median(claim_counts) if claim_counts else None,
+            **bars(figures, errors, methods)}
 
 
 def longwiki(records: Iterable[LongFormJudged], k: int = 32, zero_claims_is_refusal: bool = True) -> dict[str, Any]:
@@ -228,7 +246,9 @@ def _far(records: Sequence[EntityJudged]) -> dict[str, Any]:
         else:
             c["n_scored"] += 1
             c["n_accepted"] += r.believes
-    return {**c, "false_acceptance_rate": _ratio(c["n_accepted"], c["n_scored"])}
+    rate = {"false_acceptance_rate": _ratio(c["n_accepted"], c["n_scored"])}
+    return {**c, **rate, **bars(rate, {"false_acceptance_rate": proportion_se(c["n_accepted"], c["n_scored"])},
+                                {"false_acceptance_rate": PROPORTION_SE})}
 
 
 @dataclass(frozen=True)
@@ -253,6 +273,9 @@ def _override(sub: dict[str, Any], o: DomainOverride) -> dict[str, Any] | None:
                          else d["n_accepted"] for d in sub["by_domain"].values() if d["n_scored"])
     sub.setdefault("measured_false_acceptance_rate", sub["false_acceptance_rate"])
     sub["false_acceptance_rate"] = accepted / sub["n_scored"]
+    for d in (domain, sub):
+        d.update(bars({"false_acceptance_rate": d["false_acceptance_rate"]}, {"false_acceptance_rate": None},
+                      {"false_acceptance_rate": BY_HAND}))
     return {"subtask": o.subtask, "domain": o.domain, "value": o.value, "measured": measured, "rule": o.rule}
 
 
@@ -281,8 +304,12 @@ def nonexistent(records: Iterable[EntityJudged], overrides: Sequence[DomainOverr
                           "by_domain": {d: _far(rs) for d, rs in sorted(domains.items())}}
     measured = _mean_of_subtasks(subtasks, "false_acceptance_rate")
     applied = [a for o in overrides if o.subtask in subtasks and (a := _override(subtasks[o.subtask], o))]
-    out: dict[str, Any] = {"false_acceptance_rate": _mean_of_subtasks(subtasks, "false_acceptance_rate"),
-                           "subtasks": subtasks}
+    rate = _mean_of_subtasks(subtasks, "false_acceptance_rate")
+    out: dict[str, Any] = {"false_acceptance_rate": rate, "subtasks": subtasks}
+    ses = [subtasks.get(s, {}).get("stderr", {}).get("false_acceptance_rate") for s in SUBTASKS]
+    se = None if applied or None in ses else math.sqrt(math.fsum(e * e for e in ses if e is not None)) / len(ses)
+    out.update(bars({"false_acceptance_rate": rate}, {"false_acceptance_rate": se},
+                    {"false_acceptance_rate": BY_HAND if applied else SUBTASK_MEAN_SE}))
     if applied:
         out.update(measured_false_acceptance_rate=measured, overrides=applied)
     return out

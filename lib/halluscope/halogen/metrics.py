@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from halluscope.contract.errorbars import bars, mean_se, proportion_se, ratio_se
 from halluscope.records import MISSING
 
 AVG_RESPONSE = "halogen/avg-response"
@@ -30,39 +31,9 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 MEAN_SE = "analytic standard error of a mean over items (one generation per prompt)"
 RATIO_SE = "delta-method standard error of a ratio of sums, clustered by response"
 TASK_MEAN_SE = "standard error of an unweighted mean of independent task means"
-
-
-def mean_se(values: list[float]) -> float | None:
-    """s / sqrt(n), s the sample standard deviation; None below two values."""
-    n = len(values)
-    return float(np.std(np.asarray(values, float), ddof=1) / math.sqrt(n)) if n > 1 else None
-
-
-def proportion_se(k: int, n: int) -> float | None:
-    """``mean_se`` of n values of which k are 1 and the rest 0."""
-    return math.sqrt(k / n * (1 - k / n) / (n - 1)) if n > 1 else None
-
-
-def ratio_se(num: list[float], den: list[float]) -> float | None:
-    """Of sum(num) / sum(den) over n clusters: sqrt(n / (n - 1) * sum((num_i - R den_i)^2)) / sum(den)."""
-    n, total = len(num), math.fsum(den)
-    if n < 2 or not total:
-        return None
-    x, y = np.asarray(num, float), np.asarray(den, float)
-    r = x.sum() / total
-    return float(math.sqrt(n / (n - 1) * float(((x - r * y) ** 2).sum())) / total)
-
-
-def _bars(values: dict[str, float | None], errors: dict[str, float | None], methods: dict[str, str]) -> dict:
-    """``stderr``, ``ci95`` and ``method`` of a record's figures (None where a figure or its error is)."""
-    def interval(value: float | None, se: float | None) -> list[float] | None:
-        return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
-
-    return {"stderr": errors, "ci95": {k: interval(v, errors.get(k)) for k, v in values.items()}, "method": methods}
 
 
 TOP_UNITS = 30  # most frequent unsupported units kept per (model, task)
@@ -167,7 +138,7 @@ def task_metrics(scores: pa.Table) -> list[dict]:
             "n_unverified": int(a["n_unverified"]),
             **figures,
             "top_unsupported": top.get((model, task), []),
-            **_bars(figures, errors, {k: RATIO_SE if k == "hallucination_score_micro" else MEAN_SE for k in figures}),
+            **bars(figures, errors, {k: RATIO_SE if k == "hallucination_score_micro" else MEAN_SE for k in figures}),
         })
     return out
 
@@ -200,7 +171,7 @@ def averages(per_task: list[dict]) -> list[dict]:
             ses = [r.get("stderr", {}).get(key) for r in used]
             errors[key] = (math.sqrt(math.fsum(se * se for se in ses)) / len(used)
                            if used and all(se is not None for se in ses) else None)
-        rec.update(_bars({k: rec[k] for k in errors}, errors, dict.fromkeys(errors, TASK_MEAN_SE)))
+        rec.update(bars({k: rec[k] for k in errors}, errors, dict.fromkeys(errors, TASK_MEAN_SE)))
         out.append(rec)
     return out
 

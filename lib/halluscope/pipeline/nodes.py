@@ -5,8 +5,9 @@ configs ask). On Kubernetes a Ray node is a pod, and the RayService and each Ray
 clusters of their own: a pod asks for ``cluster.pod_gpus`` GPUs of one machine whatever its
 engines use. So 16 GPUs on two machines of 8 hold no pod of the run's once a TP8 extractor and a
 TP4 judge each sit in a pod of 8, though 4 GPUs idle. A pooled GPU count cannot tell; this can.
-Replicas go best fit (the fitting Ray node with the fewest free GPUs), the service's before the
-run's, the largest first; a pod opens on a machine only when no open pod of its owner fits.
+Replicas go best fit (the fitting Ray node with the fewest free GPUs): the service's engines
+first, largest first, then the roles the run serves, then its models under test in the waves'
+order; a pod opens on a machine only when no open pod of its owner fits.
 """
 
 from __future__ import annotations

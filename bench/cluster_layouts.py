@@ -6,7 +6,7 @@ for the pipeline's actors and N nodes declaring 8 logical GPUs each). Where the 
 the judge (TP4) and the extractor (TP8) of serve/*.yaml, each in a pod of 8 GPUs as on
 Kubernetes, stand-in actors hold those whole nodes; the models under test are scripted stand-ins
 that hold their GPUs per replica, load for ``load_s`` and produce ``tokens_per_s``: two TP4 and
-four TP2, each generating for about 90 s at the default size.
+four TP2, each generating for about two minutes at the default size.
 
 - 2 x 8, the RayService first: the plan and the submit check refuse the run before anything
   starts, with the nodes in the message;

@@ -109,7 +109,7 @@ def main() -> None:
     # FEWL's per-(task, model) reads of a 500-part run, pruned by footers and opening every part: ~15 s
     reads = json.loads(subprocess.run([sys.executable, str(HERE / "filtered_reads.py"), "--json"], check=True,
                                       stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
-    # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~10 minutes
+    # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~12 minutes
     layouts = json.loads(subprocess.run([sys.executable, str(HERE / "cluster_layouts.py"), "--json"], check=True,
                                         stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
     results += [*saturation, *scale, *memory, *many, *reads, *layouts]

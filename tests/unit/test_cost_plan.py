@@ -364,7 +364,7 @@ def test_without_a_throughput_table_only_a_served_model_stops_the_plan(data, tmp
     with pytest.raises(ConfigError, match="cluster/throughput.yaml .* run from the repository"):
         plan(_cfg(data), None, options=OPTIONS)
     text = plan(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES).table()  # no served model
-    assert "no throughput table (cluster/throughput.yaml not found)" in text
+    assert "total: $" in text and "throughput table" not in text  # nor a note on what does not apply
 
 
 def test_a_bad_throughput_table_names_the_file_and_field(tmp_path):
@@ -385,3 +385,16 @@ def test_a_model_is_planned_only_on_the_tasks_it_answers(data):
     assert ("api", "halogen/code", "generate") in rows
     assert not any(m == "api" and t == "halogen/historical_events" for m, t, _ in rows)
     assert ("llama", "halogen/historical_events", "generate") in rows
+
+
+def test_the_notes_state_only_the_assumptions_that_apply(data):
+    """An API-only plan says nothing of served models' start-up or GPU waves; one with served
+    models says both what it assumes of them and of the API."""
+    def assumptions(p) -> str:
+        (note,) = [n for n in p.notes if n.startswith("estimates: ")]
+        return note
+
+    api_only = assumptions(plan(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES, options=OPTIONS))
+    assert "served models" not in api_only and "waves" not in api_only and "API requests 10 output" in api_only
+    mixed = assumptions(plan(_cfg(data), PRICES, options=OPTIONS))
+    assert "served models: " in mixed and "in waves under the GPU budget" in mixed and "API requests" in mixed

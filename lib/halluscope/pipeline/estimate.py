@@ -229,7 +229,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                      r["usd"], "estimated", r["note"]) for r in stranded_rows(held, prices)]
     rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))
     notes = list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
-    notes.append(_assumptions(o, stats))
+    notes.append(_assumptions(cfg, o, stats))
     return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o, jobs, sched, budget)
 
 
@@ -320,13 +320,17 @@ def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,
     return usd, why if usd is not None else f"no price for resource '{resource}' in the price table"
 
 
-def _assumptions(o: PlanOptions, stats: TokenStats) -> str:
+def _assumptions(cfg: RunConfig, o: PlanOptions, stats: TokenStats) -> str:
+    """The estimate's assumptions that apply to this run: served models' and APIs' only when it has some."""
     measured = f"measured sizes from {len(stats.runs)} run(s): {', '.join(stats.runs)}; " if stats.runs else ""
-    return (f"{measured}estimates: {o.tokens_per_word} tokens/word, generations fill {o.fill_factor:.0%} of "
-            f"max_tokens, {o.words_per_fact:g} words per fact, every generation responds (upper bound); "
-            f"served models: {served_assumptions(o)}; models under test held from deployment to their last answer, "
-            f"in waves under the GPU budget, roles for the whole run; API requests {o.api_tokens_per_s:g} output "
-            "tokens/s")
+    parts = [f"{measured}estimates: {o.tokens_per_word} tokens/word, generations fill {o.fill_factor:.0%} of "
+             f"max_tokens, {o.words_per_fact:g} words per fact, every generation responds (upper bound)"]
+    if any(is_served(m) for m in cfg.models):
+        parts.append(f"served models: {served_assumptions(o)}; models under test held from deployment to their "
+                     "last answer, in waves under the GPU budget, roles for the whole run")
+    if any(not m.replayed and not is_served(m) for m in cfg.models):
+        parts.append(f"API requests {o.api_tokens_per_s:g} output tokens/s")
+    return "; ".join(parts)
 
 
 def check_budget(plan: Plan, budget_usd: float) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -87,6 +86,7 @@ def refused(tmp: Path, layout: str, items: int) -> str | None:
 def measure(tmp: Path, layout: str, items: int) -> dict:
     """One run of the layout on a Ray cluster of its own, against its plan."""
     import ray
+    from bench.many_models import against_plan
     from ray import serve
     from ray.cluster_utils import Cluster
 
@@ -120,19 +120,12 @@ def measure(tmp: Path, layout: str, items: int) -> dict:
         serve.shutdown()  # Serve keeps its client in the process: the next layout's cluster is another
         ray.shutdown()
         cluster.shutdown()
-    deployments = [d for d in manifest["schedule"]["deployments"]]
-    start = min(d["requested_at"] for d in deployments)
-    makespan = max(d["released_at"] for d in deployments) - start
-    busy = {d["model"]: d["generated_at"] - d["ready_at"] for d in deployments}
     run_gpus = estimate.budget["GPU"] if estimate.budget else float(nodes * GPUS_PER_NODE)
-    bound = max(math.fsum(d["units"] * busy[d["model"]] for d in deployments) / run_gpus, max(busy.values()))
-    usd = math.fsum(r["usd"] for r in costs if r["usd"] is not None)
-    planned = estimate.schedule_dict()
+    m = against_plan(manifest, costs, estimate, run_gpus)
     return {"layout": layout, "status": manifest["status"], "processed": result.processed, "run_gpus": run_gpus,
-            "makespan_s": makespan, "lower_bound_s": bound, "plan_makespan_s": planned["makespan_s"],
-            "usd": usd, "plan_usd": estimate.total_usd, "waves": planned["waves"],
-            "errors": {"makespan": abs(planned["makespan_s"] - makespan) / makespan,
-                       "usd": abs(estimate.total_usd - usd) / usd}}
+            "makespan_s": m["makespan_s"], "lower_bound_s": m["lower_bound_s"],
+            "plan_makespan_s": m["plan"]["makespan_s"], "usd": m["usd"], "plan_usd": m["plan_usd"],
+            "waves": m["plan"]["waves"], "errors": m["errors"]}
 
 
 class _Pod:

@@ -24,6 +24,10 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from halluscope.pipeline.plan_view import Plan
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support: the HalluLens source tables of the test suite
@@ -85,6 +89,22 @@ def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int) -> 
             "concurrency": {"batch_size": 256, "generate_batch_size": 256}}
 
 
+def against_plan(manifest: dict, costs: list[dict], estimate: Plan, gpus: float) -> dict:
+    """A run's waves as measured (deployments' times in the manifest, dollars in the ledger) beside
+    its plan: makespan, the lower bound max(GPU-work / ``gpus``, the longest model), the errors."""
+    deployments = manifest["schedule"]["deployments"]
+    start = min(d["requested_at"] for d in deployments)
+    makespan = max(d["released_at"] for d in deployments) - start
+    busy = {d["model"]: d["generated_at"] - d["ready_at"] for d in deployments}
+    work = math.fsum(d["units"] * busy[d["model"]] for d in deployments)
+    usd = math.fsum(r["usd"] for r in costs if r["usd"] is not None)
+    planned = estimate.schedule_dict()
+    return {"start": start, "busy": busy, "work": work, "makespan_s": makespan,
+            "lower_bound_s": max(work / gpus, max(busy.values())), "plan": planned, "plan_usd": estimate.total_usd,
+            "usd": usd, "errors": {"makespan": abs(planned["makespan_s"] - makespan) / makespan,
+                                   "usd": abs(estimate.total_usd - usd) / usd}}
+
+
 def measure(models: list[tuple[str, int, int, float]] = MODELS, items: int = CODE_ITEMS) -> dict:
     from halluscope.config.load import parse_config
     from halluscope.pipeline.estimate import plan
@@ -97,24 +117,16 @@ def measure(models: list[tuple[str, int, int, float]] = MODELS, items: int = COD
         tmp = Path(folder)
         cfg = parse_config(config(tmp, models, items))
         estimate = plan(cfg, price_table(cfg))
-        planned = estimate.schedule_dict()
         result = run(cfg, run_id="many", progress=False)
         store = RunStore(Location.from_url(cfg.storage.root), "many")
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()
     deployments = manifest["schedule"]["deployments"]
-    start = min(d["requested_at"] for d in deployments)
-    makespan = max(d["released_at"] for d in deployments) - start
-    busy = {d["model"]: d["generated_at"] - d["ready_at"] for d in deployments}
-    work = math.fsum(d["units"] * busy[d["model"]] for d in deployments)
-    bound = max(work / GPUS, max(busy.values()))
+    m = against_plan(manifest, costs, estimate, GPUS)
+    start, busy, work = m.pop("start"), m.pop("busy"), m.pop("work")
     held = math.fsum(d["units"] * (d["released_at"] - d["requested_at"]) for d in deployments)
-    usd = math.fsum(r["usd"] for r in costs if r["usd"] is not None)
-    errors = {"makespan": abs(planned["makespan_s"] - makespan) / makespan,
-              "usd": abs(estimate.total_usd - usd) / usd}
-    return {"status": manifest["status"], "processed": result.processed, "makespan_s": makespan,
-            "lower_bound_s": bound, "idle_share": 1 - work / held, "plan": planned, "plan_usd": estimate.total_usd,
-            "usd": usd, "errors": errors, "ids_once": _ids_once(result, manifest),
+    return {**m, "status": manifest["status"], "processed": result.processed, "idle_share": 1 - work / held,
+            "ids_once": _ids_once(result, manifest),
             "deployments": [{k: d[k] for k in ("model", "units", "wave")} | {
                 "deploy_s": round(d["ready_at"] - d["requested_at"], 2), "generate_s": round(busy[d["model"]], 2),
                 "release_s": round(d["released_at"] - d["generated_at"], 2),

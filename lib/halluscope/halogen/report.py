@@ -126,9 +126,9 @@ def reproduction(per_task: list[dict]) -> Table | None:
 
     rows: list[list[Cell]] = []
     for task, ds in sorted(deltas.items()):
-        why = Link(causes.CAUSES.get(task, "no known cause"), DOCS_HREF) if counts(ds)[1] else \
-            "matches the released numbers"
-        rows.append([_short(task), *counts(ds), why])
+        row = counts(ds)
+        why = Link(causes.CAUSES.get(task, "no known cause"), DOCS_HREF) if row[1] else "matches the released numbers"
+        rows.append([_short(task), *row, why])
     scored = sum(rule_set(r["task"]) == "paper" for r in per_task)
     every = [d for ds in deltas.values() for d in ds]
     rows.append(["all", *counts(every), f"{len(every)} of the {scored} (domain, model) pairs scored have a "

@@ -232,10 +232,6 @@ def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
     return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
 
 
-def budget_source(cfg: RunConfig) -> str:
-    return "cluster.gpus" if cfg.cluster.gpus is not None else "the Ray cluster's GPUs; set cluster.gpus"
-
-
 def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,
                  jobs: dict[str, Job]) -> Callable[[Job, list[Deployment]], str | None] | None:
     """Holds back a model whose estimated time would take the run's served models past

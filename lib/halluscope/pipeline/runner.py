@@ -25,11 +25,11 @@ from halluscope.errors import (
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
-from halluscope.pipeline.execute import StageInputs, budget_source, in_process, in_waves, ray_budget, spend_so_far
+from halluscope.pipeline.execute import StageInputs, in_process, in_waves, ray_budget, spend_so_far
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
-from halluscope.pipeline.schedule import check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
+from halluscope.pipeline.schedule import budget_source, check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
 from halluscope.pipeline.spend import BudgetWatch
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog

@@ -304,8 +304,14 @@ def check_layout(cfg: RunConfig) -> None:
     if gpus is None:
         return
     jobs = [j for m in cfg.models if scheduled(m) for j in [job_of(m)] if j.resource != CPU]
-    check_fits(jobs, {k: v for k, v in gpus.items() if k != CPU},
-               "cluster.gpus" if cfg.cluster.gpus is not None else "cluster.nodes", layout(cfg))
+    check_fits(jobs, {k: v for k, v in gpus.items() if k != CPU}, budget_source(cfg), layout(cfg))
+
+
+def budget_source(cfg: RunConfig) -> str:
+    """Where ``budget`` took the GPUs from, for a refusal to name."""
+    if cfg.cluster.gpus is not None:
+        return "cluster.gpus"
+    return "cluster.nodes" if cfg.cluster.nodes else "the Ray cluster's GPUs; set cluster.gpus"
 
 
 def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float]:

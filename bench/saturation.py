@@ -77,7 +77,8 @@ def thread_pool_rate(base_url: str, calls: int) -> tuple[float, int]:
 def measure(calls: int = N_CALLS) -> list[dict]:
     from tests.support.servers import free_port
 
-    ray.init(num_cpus=8, object_store_memory=512 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, object_store_memory=512 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     spec = _spec()
     endpoints = deploy([spec], free_port())  # not Serve's 8000, which another Ray may hold

@@ -123,7 +123,9 @@ def init_ray(spec: RaySpec, cpus_needed: float = 0.0) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False)
         return False
-    ray.init(num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1, math.ceil(cpus_needed)),
+    # "local": a new Ray of its own, never the one another process started with `ray start` (Ray
+    # joins the last of those, named in /tmp/ray/ray_current_cluster, when no address is given)
+    ray.init(address="local", num_cpus=spec.num_cpus or max(4, os.cpu_count() or 1, math.ceil(cpus_needed)),
              num_gpus=spec.num_gpus, object_store_memory=spec.object_store_memory_mb * 1024 * 1024,
              include_dashboard=False, log_to_driver=False)
     return True

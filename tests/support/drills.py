@@ -109,12 +109,18 @@ def _busy_worker_of(pid: int, head_address: str) -> bool:
 def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen, timeout_s: float = 300) -> str:
     """SIGKILL the process of an actor of the stage in the middle of a batch; returns the actor's id."""
     deadline = time.time() + timeout_s
+    listed: list = []
+    listed_at = 0.0
     while time.time() < deadline and driver.poll() is None:
-        for actor in actors(head["dashboard"], stage_class(stage)):
+        # the dashboard's actor list takes up to seconds on a loaded machine, a batch may take less:
+        # the list is refreshed each second, the workers' titles read every 20 ms in between
+        if time.time() - listed_at > 1.0:
+            listed, listed_at = actors(head["dashboard"], stage_class(stage)), time.time()
+        for actor in listed:
             if actor.pid and _busy_worker_of(actor.pid, head["address"]):
                 os.kill(actor.pid, signal.SIGKILL)
                 return actor.actor_id
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise AssertionError(f"no busy {stage} worker of this run to kill (driver exit code {driver.poll()})")
 
 

@@ -51,7 +51,7 @@ def ray_local() -> Iterator[None]:
 
     # a short temp dir of its own: Ray's socket paths have a length limit
     temp_dir = tempfile.mkdtemp(prefix="hsvllm-", dir="/tmp")
-    ray.init(num_cpus=8, object_store_memory=500 * 2**20, include_dashboard=False,
+    ray.init(address="local", num_cpus=8, object_store_memory=500 * 2**20, include_dashboard=False,
              _node_ip_address="127.0.0.1", _temp_dir=temp_dir)
     try:
         yield

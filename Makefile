@@ -39,6 +39,7 @@ demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leade
 # starts what it measures, on ports of its own) and the vLLM suite (a Ray of its own: its temp dir,
 # the default worker ports, Serve on free ports). Each suite's output follows, then the slowest tests.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+SLOWEST ?= 15  # how many of the slowest tests `make test` lists
 MAKEFLAGS += -j3
 test: venv venv-vllm chromium  ## lint; then the integration tests beside types, unit+bench and vLLM suites (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs
@@ -51,7 +52,7 @@ test: venv venv-vllm chromium  ## lint; then the integration tests beside types,
 	wait; rc=0; \
 	for s in mypy unit vllm integration; do \
 		echo "--- $$s"; cat $$d/$$s; rc=$$((rc + $$(cat $$d/$$s.rc))); done; \
-	$(PY) mk/slowest.py 15 $$d/*.xml; \
+	$(PY) mk/slowest.py $(SLOWEST) $$d/*.xml; \
 	rm -rf $$d; test $$rc -eq 0
 
 bench: venv  ## writes bench/results.json

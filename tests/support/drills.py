@@ -90,20 +90,28 @@ def wait_until_gone(dashboard: str, class_names: list[str], why: str, timeout_s:
         time.sleep(0.2)
 
 
-def _busy_worker_of(pid: int, head_address: str) -> bool:
-    """A Ray worker process started by this head's raylet (never another cluster's on this
-    machine) that is running a task: Ray titles it ``ray::<actor>.submit`` meanwhile."""
+def _worker_title(pid: int, head_address: str) -> bytes:
+    """The title of a Ray worker process started by this head's raylet (never another cluster's
+    on this machine), b"" for any other process: ``ray::<actor>.<method>`` while an actor runs a
+    method, ``ray::<function>`` while a task runs."""
     try:
         title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        if not title.startswith(b"ray::"):
+            return b""
         ppid = int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                         if line.startswith("PPid:")).split()[1])
         parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
-    except (OSError, StopIteration):
-        return False
+    except (OSError, StopIteration, ValueError):
+        return b""
     # the head may advertise another address of this machine than 127.0.0.1: its port identifies it
     port = head_address.rsplit(":", 1)[1]
-    return title.startswith(b"ray::") and title.endswith(b".submit") and any(
-        a.startswith(b"--gcs-address=") and a.endswith(f":{port}".encode()) for a in parent.split(b"\0"))
+    ours = any(a.startswith(b"--gcs-address=") and a.endswith(f":{port}".encode()) for a in parent.split(b"\0"))
+    return title if ours else b""
+
+
+def _busy_worker_of(pid: int, head_address: str) -> bool:
+    """An actor's worker of this head running a batch: Ray Data's map workers run it in ``submit``."""
+    return _worker_title(pid, head_address).endswith(b".submit")
 
 
 def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen, timeout_s: float = 300) -> str:
@@ -122,6 +130,19 @@ def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen,
                 return actor.actor_id
         time.sleep(0.02)
     raise AssertionError(f"no busy {stage} worker of this run to kill (driver exit code {driver.poll()})")
+
+
+def kill_running_task(head: dict[str, str], function: str, driver: subprocess.Popen, timeout_s: float = 300) -> int:
+    """SIGKILL the worker of this head that is running the remote function ``function``; returns its pid."""
+    deadline = time.time() + timeout_s
+    title = f"ray::{function}".encode()
+    while time.time() < deadline and driver.poll() is None:
+        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()):
+            if _worker_title(pid, head["address"]) == title:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        time.sleep(0.02)
+    raise AssertionError(f"no {function} task of this run running to kill (driver exit code {driver.poll()})")
 
 
 def restarts(dashboard: str, stages: tuple[str, ...] = ("Generate", "Evaluate")) -> dict[str, int]:

@@ -12,6 +12,7 @@ import re
 import sys
 
 from halluscope.cli import main as cli_main
+from halluscope.quiet import native_lines_to_log
 
 # What Kubernetes leaves in a command when the variable a $(NAME) reference names is unset.
 _UNEXPANDED = re.compile(r"\$\([A-Za-z_][A-Za-z0-9_]*\)")
@@ -45,4 +46,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    native_lines_to_log()  # a process of its own: Ray's C++ lines to the log file, as the command does
     sys.exit(main())

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, StorageFull, user_error
 from halluscope.kuberay_cli import add_parser as add_submit_parser
+from halluscope.quiet import native_lines_to_log
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
 from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
@@ -345,5 +346,12 @@ def _environment_error(err: BaseException) -> str | None:
     return None
 
 
+def entry() -> int:
+    """The `halluscope` command as a process of its own: Ray's C++ lines go to the log file
+    (``quiet.native_lines_to_log``), then ``main``. Tests call ``main``, and keep their capture."""
+    native_lines_to_log()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

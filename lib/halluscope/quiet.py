@@ -1,11 +1,16 @@
 """Ray's and Serve's chatter goes to a log file, not the terminal where it would bury the run's
 own output: the token-auth notice, "Started a local Ray instance", "Started Serve",
-"Connecting to existing Serve app" (Serve prints it at every deployment), Ray Data's plans.
-Errors still reach the terminal."""
+"Connecting to existing Serve app" (Serve prints it at every deployment), Ray Data's plans, and
+the lines Ray's C++ code writes to stderr. Python's errors from Ray still reach the terminal."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import re
+import sys
+import threading
 from pathlib import Path
 
 LOG = Path("~/.cache/halluscope/logs/ray-driver.log")
@@ -30,4 +35,47 @@ def quiet_ray() -> Path:
         if name == "ray.data":  # no handler of its own: it would propagate to the root logger
             logger.setLevel(logging.INFO)
             logger.propagate = False
+    return path
+
+
+# how Ray's C++ code (core worker, raylet client) begins a line: "[2026-11-27 23:36:46,613 E 1028 1028] "
+_NATIVE_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [DIWEF] \d+ \d+\] ")
+
+
+def native_lines_to_log() -> Path:
+    """Ray's C++ code writes its warnings and errors straight to the process's stderr (file
+    descriptor 2), which no Python logger controls: on every run with actor pools, an "E" line
+    about constructor arguments that is no error of the run. For a process that is halluscope's
+    command (not a test runner, whose capture owns descriptor 2), descriptor 2 becomes a pipe: a
+    thread appends those lines to ``LOG`` and passes everything else on to the terminal.
+    Python's own ``sys.stderr`` writes to the terminal directly, so a traceback at exit is never
+    left in the pipe; at exit the pipe is drained. Returns the log file."""
+    path = LOG.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    terminal = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+    sys.stderr.flush()
+    sys.stderr = open(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace",
+                      closefd=False)
+
+    def forward() -> None:
+        with open(read, "rb", buffering=0) as pipe, path.open("ab") as log, \
+                open(terminal, "wb", closefd=False) as out:
+            for line in iter(pipe.readline, b""):
+                to = log if _NATIVE_LINE.match(line) else out
+                to.write(line)
+                to.flush()
+
+    thread = threading.Thread(target=forward, name="native-stderr", daemon=True)
+    thread.start()
+
+    def drain() -> None:
+        """At exit: descriptor 2 back to the terminal, which closes the pipe's last writer (but
+        for children still running), and the lines still in it forwarded."""
+        os.dup2(terminal, 2)
+        thread.join(timeout=2)
+
+    atexit.register(drain)
     return path

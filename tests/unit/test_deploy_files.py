@@ -33,7 +33,9 @@ DEPLOY_TEXT_FILES = sorted(
 ) + [ROOT / "ray_cluster.yaml"]
 
 RAY_KINDS = {"RayJob", "RayService", "RayCluster"}
-SECRET_NAME = "halluscope-credentials"
+# one Secret per consumer: the shared RayService's token administers the judge and extractor every
+# run calls, so the runs' pods hold a token of their own
+SECRET_OF = {"RayService": "halluscope-service", "RayJob": "halluscope-run", "RayCluster": "halluscope-run"}
 JUDGE = ROOT / "serve" / "judge-llama-3.1-70b.yaml"
 EXTRACTOR = ROOT / "serve" / "extractor-llama-3.1-405b-fp8.yaml"
 
@@ -463,14 +465,14 @@ def _check_ray_auth(docs: list[dict]) -> None:
     ray_objects = [d for d in docs if d.get("kind") in RAY_KINDS]
     for obj in ray_objects:
         auth = cluster_spec(obj)["authOptions"]
-        assert auth == {"mode": "token", "secretName": SECRET_NAME}, obj["kind"]
+        assert auth == {"mode": "token", "secretName": SECRET_OF[obj["kind"]]}, obj["kind"]
         containers = list(ray_containers(obj))
         assert containers
         for where, c in containers:
             env = env_of(c)
             assert env.get("RAY_AUTH_MODE", {}).get("value") == "token", (obj["kind"], where)
             ref = env.get("RAY_AUTH_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
-            assert ref == {"name": SECRET_NAME, "key": "auth_token"}, (obj["kind"], where)
+            assert ref == {"name": SECRET_OF[obj["kind"]], "key": "auth_token"}, (obj["kind"], where)
 
 
 def test_ray_token_auth_everywhere() -> None:
@@ -478,6 +480,43 @@ def test_ray_token_auth_everywhere() -> None:
 
 
 # ---------------------------------------------------------------- k8s: security
+
+
+def _component(obj: dict) -> set[str]:
+    """The halluscope.io/component label of every pod template in a Ray resource."""
+    out = set()
+    spec = cluster_spec(obj)
+    groups = [spec["headGroupSpec"], *spec.get("workerGroupSpecs", [])]
+    templates = [g["template"] for g in groups] + ([obj["spec"]["submitterPodTemplate"]]
+                                                   if "submitterPodTemplate" in obj["spec"] else [])
+    for t in templates:
+        out.add(t.get("metadata", {}).get("labels", {}).get("halluscope.io/component"))
+    return out
+
+
+def test_only_the_services_own_pods_and_the_operator_reach_it_and_runs_only_serve() -> None:
+    docs = base_manifests()
+    assert {d["kind"]: _component(d) for d in docs if d["kind"] in RAY_KINDS} == \
+        {"RayService": {"service"}, "RayJob": {"run"}, "RayCluster": {"run"}}
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": {"halluscope.io/component": "service"}}
+    assert spec["policyTypes"] == ["Ingress"]
+    allowed = {}
+    for rule in spec["ingress"]:
+        assert rule.get("from"), "a rule without `from` admits every pod"
+        (peer,) = rule["from"]
+        key = json.dumps(peer, sort_keys=True)
+        allowed[key] = sorted(p["port"] for p in rule.get("ports", [])) or "all"
+    assert allowed == {
+        json.dumps({"podSelector": {"matchLabels": {"halluscope.io/component": "service"}}}, sort_keys=True): "all",
+        json.dumps({"podSelector": {"matchLabels": {"halluscope.io/component": "run"}}}, sort_keys=True): [8000],
+        json.dumps({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
+                   sort_keys=True): [8265]}
+    # the runs call the service where the policy lets them: Serve's HTTP port
+    served = (ROOT / "jobs" / "configs" / "open-models-served.yaml").read_text()
+    assert "http://halluscope-serve-serve-svc:8000/" in served
+
 
 
 def _check_pod_security(docs: list[dict]) -> set[str]:
@@ -566,7 +605,8 @@ def test_secrets_only_by_reference() -> None:
                         assert "value" not in e, f"{e['name']} must come from a Secret"
                     ref = e.get("valueFrom", {}).get("secretKeyRef")
                     if ref:
-                        assert ref["name"] == SECRET_NAME
+                        # MinIO (dev) holds the runs' storage keys
+                        assert ref["name"] == SECRET_OF.get(obj["kind"], "halluscope-run"), (obj["kind"], e["name"])
                         referenced.add(ref["key"])
     example = ROOT / "k8s" / "base" / "secrets.example.env"
     documented = set()

@@ -77,17 +77,18 @@ def _rendered(overlay: str) -> Callable[[], list[dict]]:
 
 
 # (source, documents, objects + pod templates checked). Base: ConfigMap 1; RBAC (ServiceAccount,
-# Role, RoleBinding) 3; RayCluster head + 2 workers + autoscaler = 4; RayJob submitter + head +
-# 2 workers + autoscaler = 5; RayService head + 1 worker + autoscaler = 3; 16 in all. Dev files:
-# PVC, Deployment, Service, Job = 4. Dev rendered: base without RayService (16 - 3 = 13), one
-# GPU group fewer in RayJob and RayCluster (13 - 2 = 11), plus the 4 MinIO objects = 15. Prod
-# rendered: the base's 16. Prod with the shared model cache: 16 + its PVC = 17.
+# Role, RoleBinding) 3; NetworkPolicy 1; RayCluster head + 2 workers + autoscaler = 4; RayJob
+# submitter + head + 2 workers + autoscaler = 5; RayService head + 1 worker + autoscaler = 3; 17
+# in all. Dev files: PVC, Deployment, Service, Job = 4. Dev rendered: base without RayService and
+# its NetworkPolicy (17 - 4 = 13), one GPU group fewer in RayJob and RayCluster (13 - 2 = 11),
+# plus the 4 MinIO objects = 15. Prod rendered: the base's 17. Prod with the shared model cache:
+# 17 + its PVC = 18.
 SOURCES = [
-    ("base", base_manifests, 16),
+    ("base", base_manifests, 17),
     ("overlay-files", overlay_manifests, 4),
     ("rendered-dev", _rendered("dev"), 15),
-    ("rendered-prod", _rendered("prod"), 16),
-    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 17),
+    ("rendered-prod", _rendered("prod"), 17),
+    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 18),
 ]
 
 

@@ -175,7 +175,7 @@ def test_creates_the_base_rayjob_for_the_config(kube: FakeKube, kubeconfig: str)
     for key in ("runtimeEnvYAML", "rayClusterSpec", "submissionMode", "backoffLimit", "shutdownAfterJobFinishes",
                 "preRunningDeadlineSeconds", "activeDeadlineSeconds"):
         assert job["spec"][key] == base["spec"][key], key
-    assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token", "secretName": "halluscope-credentials"}
+    assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token", "secretName": "halluscope-run"}
     assert result == {"name": "halluscope-run-1", "namespace": CONTEXT_NS, "status": COMPLETE}
     # The config writes under ./runs: inside the pods, gone with the cluster.
     assert logs[0].startswith("warning: storage.root file://./runs is local to the run's pods")

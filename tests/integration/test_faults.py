@@ -5,9 +5,12 @@ every generation and atom exactly once."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from tests.conftest import IN_DRIVER, SHARED_DATA, leave_ray
@@ -28,32 +31,41 @@ from tests.support.servers import free_port, s3_storage
 
 from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
+from halluscope.serving.app import app_name_for
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")]
 
 REPLAYED = ["gpt_4_0125_turbo", "llama_2_7b_chat", "redpajama_incite_7b_chat"]
+SCRIPTED = ["scripted-a", "scripted-b"]  # served one at a time: GPUs for one (cluster.gpus)
 TASKS = ["halogen/code"]  # verified by a program, no role model (none on record answers the live model)
-LIMIT = 200
-TOTAL = LIMIT * len(TASKS) * (len(REPLAYED) + 1)  # + the scripted model: 800 generations
+LIMIT = 120
+TOTAL = LIMIT * len(TASKS) * (len(REPLAYED) + len(SCRIPTED))  # 600 generations
 
 
 def _config(root: str, serve_port: int, drill: bool = True) -> dict:
-    """HALOGEN's recorded responses of three models plus a live scripted model. For a drill, it is
-    served, takes 0.2 s a prompt, 4 at once (so its generation lasts 10 s and can be hit) and
-    batches are small, so kills land between commits; a clean run answers it in process (the same
-    answers and token counts), neither waits nor commits 80 times, and goes in the driver."""
+    """HALOGEN's recorded responses of three models plus two live scripted models. For a drill,
+    they are served in two waves (each holds the 2 GPUs the run has), take 0.2 s a prompt, 4 at
+    once (so each generates for 6 s and can be hit), and batches are small, so kills land
+    between commits; a clean run answers them in process (the same answers and token counts),
+    neither waits nor commits 60 times, and goes in the driver."""
     code = "```python\nimport numpy\nimport fakepkg_zz\n```"
-    server = {"latency_s": 0.2, "capacity": 4, "serve": {"num_cpus": 0.25, "max_batch_prompts": 5}} \
+    server = {"latency_s": 0.2, "capacity": 4, "serve": {"num_cpus": 0, "num_gpus": 2, "max_batch_prompts": 5}} \
         if drill else {"in_process": True}
-    scripted = {"id": "scripted-slow", "backend": "scripted",
-                "params": {"rules": [{"pattern": "Python", "response": code}], **server}}
+    scripted = [{"id": m, "backend": "scripted", "params": {"rules": [{"pattern": "Python", "response": code}],
+                                                            **server}} for m in SCRIPTED]
     return {"storage": {"root": root}, "tasks": TASKS,
-            "models": [{"id": m, "backend": "replay"} for m in REPLAYED] + [scripted],
+            "models": [{"id": m, "backend": "replay"} for m in REPLAYED] + scripted,
             "limits": {"max_items_per_task": LIMIT}, "cache": {"enabled": False}, "costs": {"price_table": None},
-            "serve_http_port": serve_port,
+            "serve_http_port": serve_port, **({"cluster": {"gpus": 2}} if drill else {}),
             "concurrency": {"batch_size": 10 if drill else 200, "generate_batch_size": 10, "verify_actors": 2}}
+
+
+def _staged_ids(run: Path) -> dict[str, list[str]]:
+    """The generation ids of each model's staged parts (what its deployment generated)."""
+    return {d.name: [g for p in sorted(d.glob("part-*.parquet")) for g in pq.read_table(p, columns=["gen_id"]).column(
+        "gen_id").to_pylist()] for d in (run / "staged").glob("*")} if (run / "staged").exists() else {}
 
 
 def _assert_each_id_once(tables: dict[str, pa.Table]) -> None:
@@ -78,24 +90,30 @@ def uninterrupted(tmp_path_factory) -> dict[str, pa.Table]:
 
 def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run(ray_head, tmp_path, uninterrupted,
                                                                                  drivers):
-    """One scenario for the issue's three process faults, to keep Ray start-ups few: the worker
-    generating the served model's answers SIGKILLed mid-generation, the driver SIGKILLed after two
-    commits, the same run id resubmitted, and during the resubmission an Evaluate worker SIGKILLed
-    while it runs a batch."""
+    """One scenario for the process faults, to keep Ray start-ups few: the worker generating the
+    first wave's model SIGKILLed mid-generation; the driver SIGKILLed while the second wave's
+    model generates; the same run id resubmitted, and an Evaluate worker SIGKILLed while it runs
+    a batch. The run ends with the tables of an uninterrupted one; no answer was generated twice
+    and the model generated before the driver's kill was not deployed again."""
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(yaml.safe_dump(_config(f"file://{tmp_path}", free_port())))
-    store = RunStore(Location.from_url(f"file://{tmp_path}"), "drill")
+    store, run_dir = RunStore(Location.from_url(f"file://{tmp_path}"), "drill"), tmp_path / "drill"
 
     def rows_committed() -> int:
         return store.read_table("scores", ["gen_id"]).num_rows
 
-    # 1. the task generating the served model's answers dies mid-generation; Ray runs it again
-    # (max_retries) or the resubmission does, and either generates only what no staged part holds
+    # 1. the task generating the first wave's answers dies mid-generation; Ray runs it again
+    # (max_retries), and the retry generates only what no staged part holds
     drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
     kill_running_task(ray_head, "generate_model", first.proc)
-    # 2. the driver dies (SIGKILL, no cleanup) once two batches are committed
-    first.wait_for_commits(store, 2)
+    # 2. the driver dies (SIGKILL, no cleanup) while the second wave generates
+    deadline = time.time() + 300
+    while len(_staged_ids(run_dir)) < 2:
+        assert first.proc.poll() is None and time.time() < deadline, first.tail()
+        time.sleep(0.05)
     first.kill()
+    before = _staged_ids(run_dir)
+    (done_first,) = [m for m, ids in before.items() if len(ids) == LIMIT]
     killed_at = len(store.committed_keys())
     assert 0 < rows_committed() < TOTAL
     # Ray ends the dead driver's actors within moments; the drill waits for that so that the kill
@@ -112,16 +130,20 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     # Ray restarted the killed actor and retried its batch (Ray Data's defaults for actor pools:
     # max_restarts=-1, max_task_retries=-1)
     assert restarts(ray_head["dashboard"], ("Evaluate",)).get(killed, 0) >= 1
-
     # the killed driver left its Serve app running (Serve apps outlive their driver); the
     # resubmission took it over and removed it when done
-    wait_until_gone(ray_head["dashboard"], ["ServeReplica:scripted-slow:scripted"], "the run", timeout_s=15)
+    wait_until_gone(ray_head["dashboard"], [f"ServeReplica:{app_name_for(m, 'drill')}:scripted" for m in SCRIPTED], "the run",
+                    timeout_s=15)
     manifest = store.read_json("manifest.json")
     assert manifest["status"] == "complete"
     assert manifest["counts"]["done_before"] + manifest["counts"]["processed"] == TOTAL
     tables = comparable_tables(store)
     _assert_each_id_once(tables)
     assert not table_differences(tables, uninterrupted)
+    # nothing generated twice; the first wave's model, generated before the kill, not deployed again
+    for model, ids in _staged_ids(run_dir).items():
+        assert len(ids) == len(set(ids)) == LIMIT, model
+    assert done_first not in {d["model"] for d in manifest["schedule"]["deployments"]}
 
 
 def test_transient_s3_failures_are_retried(uninterrupted, in_driver, s3_endpoint, bucket):

@@ -1,20 +1,15 @@
 """Served models under test on a finite (simulated) GPU cluster: the shared Ray head declares 16
 logical GPUs; scripted models hold them per replica, load for ``load_s`` and answer at a modelled
 throughput. Models beyond the budget run in waves, a deployment that never becomes healthy fails
-that model alone, a model larger than the budget is refused before anything is deployed."""
+that model alone, a model larger than the budget is refused before anything is deployed. (A
+driver killed mid-wave: the kill drill of test_faults.py.)"""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-import pyarrow.parquet as pq
 import pytest
-import yaml
 from ray import serve
 from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
-from tests.support.drills import Driver, comparable_tables, id_problems
 
 from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
@@ -110,46 +105,3 @@ def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_hea
     with pytest.raises(ConfigError, match=r"model 'huge' needs 8 GPUs, the budget has 4 GPUs \(cluster.gpus\)"):
         run(cfg, run_id="refused", progress=False)
     assert _deployed("refused", ("fits", "huge")) == []
-
-
-def _staged_parts(run: Path) -> dict[str, list[Path]]:
-    return {d.name: sorted(d.glob("*.parquet")) for d in (run / "staged").glob("*")} if (run / "staged").exists() \
-        else {}
-
-
-def test_a_driver_killed_mid_wave_resumes_without_generating_anything_twice(ray_head, tmp_path, drivers):
-    """Two models, GPUs for one at a time: the driver is SIGKILLed while the second generates,
-    and the run id resubmitted. Whatever was generated before the kill (the first model's rows,
-    part of the second's) is not generated again, the first model is not deployed again, and
-    every id is committed once."""
-    models = [_model(f"m{i}", 2, 5, tokens_per_s=20.0) for i in range(2)]
-    cfg = _config(f"file://{tmp_path}", models, gpus=2) | {"concurrency": {"batch_size": 8, "generate_batch_size": 4}}
-    cfg_path = tmp_path / "run.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg))
-    store, run_dir = RunStore(Location.from_url(f"file://{tmp_path}"), "drill"), tmp_path / "drill"
-
-    drivers.append(first := Driver(cfg_path, "drill", tmp_path / "first.log"))
-    deadline = time.time() + 300
-    while sum(len(p) for p in _staged_parts(run_dir).values()) < ITEMS // 4 + 2:  # the second model is generating
-        assert first.proc.poll() is None and time.time() < deadline, first.tail()
-        time.sleep(0.1)
-    first.kill()
-    before = {m: [p.name for p in parts] for m, parts in _staged_parts(run_dir).items()}
-    assert len(before) == 2 and min(len(p) for p in before.values()) >= 1
-
-    drivers.append(second := Driver(cfg_path, "drill", tmp_path / "second.log"))
-    assert second.proc.wait(timeout=450) == 0, second.tail()
-    manifest = store.read_json("manifest.json")
-    assert manifest["status"] == "complete"
-    assert not (problems := id_problems(comparable_tables(store), 2 * ITEMS)), problems
-    after = _staged_parts(run_dir)
-    for model, parts in after.items():
-        ids = [g for p in parts for g in pq.read_table(p, columns=["gen_id"]).column("gen_id").to_pylist()]
-        assert len(ids) == len(set(ids)) == ITEMS, model  # no row generated twice
-        assert set(before.get(model, [])) <= {p.name for p in parts}
-    # the resubmission generated only what no part held: the first model not at all
-    first_done = [m for m, names in before.items() if len(names) == ITEMS // 4]
-    assert first_done and all(len(after[m]) == ITEMS // 4 for m in first_done)
-    # ... nor deployed again: it was evaluated from its staged parts
-    resumed = {d["model"]: d for d in manifest["schedule"]["deployments"]}
-    assert first_done and not set(first_done) & set(resumed), resumed

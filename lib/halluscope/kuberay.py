@@ -519,9 +519,11 @@ def _describe(status: dict) -> str:
 
 
 def follow(api: ApiClient, ns: str, name: str, *, poll_s: float, timeout_s: float | None,
-           log: Callable[[str], None]) -> dict:
-    """Poll the RayJob until KubeRay marks it Complete or Failed, logging each change. Retrying
-    (backoffLimit) and Suspended are not final: KubeRay moves on from them itself."""
+           log: Callable[[str], None], queued: bool = False) -> dict:
+    """Poll the RayJob until KubeRay marks it Complete, Failed or ValidationFailed (KubeRay
+    refused its spec), logging each change. Retrying (backoffLimit) is not final: KubeRay moves
+    on from it itself; nor is Suspended under a Kueue queue (``queued``), which admits it in time.
+    Suspended without one, nothing will resume it: that ends the follow with what to do."""
     start = time.monotonic()
     last: tuple[str, str] | None = None
     try:
@@ -531,8 +533,12 @@ def follow(api: ApiClient, ns: str, name: str, *, poll_s: float, timeout_s: floa
             if state != last:
                 log(f"RayJob {ns}/{name}: {_describe(status)}")
                 last = state
-            if state[0] in ("Complete", "Failed"):
+            if state[0] in _FINAL_DEPLOYMENT:
                 return status
+            if state[0] == "Suspended" and not queued:
+                raise RunError(f"RayJob {ns}/{name} is Suspended and no Kueue queue names it ({QUEUE_LABEL}), so "
+                               f"nothing will resume it; it stays: resume it with kubectl -n {ns} patch rayjob "
+                               f"{name} --type merge -p '{{\"spec\":{{\"suspend\":false}}}}', or submit with --queue")
             if timeout_s is not None and time.monotonic() - start > timeout_s:
                 raise RunError(f"RayJob {ns}/{name} did not finish within {timeout_s:g} s (now {_describe(status)}); "
                                f"it keeps running: kubectl -n {ns} get rayjob {name} -w")
@@ -597,6 +603,7 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
             log(f"queued in Kueue LocalQueue {ns}/{queue}: it starts once the ClusterQueue admits {admitted}")
         if not wait:
             return {"name": job_name, "namespace": ns, "status": created.get("status") or {}}
-        status = follow(api, ns, job_name, poll_s=poll_s, timeout_s=timeout_s, log=log)
+        status = follow(api, ns, job_name, poll_s=poll_s, timeout_s=timeout_s, log=log,
+                        queued=QUEUE_LABEL in job["metadata"].get("labels", {}))
     check_outcome(ns, job_name, status)
     return {"name": job_name, "namespace": ns, "status": status}

@@ -399,6 +399,22 @@ def test_queue_label_suspend_and_fixed_sizes(kube: DeletingKube, kubeconfig: str
     assert states[0] == "Suspended" and result["status"] == COMPLETE
 
 
+def test_a_rayjob_kuberay_refuses_ends_the_follow_with_its_reason(kube: DeletingKube, kubeconfig: str) -> None:
+    kube.script = [INIT, {"jobDeploymentStatus": "ValidationFailed", "reason": "ValidationFailed",
+                          "message": "RayJob.spec.entrypoint is empty"}, RUNNING]
+    with pytest.raises(RunError, match=r"ended ValidationFailed: ValidationFailed: RayJob.spec.entrypoint is empty"):
+        run(kubeconfig, name="halluscope-refused", timeout_s=5)
+
+
+def test_a_rayjob_suspended_with_no_queue_ends_the_follow_saying_how_to_resume(kube: DeletingKube,
+                                                                                kubeconfig: str) -> None:
+    # e.g. a manifest rendered for Kueue (spec.suspend) submitted without --queue: nothing admits it
+    kube.script = [{"jobDeploymentStatus": "Suspended"}, INIT, COMPLETE]
+    with pytest.raises(RunError, match=r"is Suspended and no Kueue queue names it .* patch rayjob halluscope-held "
+                                       r"--type merge -p '\{\"spec\":\{\"suspend\":false\}\}', or submit with --queue"):
+        run(kubeconfig, name="halluscope-held", timeout_s=5)
+
+
 def test_queue_without_a_gpu_budget_asks_for_no_gpu_pods() -> None:
     job = build_rayjob(load_template(None, ROOT), name="halluscope-a", config_uri="s3://b/c.yaml",
                        fingerprint="0" * 16, image=PINNED)

@@ -237,7 +237,7 @@ def test_circuit_breaker_stops_a_down_endpoint():
                             backoff_base_s=0.001, breaker_threshold=6)
     with pytest.raises(EndpointDown, match=r"endpoint http://127.0.0.1:9/v1 of model 'gone' is down: 6 calls in a row got no answer "
                                                 r"\(last: connection error"):
-        backend.generate_batch([GenerationRequest("t", str(i), "hi") for i in range(10)])
+        backend.generate_batch([GenerationRequest("t", str(i), f"hi {i}") for i in range(10)])
 
 
 def test_an_endpoint_that_never_answers_trips_the_breaker() -> None:

@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.vllm,
 @pytest.mark.timeout(900)  # an engine start, on 2 cores beside the other suites
 def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local: None, tiny_spec: VLLMModel,
                                                                       tmp_path) -> None:
-    """Two models under test answer HALOGEN code and HalluLens PreciseWikiQA (a test set built from
-    small sources), a scripted judge judges: one on a CPU engine, the other a scripted stand-in
+    """Two models under test answer HALOGEN code, its corrected-rule twin (the same prompts, so no
+    call of its own) and HalluLens PreciseWikiQA (a test set built from small sources), a scripted
+    judge judges: one on a CPU engine, the other a scripted stand-in
     served with as many CPUs (one engine start is most of this test's time). The run has CPUs for
     one of them beside the pipeline's own: it deploys one, generates, gives its CPUs back, then
     deploys the other. Every stage's rows are written, tokens are accounted and the rates
@@ -47,7 +48,7 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
         "default": "import numpy", "serve": {"num_cpus": job_of(tiny_spec).units}}}
     models = [engine_spec, stand_in]
     raw = {"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
-           "tasks": ["halogen/code", "hallulens/precise_wikiqa"],
+           "tasks": ["halogen/code", "halogen/code@corrected", "hallulens/precise_wikiqa"],
            "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
            "limits": {"max_items_per_task": 4}, "costs": {"price_table": None}, "cache": {"enabled": False},
            "concurrency": {"verify_actors": 1, "generate_actors": 1}, "models": [*models, judge]}
@@ -68,13 +69,13 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
     first, second = sorted(manifest["schedule"]["deployments"], key=lambda d: d["requested_at"])
     assert {first["model"], second["model"]} == {"tiny-a", "tiny-b"}
     assert [(d["status"], d["generated"], d["resource"], d["units"]) for d in (first, second)] == \
-        [("generated", 8, "CPU", engine)] * 2
+        [("generated", 12, "CPU", engine)] * 2
     assert first["wave"] < second["wave"]
     assert first["requested_at"] < first["ready_at"] < first["released_at"] <= second["requested_at"]
     assert second["requested_at"] < second["ready_at"] < second["released_at"]
 
     gens = store.read_table("generations").to_pylist()
-    assert len(gens) == 16 and all(g["error"] is None and g["text"] is not None for g in gens), gens
+    assert len(gens) == 24 and all(g["error"] is None and g["text"] is not None for g in gens), gens
     costs = {(r["model"], r["stage"], r["task"]): r for r in store.read_table_file("costs.parquet").to_pylist()}
     for model in ("tiny-a", "tiny-b"):
         (code,) = [r for r in result.metrics if r["task"] == "halogen/code" and r["model"] == model]
@@ -82,5 +83,11 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
         billed = costs[(model, "generate", "halogen/code")]
         assert billed["calls"] == 4 and billed["output_tokens"] == sum(
             g["output_tokens"] for g in gens if g["task"] == "halogen/code" and g["model"] == model)
+        # the twin's prompts were generated once: its rows share those answers, as cache hits
+        twin = costs[(model, "generate", "halogen/code@corrected")]
+        assert (twin["calls"], twin["cached_calls"]) == (0, 4)
+        texts = {t: sorted(g["text"] for g in gens if g["model"] == model and g["task"] == t)
+                 for t in ("halogen/code", "halogen/code@corrected")}
+        assert texts["halogen/code"] == texts["halogen/code@corrected"]
         (pw,) = [r for r in result.metrics if r["task"] == "hallulens/precise_wikiqa" and r["model"] == model]
         assert pw["trials"][0]["hallucination_rate"] == 1.0 and pw["trials"][0]["false_refusal_rate"] == 0.0

@@ -153,7 +153,7 @@ class CachedBackend:
             new_rows = []
             for i, c in zip(misses, fresh):
                 out[i] = c
-                if c.error is None and c.text is not None:
+                if c.error is None and c.text is not None and keys[i] not in entries:  # twins: stored once
                     row = {"key": keys[i], "text": c.text, "input_tokens": c.input_tokens,
                            "output_tokens": c.output_tokens, "latency_s": c.latency_s}
                     entries[keys[i]] = row

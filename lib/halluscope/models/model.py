@@ -1,6 +1,7 @@
 """The engine's model: every provider called the same way, with retry, concurrency, timeout, breaker.
 
-A batch of requests is cut into calls of the provider's ``prompts_per_call``; the calls go out
+Requests of a batch that ask the same (prompt and answer format) are sent once and share the
+answer. A batch of requests is cut into calls of the provider's ``prompts_per_call``; the calls go out
 concurrently, at most ``calls_in_flight`` at once. Of a call, the prompts answered for good are
 kept and the rest (``Retry``, or all of them when the call raised ``Unanswered`` or timed out) are
 sent again under ``halluscope.retry``'s one policy, the wait outside the concurrency limit. A
@@ -116,12 +117,15 @@ class Model:
         if not requests:
             return []
         opened = await self._open()
+        first = _first_asks(requests)
+        unique = sorted(set(first))
         size = cast(RemoteProvider, self.provider).limits.prompts_per_call
         results: list[Completion | None] = [None] * len(requests)
-        calls = [list(range(i, min(i + size, len(requests)))) for i in range(0, len(requests), size)]
+        calls = [unique[i:i + size] for i in range(0, len(unique), size)]
         tasks = [asyncio.create_task(self._send(opened, requests, results, call)) for call in calls]
         await gather_or_cancel(tasks)
-        return cast(list[Completion], results)  # every call filled its slots
+        return [cast(Completion, results[i]) if i == f else _shared(cast(Completion, results[f]))
+                for i, f in enumerate(first)]
 
     async def _open(self) -> _Opened:
         """The provider opened in this loop (again, when the model is used from a new loop)."""
@@ -188,6 +192,21 @@ class Model:
         """Count a call nothing came back to; stop the model when ``breaker_threshold`` did in a row."""
         if breaker.failed():
             raise self.provider.down(f"{breaker.in_a_row} calls in a row got no answer (last: {reason})")
+
+
+def _first_asks(requests: Sequence[GenerationRequest]) -> list[int]:
+    """For each request, the first in the batch asking the model the same: one call answers all
+    of them (a rule set's twin tasks ask the same prompts; generating each twice would double the
+    bill and score two samples of one question)."""
+    seen: dict[tuple[str, object], int] = {}
+    return [seen.setdefault((r.prompt, r.answer_format), i) for i, r in enumerate(requests)]
+
+
+def _shared(answer: Completion) -> Completion:
+    """The answer to a request another of its batch asked first: no call of its own, so the
+    ledger counts it as a cache hit (a failure stays a failure, to be asked again)."""
+    return Completion(answer.text, answer.input_tokens, answer.output_tokens, 0.0, error=answer.error,
+                      attempts=0, extra={**answer.extra, "cached": answer.error is None})
 
 
 async def gather_or_cancel(tasks: list[asyncio.Task[T]]) -> list[T]:

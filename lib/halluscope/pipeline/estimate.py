@@ -111,6 +111,9 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     items = item_source(cfg)
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
     evaluated: dict[str, int] = defaultdict(int)  # task -> items a model under test is evaluated on
+    # model -> prompts a served model under test is asked by earlier tasks: its generation task
+    # asks each once (pipeline/generation.py), so a twin task's share no call
+    asked: dict[str, set[str]] = defaultdict(set)
     for task_name in cfg.tasks:
         task = get_task(task_name)
         rule_of: dict[tuple[str, str], StageRule] = {(r.stage, r.role): r for r in task.cost_rules()}
@@ -126,7 +129,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
             new = done.unseen([generation_id(task_name, i.item_id, m.id) for i in listed])
             todo = [i for i, n in zip(listed, new) if n]
             with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
-                                        stats, o, cache, cfg)
+                                        stats, o, cache, cfg, asked[m.id] if scheduled(m) else None)
             shape = Shape(P, G, evidence[task_name], o)
             for stage, role in stages:
                 _add_role_stage(acc, roles[role], task_name, stage, role, m.id, with_text, shape, stats,
@@ -137,10 +140,12 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
 
 
 def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool, stats: TokenStats,
-              o: PlanOptions, cache: Location | None, cfg: RunConfig) -> tuple[int, float, float]:
+              o: PlanOptions, cache: Location | None, cfg: RunConfig,
+              asked: set[str] | None = None) -> tuple[int, float, float]:
     """Adds a model's generation of a task's items to ``a``; returns the generations role models
     will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
-    when a role model will judge them (``judged``)."""
+    when a role model will judge them (``judged``). ``asked``: prompts the model was asked by the
+    run's earlier tasks, whose answers these items share (counted as cached); this task's are added."""
 
     a.generations += len(items)
     P = _prompt_tokens(items, o) / max(len(items), 1)
@@ -151,6 +156,9 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
         G = math.fsum(len(t.split()) for t in texts) * o.tokens_per_word / max(len(texts), 1)
         return len(texts), P, G
     cached = _cached_items(m, items, cache) if cache is not None else set()
+    if asked is not None:
+        cached |= {i.item_id for i in items if i.prompt in asked}
+        asked.update(i.prompt for i in items)
     todo = [i for i in items if i.item_id not in cached]
     predict = predicted(m)
     if predict is not None:  # a stand-in's answers, and so its tokens, are known

@@ -3,7 +3,8 @@ its last answer is written, not when the last judge call of its rows returns.
 
 One Ray task per deployed model expands the model's units, leaves out the rows an earlier
 attempt committed or staged, and sends the rest to the deployment in batches of
-``concurrency.generate_batch_size`` prompts: the client keeps the deployment's capacity,
+``concurrency.generate_batch_size`` distinct prompts (tasks asking the same prompt share its
+answer, generated once): the client keeps the deployment's capacity,
 replicas x max_ongoing_requests, in flight (a second batch in flight would double it). Each
 batch is written as a staged part (``<run>/staged/<model>/``) through the call cache; the
 evaluation reads them with ``models.staged.StagedProvider``. A resumed run generates only what no part holds.
@@ -78,15 +79,16 @@ def _rows(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, staged: s
                     yield row
 
 
-def _chunks(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
-    chunk: list[dict] = []
+def _by_prompt(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
+    """The rows in batches of ``size`` distinct prompts, each with every row asking it: tasks that
+    ask a model the same prompt (a rule set's twins) share one call (``Model`` sends a batch's
+    equal requests once), whatever the order of their units."""
+    groups: dict[str, list[dict]] = {}
     for row in rows:
-        chunk.append(row)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+        groups.setdefault(row["prompt"], []).append(row)
+    prompts = list(groups)
+    for start in range(0, len(prompts), size):
+        yield [r for p in prompts[start:start + size] for r in groups[p]]
 
 
 @ray.remote(num_cpus=0.1, max_retries=2)
@@ -105,4 +107,4 @@ def generate_model(spec: ModelSpec, endpoint: ServedEndpoint, blocks: list[pa.Ta
         write_part(out, table_to_bytes(pa.Table.from_pylist(rows, schema=STAGED)))  # named by its digest
         return len(rows)
 
-    return sum(one(chunk) for chunk in _chunks(_rows(blocks, ctx, done, staged), batch_size))
+    return sum(one(chunk) for chunk in _by_prompt(_rows(blocks, ctx, done, staged), batch_size))

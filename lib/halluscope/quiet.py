@@ -52,11 +52,11 @@ def native_lines_to_log() -> Path:
     left in the pipe; at exit the pipe is drained. Returns the log file."""
     path = LOG.expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
     terminal = os.dup(2)
     read, write = os.pipe()
     os.dup2(write, 2)
     os.close(write)
-    sys.stderr.flush()
     sys.stderr = open(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace",
                       closefd=False)
 

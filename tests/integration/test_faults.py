@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from tests.conftest import IN_DRIVER, SHARED_DATA, leave_ray
@@ -30,6 +28,8 @@ from tests.support.openai_server import FailPlan, OpenAIStubServer
 from tests.support.servers import free_port, s3_storage
 
 from halluscope.config.load import parse_config
+from halluscope.models.staged import read_staged
+from halluscope.pipeline.generation import staged_location
 from halluscope.pipeline.runner import run
 from halluscope.serving.app import app_name_for
 from halluscope.storage.fs import Location
@@ -62,10 +62,11 @@ def _config(root: str, serve_port: int, drill: bool = True) -> dict:
             "concurrency": {"batch_size": 10 if drill else 200, "generate_batch_size": 10, "verify_actors": 2}}
 
 
-def _staged_ids(run: Path) -> dict[str, list[str]]:
-    """The generation ids of each model's staged parts (what its deployment generated)."""
-    return {d.name: [g for p in sorted(d.glob("part-*.parquet")) for g in pq.read_table(p, columns=["gen_id"]).column(
-        "gen_id").to_pylist()] for d in (run / "staged").glob("*")} if (run / "staged").exists() else {}
+def _staged_ids(store: RunStore) -> dict[str, list[str]]:
+    """The generation ids of each scripted model's staged parts (what its deployment generated),
+    read as the run reads them; a model with none yet is left out."""
+    ids = {m: read_staged(staged_location(store.loc, m), ["gen_id"]).column("gen_id").to_pylist() for m in SCRIPTED}
+    return {m: i for m, i in ids.items() if i}
 
 
 def _assert_each_id_once(tables: dict[str, pa.Table]) -> None:
@@ -97,7 +98,7 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     and the model generated before the driver's kill was not deployed again."""
     cfg_path = tmp_path / "run.yaml"
     cfg_path.write_text(yaml.safe_dump(_config(f"file://{tmp_path}", free_port())))
-    store, run_dir = RunStore(Location.from_url(f"file://{tmp_path}"), "drill"), tmp_path / "drill"
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "drill")
 
     def rows_committed() -> int:
         return store.read_table("scores", ["gen_id"]).num_rows
@@ -108,11 +109,11 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     kill_running_task(ray_head, "generate_model", first.proc)
     # 2. the driver dies (SIGKILL, no cleanup) while the second wave generates
     deadline = time.time() + 300
-    while len(_staged_ids(run_dir)) < 2:
+    while len(_staged_ids(store)) < 2:
         assert first.proc.poll() is None and time.time() < deadline, first.tail()
         time.sleep(0.05)
     first.kill()
-    before = _staged_ids(run_dir)
+    before = _staged_ids(store)
     (done_first,) = [m for m, ids in before.items() if len(ids) == LIMIT]
     killed_at = len(store.committed_keys())
     assert 0 < rows_committed() < TOTAL
@@ -141,7 +142,7 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     _assert_each_id_once(tables)
     assert not table_differences(tables, uninterrupted)
     # nothing generated twice; the first wave's model, generated before the kill, not deployed again
-    for model, ids in _staged_ids(run_dir).items():
+    for model, ids in _staged_ids(store).items():
         assert len(ids) == len(set(ids)) == LIMIT, model
     assert done_first not in {d["model"] for d in manifest["schedule"]["deployments"]}
 

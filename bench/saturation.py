@@ -41,7 +41,7 @@ def _spec() -> ScriptedModel:
 def _work(n: int) -> pa.Table:
     return pa.Table.from_pylist([{
         "gen_id": f"g{i}", "model": "saturation-judge", "task": "halogen/code", "item_id": str(i), "sample_idx": 0,
-        "prompt": f"Claim: call {i}\nEvidence: none", "fields": "{}", "text": None, "input_tokens": None,
+        "prompt": f"Claim: call {i}\nEvidence: none", "text": None, "input_tokens": None,
         "output_tokens": None, "latency_s": None, "attempts": None, "cached": False, "error": None}
         for i in range(n)], schema=records.WORK)
 

@@ -110,7 +110,6 @@ WORK = pa.schema([
     ("item_id", pa.string()),
     ("sample_idx", pa.int32()),
     ("prompt", pa.string()),
-    ("fields", pa.string()),
     ("text", pa.string()),
     ("input_tokens", pa.int64()),
     ("output_tokens", pa.int64()),

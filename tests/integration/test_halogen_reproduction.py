@@ -46,8 +46,10 @@ def _config():
 def test_paper_rules_reproduce_the_released_numbers(tmp_path):
     cfg = _config()
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "repro")
-    evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size)
-    for batch in workset.expand_unit(workset.plan_work(cfg, store).units, workset.expansion(cfg, store), GenerationIds()):
+    work = workset.plan_work(cfg, store)
+    ctx = workset.expansion(cfg, store, work)
+    evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size, ctx.item)
+    for batch in workset.expand_unit(work.units, ctx, GenerationIds()):
         list(evaluate(batch))
     metrics = [m for m in halogen_metrics.compute(store.read_table("scores")) if not m.get("aggregate")]
     assert len(metrics) == len(DOMAINS) * len(MODELS)

@@ -1,6 +1,7 @@
 """The stage functions without Ray: a row whose task function raises fails alone."""
 
 from collections import defaultdict
+from functools import cache
 
 import pyarrow as pa
 import pytest
@@ -17,19 +18,29 @@ from halluscope.task_registry import get_task
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
 
 
+@cache
+def _loaded(task_name):
+    return get_task(task_name).load_items(DataResolver(download=False))
+
+
 def _batch(task_name, texts, errors=None):
-    items = get_task(task_name).load_items(DataResolver(download=False)).items[:len(texts)]
+    items = _loaded(task_name).items[:len(texts)]
     errors = errors or [None] * len(texts)
     return pa.Table.from_pylist([
         {"gen_id": str(i), "model": "m", "task": it.task, "item_id": it.item_id, "sample_idx": 0,
-         "prompt": it.prompt, "fields": it.fields_json(), "text": t, "input_tokens": None, "output_tokens": None,
+         "prompt": it.prompt, "text": t, "input_tokens": None, "output_tokens": None,
          "latency_s": None, "attempts": 0, "cached": False, "error": e}
         for i, (it, t, e) in enumerate(zip(items, texts, errors))], schema=records.WORK)
 
 
+def _item(task_name, model, item_id):
+    """The rows' items as a run's workers hold them: by id, from the task's loaded items."""
+    return _loaded(task_name).by_id[item_id]
+
+
 def _evaluate(batch, roles=None, usage=None):
     verify = stages.Verify(Knowledge(DataResolver(download=False)), roles)
-    rows = stages.Rows(batch)
+    rows = stages.Rows(batch, _item)
     stages.abstain(rows, roles, usage)
     stages.decompose(rows, roles, usage)
     verify(rows, usage)

@@ -33,11 +33,6 @@ class Item:
     source_row: int = -1
 
     def fields_json(self) -> str:
-        """Computed once per item: every model's row of the item carries it."""
-        return self._fields_json
-
-    @cached_property
-    def _fields_json(self) -> str:
         return json.dumps(dict(self.fields), sort_keys=True, ensure_ascii=False)
 
 
@@ -52,6 +47,11 @@ class LoadedItems:
     items: list[Item]
     # data files read, relative name -> sha256, for the manifest
     sources: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def by_id(self) -> dict[str, Item]:
+        """item id -> item, built once per process that looks rows' items up."""
+        return {i.item_id: i for i in self.items}
 
 
 class Task(ABC, Generic[K]):

@@ -87,8 +87,8 @@ def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: li
     what Evaluate committed. ``ctx``: the run's expansion, when the caller has built it."""
     cfg = run.cfg
     generate = stages.Generate(models, {}, run.cache) if _live(models) else None
-    evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size)
     ctx = ctx or expansion(cfg, store, work)
+    evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size, ctx.item)
     size = cfg.concurrency.generate_batch_size  # as Ray Data batches generation: what a budget stop waits for
     for block in blocks:
         for batch in expand_unit(block, ctx, done):
@@ -284,8 +284,8 @@ def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], sta
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
     actors = evaluate_actors(conc.verify_actors, len(blocks), rows if live else None, conc.generate_batch_size)
-    ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(run.knowledge, cfg.models, w.endpoints,
-                                                              run.cache, w.store, conc.batch_size, actors),
+    ds = ds.map_batches(stages.Evaluate, fn_constructor_args=(run.knowledge, cfg.models, w.endpoints, run.cache,
+                                                              w.store, conc.batch_size, w.ctx.item, actors),
                         # None: one batch per block (a unit's rows); Evaluate commits them in parts
                         # of batch_size rows. A row count here would make Ray Data bundle units.
                         batch_format="pyarrow", batch_size=None,

@@ -9,11 +9,9 @@ actor pools so the state is built once per worker.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,13 +35,6 @@ from halluscope.runkit import fewer_collections
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import get_task
-
-
-@lru_cache(maxsize=16384)
-def _fields(fields_json: str) -> dict:
-    """Parsed once per item, not once per (model, stage): every model's row carries the same JSON.
-    Tasks treat fields as read-only."""
-    return json.loads(fields_json)
 
 
 def _usable(row: dict) -> bool:
@@ -81,12 +72,15 @@ class Generate:
         return pa.Table.from_pylist(rows, schema=batch.schema)
 
 
-_ROW = ["gen_id", "model", "task", "item_id", "prompt", "fields", "text", "error"]
+_ROW = ["gen_id", "model", "task", "item_id", "prompt", "text", "error"]
 # the columns the phases add to a batch, with their Arrow types
 _ADDED = {"responded": pa.bool_(), "atoms": pa.list_(pa.string()), "supported": pa.list_(pa.bool_()),
           "evidence": pa.list_(pa.string())}
 
 RoleUsage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
+# (task, model, item id) -> the item: rows carry ids, the worker holds the run's items
+# (workset.ItemSource.item); tasks treat an item as read-only
+ItemLookup = Callable[[str, str, str], Item]
 
 
 class Rows:
@@ -94,13 +88,13 @@ class Rows:
     runs on them (per phase, the conversions cost about a tenth of the demo's CPU); the phases
     set a row's ``error`` and add their columns to it, and ``table`` turns it back."""
 
-    def __init__(self, batch: pa.Table, subjects: Mapping[str, str] | None = None) -> None:
+    def __init__(self, batch: pa.Table, items: ItemLookup, subjects: Mapping[str, str] | None = None) -> None:
         """``subjects``: model id -> the model its recorded role answers belong to (an alias's
         source model); a model not in it is its own."""
         self.batch = batch
         self.subjects = subjects or {}
         self.rows = batch.select(_ROW).to_pylist()
-        self.items = [Item(r["task"], r["item_id"], r["prompt"], _fields(r["fields"])) for r in self.rows]
+        self.items = [items(r["task"], r["model"], r["item_id"]) for r in self.rows]
         self.added: list[str] = []  # columns the phases set on every row, in order
 
     def set(self, column: str, values: list) -> None:
@@ -334,8 +328,9 @@ class Evaluate:
     so a run's parts, and the order its tables are read back in, do not depend on the blocks."""
 
     def __init__(self, kb: Knowledge, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
-                 store: RunStore, chunk_rows: int, actors: int = 1) -> None:
+                 store: RunStore, chunk_rows: int, items: ItemLookup, actors: int = 1) -> None:
         fewer_collections()
+        self.items = items
         self.roles = RoleModels(models, endpoints, cache, kb.resolver, clients=actors)
         self.verify = Verify(kb, self.roles)
         self.store = store
@@ -365,7 +360,7 @@ class Evaluate:
         for start, stop in _unit_runs(batch):
             for chunk in range(start, stop, self.chunk_rows):
                 usage: RoleUsage = defaultdict(list)
-                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.subjects)
+                rows = Rows(batch.slice(chunk, min(self.chunk_rows, stop - chunk)), self.items, self.subjects)
                 abstain(rows, self.roles, usage)
                 decompose(rows, self.roles, usage)
                 self.verify(rows, usage)

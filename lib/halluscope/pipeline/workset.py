@@ -95,6 +95,13 @@ class ItemSource:
         found = self.loaded.get(key)
         return key, found if found is not None else _load(task, self.resolver, sets, self.options[task])
 
+    def item(self, task: str, model: str, item_id: str) -> Item:
+        """The item a row of (task, model) names: rows carry item ids, the workers hold the items."""
+        found = self.source(task, model)[1].by_id.get(item_id)
+        if found is None:
+            raise KeyError(f"task '{task}', model '{model}': no item '{item_id}' among its items")
+        return found
+
     def limited(self, items: list[Item]) -> list[Item]:
         return items[:self.limit] if self.limit else items
 
@@ -216,7 +223,7 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | Generatio
         tables.append(pa.Table.from_pydict({
             "gen_id": [g for _, g in todo], "model": [spec.id] * n, "task": [task.name] * n,
             "item_id": [i.item_id for i, _ in todo], "sample_idx": [0] * n, "prompt": [i.prompt for i, _ in todo],
-            "fields": [i.fields_json() for i, _ in todo], "text": texts or [None] * n, "input_tokens": [None] * n,
+            "text": texts or [None] * n, "input_tokens": [None] * n,
             "output_tokens": [None] * n, "latency_s": [None] * n, "attempts": [0 if texts else None] * n,
             "cached": [False] * n, "error": [MISSING if t is None else None for t in texts] if texts else [None] * n},
             schema=records.WORK))

@@ -58,6 +58,13 @@ def test_small_run_local(ray_head, tmp_path):
     parses = store.read_table("role_calls").to_pylist()
     assert parses and all(c["role"] == "extractor" and c["failed_calls"] == 0 for c in parses)
     assert (tmp_path / "small" / "leaderboard.md").read_text().startswith("# halluscope leaderboard")
+    # the attempt's story is stored beside its results: its own lines, and Ray's logs of its time
+    attempt = store.read_json("attempt.json")["attempt"]
+    story = (tmp_path / "small" / "logs" / f"driver-{attempt}.log").read_text()
+    assert f"run small, attempt {attempt}: 480 generations, 0 committed before" in story
+    assert "pipeline (Ray): 480 generations committed" in story and "run small complete" in story
+    assert store.read_json("progress.json")["log"] == store.loc.child("logs", f"driver-{attempt}.log").url
+    assert any((tmp_path / "small" / "logs" / f"ray-{attempt}").rglob("*.log"))
     # the same run id again: nothing to do, identical tables
     before = _tables(store)
     again = run(cfg, run_id="small", progress=False)

@@ -217,6 +217,9 @@ def test_good_run_writes_report_and_costs_to_s3(jobs):
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{GOOD}/")["Contents"]}
     for name in ("report.html", "costs.parquet", "metrics.json", "manifest.json", "leaderboard.md"):
         assert f"runs/{GOOD}/{name}" in keys, sorted(keys)
+    # the job's log and the head's Ray logs of its time outlive the cluster (and are searched for secrets below)
+    logs = {k.split("/")[3].partition("-")[0] for k in keys if k.startswith(f"runs/{GOOD}/logs/")}
+    assert logs == {"driver", "ray"}, sorted(keys)
     costs = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=f"runs/{GOOD}/costs.parquet")["Body"].read()))
     by_stage = {(c["model"], c["stage"]): c for c in costs.to_pylist()}
     # one generation call per item, all answered (the stub accepted the key), none from the cache

@@ -202,7 +202,7 @@ def test_status_shows_each_models_rows_its_deployment_and_the_spend():
     from halluscope.report.status import status_doc, status_text
 
     progress = {"updated_at": "2026-11-27T10:00:00+00:00", "elapsed_s": 42.0, "spend_so_far_usd": 3.5,
-                "models": {"big": {"done": 8, "failed": 1, "total": 40}, "api": {"done": 40, "total": 40}},
+                "log": "s3://b/runs/r1/logs/driver-a1.log", "models": {"big": {"done": 8, "failed": 1, "total": 40}, "api": {"done": 40, "total": 40}},
                 "deployments": [{"model": "big", "status": "generating", "wave": 1, "staged_rows": 24,
                                  "reason": None}]}
     doc = status_doc("r1", {"status": "running"}, progress)
@@ -212,4 +212,5 @@ def test_status_shows_each_models_rows_its_deployment_and_the_spend():
     text = status_text(doc)
     assert text.splitlines()[0] == "run r1: running" and "spent so far: $3.50" in text
     assert "wave 1: generating, 24 generated" in text
+    assert "this attempt's log: s3://b/runs/r1/logs/driver-a1.log" in text
     assert status_doc("r2", None, None)["status"] == "not started"

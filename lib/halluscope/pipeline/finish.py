@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import logging
 import math
 import threading
 import time
@@ -29,6 +30,8 @@ from halluscope.storage.run import RunStore
 
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -105,6 +108,7 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     if unserved:
         failure = "; ".join([*unserved, *([failure] if failure else [])])
     _close_manifest(store, opened, done, failure, missing)
+    logger.info("run %s %s%s", store.run_id, "failed: " if failure else "complete", failure or "")
     write_report(store)
     return RunResult(store.run_id, store.loc.url, stored, board, done.processed, len(opened.done),
                      time.time() - started, missing, failure)

@@ -5,6 +5,7 @@ finished (``finish``); a stop on the way is recorded in its manifest."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from halluscope.pipeline.execute import StageInputs, in_process, in_waves, ray_b
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
+from halluscope.pipeline.run_log import RunLog, ray_log_folder
 from halluscope.pipeline.schedule import budget_source, check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
 from halluscope.pipeline.spend import BudgetWatch
 from halluscope.pipeline.token_stats import TokenStats
@@ -39,6 +41,8 @@ from halluscope.runkit import check_api_keys, code_version, fewer_collections, i
 from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
 from halluscope.task_registry import get_task
+
+logger = logging.getLogger(__name__)
 
 
 def default_run_id(cfg: RunConfig) -> str:
@@ -60,8 +64,8 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_
     root.check_reachable("storage.root")  # in seconds, one line naming the URL (botocore retries for a minute)
     store = RunStore(root, run_id)
     try:
-        with stop_signals() as rearm:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            return _run(cfg, store, progress, retry_failed, rearm)
+        with RunLog(store) as log, stop_signals() as rearm:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            return _run(cfg, store, progress, retry_failed, rearm, log)
     except SystemExit as err:
         # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
         if err.code != signal.SIGTERM:
@@ -93,12 +97,12 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         pass  # the error that stopped the run is the one to report (a full disk takes the manifest too)
 
 
-def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, rearm: Callable[[], None]
-         ) -> RunResult:
+def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, rearm: Callable[[], None],
+         log: RunLog) -> RunResult:
     started = time.time()
     run = ResolvedRun.of(cfg)
     opened = _open(run, store, retry_failed)
-    executed = _pipeline(run, store, opened, progress)
+    executed = _pipeline(run, store, opened, progress, log)
     rearm()  # Ray's handler, put in by ray.init, exits the process: the rest of the run records a stop too
     return finish(run, store, opened, executed, started)
 
@@ -140,10 +144,12 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
         "data_sources": work.sources,
     }
     store.write_json("manifest.json", manifest)
+    logger.info("run %s, attempt %s: %d generations, %d committed before; code %s", store.run_id, store.attempt,
+                work.total, len(done), manifest["code_version"])
     return Opened(work, done, done_counts, snapshot, removed, manifest, timings, estimate, len(redo))
 
 
-def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool) -> Executed:
+def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool, log: RunLog) -> Executed:
     """Start what the run needs (Ray, its roles on Serve) and stream the work still to do."""
     cfg, work, timings, done = run.cfg, opened.work, opened.timings, opened.done
     mark = time.time()
@@ -152,9 +158,11 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
     out = Executed()
     if not here:
         out.started_ray, out.budget = _start_ray(cfg)
+        log.ray_logs = ray_log_folder()
         timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
     tracker = Progress(store, work.totals, opened.done_counts, show=progress, every_s=cfg.progress_every_s)
+    tracker.views.append(log.view)
     services, root = cfg.costs.shared_services, Location.from_url(cfg.storage.root, cfg.storage)
     if len(done) < work.total:
         out.window = (time.time(), None)
@@ -180,6 +188,8 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool)
     tracker.flush(final=True)
     out.late = store.prune(BATCH_TABLES, opened.snapshot | out.mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)
+    logger.info("pipeline (%s): %d generations committed in %.1f s", opened.manifest["execution"], out.processed,
+                timings["pipeline_s"])
     return out
 
 

@@ -1,6 +1,6 @@
 """What ``halluscope status RUN`` shows of a run, running or ended: its manifest's state and its
 ``progress.json`` (per model: rows evaluated, failed and to do; the waves' deployments and the
-rows each has generated; the spend so far)."""
+rows each has generated; the spend so far; where the attempt's log is)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def status_doc(run_id: str, manifest: dict | None, progress: dict | None) -> dic
     return {"run_id": run_id, "status": (manifest or {}).get("status", "not started"),
             "reason": (manifest or {}).get("reason"), "updated_at": progress.get("updated_at"),
             "elapsed_s": progress.get("elapsed_s"), "spend_so_far_usd": progress.get("spend_so_far_usd"),
-            "models": models}
+            "log": progress.get("log"), "models": models}
 
 
 def status_text(doc: dict[str, Any]) -> str:
@@ -32,6 +32,8 @@ def status_text(doc: dict[str, Any]) -> str:
     if doc["spend_so_far_usd"] is not None:
         lines.append(f"spent so far: ${doc['spend_so_far_usd']:,.2f} (deployments' held time; API calls are "
                      "priced when the run ends)")
+    if doc["log"]:
+        lines.append(f"this attempt's log: {doc['log']}")
     width = max([len(m) for m in doc["models"]] + [5])
     lines.append(f"{'model':<{width}}  {'evaluated':>15}  {'failed':>7}  deployment")
     for model, m in doc["models"].items():

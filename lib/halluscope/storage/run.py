@@ -8,6 +8,7 @@ A run is a folder ``<root>/<run_id>/``::
     quarantine/part-<key>.parquet  input rows that could not be used, with the reason
     metrics.json, leaderboard.md
     attempt.json         the driver attempt that owns the run now
+    logs/                each attempt's log (pipeline/run_log.py)
 
 The pipeline writes every batch as one part per table under the same key, the ``scores`` part
 last. A batch is committed when its scores part exists; parts of any other key are leftovers of a

@@ -1,18 +1,20 @@
 """Served models under test on a finite (simulated) GPU cluster: the shared Ray head declares 16
 logical GPUs; scripted models hold them per replica, load for ``load_s`` and answer at a modelled
 throughput. Models beyond the budget run in waves, a deployment that never becomes healthy fails
-that model alone, a model larger than the budget is refused before anything is deployed. (A
-driver killed mid-wave: the kill drill of test_faults.py.)"""
+that model alone, a model larger than the budget is refused before anything is deployed, a model
+whose engine is lost mid-generation is deployed again once. (A driver killed mid-wave: the kill
+drill of test_faults.py.)"""
 
 from __future__ import annotations
 
 import pytest
+import ray
 from ray import serve
 from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
 
 from halluscope.config.load import parse_config
-from halluscope.errors import ConfigError
+from halluscope.errors import ConfigError, ModelDown
 from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.runner import run
 from halluscope.serving.app import app_name_for
@@ -105,3 +107,42 @@ def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_hea
     with pytest.raises(ConfigError, match=r"model 'huge' needs 8 GPUs, the budget has 4 GPUs \(cluster.gpus\)"):
         run(cfg, run_id="refused", progress=False)
     assert _deployed("refused", ("fits", "huge")) == []
+
+
+@ray.remote(num_cpus=0)
+def _generation(attempt: int, rows: int) -> int:
+    """A model's generation task whose first attempt meets an engine that stopped answering."""
+    if attempt == 1:
+        raise ModelDown("model lost-engine: 5 calls in a row failed (the circuit breaker is open)")
+    return rows
+
+
+def test_a_model_whose_engine_is_lost_mid_generation_is_deployed_again_once(ray_head):
+    """Two deployments of one model on 2 GPUs: the first's generation ends on a lost engine, its
+    GPUs go back and the model is queued again; the second generates. A model that loses its
+    engine twice fails, alone."""
+    from tests.support.servers import free_port
+
+    from halluscope.config.schema import ScriptedModel
+    from halluscope.pipeline.schedule import job_of
+    from halluscope.pipeline.waves import Waves
+    from halluscope.serving.app import start_serve
+
+    specs = {m: ScriptedModel.model_validate(_model(m, 2, 5)) for m in ("lost-engine", "lost-twice")}
+    attempts = {m: 0 for m in specs}
+
+    def generate(spec, endpoint):
+        attempts[spec.id] += 1
+        return _generation.remote(attempts[spec.id] if spec.id == "lost-engine" else 1, ITEMS)
+
+    finished: list[tuple[str, bool]] = []
+    port = start_serve(free_port())
+    waves = Waves([job_of(s) for s in specs.values()], {"GPU": 2.0}, specs, generate,
+                  lambda m, ok: finished.append((m, ok)), http_port=port, scope="lost")
+    records = [(d.model, d.status, d.generated, d.reason is not None) for d in waves.run()]
+    assert sorted(records) == [("lost-engine", "generated", ITEMS, False), ("lost-engine", "requeued", 0, True),
+                               ("lost-twice", "failed", 0, True), ("lost-twice", "requeued", 0, True)]
+    assert sorted(finished) == [("lost-engine", True), ("lost-twice", False)]
+    assert attempts == {"lost-engine": 2, "lost-twice": 2}
+    assert _peak([d.as_dict() for d in waves.deployments]) <= 2  # each deployment after the last was given back
+    assert _deployed("lost", tuple(specs)) == []

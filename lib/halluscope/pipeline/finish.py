@@ -104,7 +104,8 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     if stopping is not None:
         stopping.join()
     failure, missing = totals.counts.failure(cfg.max_error_fraction), dict(sorted(totals.counts.missing.items()))
-    unserved = [f"model '{d.model}' {d.status}: {d.reason}" for d in done.schedule if d.reason]
+    unserved = [f"model '{d.model}' {d.status}: {d.reason}" for d in done.schedule
+                if d.reason and d.status != "requeued"]
     if unserved:
         failure = "; ".join([*unserved, *([failure] if failure else [])])
     _close_manifest(store, opened, done, failure, missing)

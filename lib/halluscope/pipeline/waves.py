@@ -6,8 +6,11 @@ each one is: requested (pending, weights loading) -> generating (a Ray task send
 -> releasing (its app deleted) -> released (Serve no longer lists the app: its replicas have
 given their resources back, and ``schedule.Admission`` may hand them to the next model). A
 deployment not healthy within its deadline, or that Serve reports failed, fails that model: the
-reason is recorded, its resources go back, and the other models go on. Times are wall-clock
-seconds, so the ledger charges what the cloud bills: pending and loading included.
+reason is recorded, its resources go back, and the other models go on. A model whose generation
+fails once it is running (its engine lost: a replica killed by an out-of-memory error, a lost node)
+is given back and queued again, once: its next deployment generates only the rows no part holds
+yet; a second failure fails it. Times are wall-clock seconds, so the ledger charges what the cloud
+bills: pending and loading included, for each deployment.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import ray
 
 from halluscope.config.schema import ModelSpec
+from halluscope.errors import ModelDown
 from halluscope.pipeline.nodes import Layout
 from halluscope.pipeline.schedule import Admission, Job
 from halluscope.retry import GaveUp, RetryPolicy, Transient
@@ -32,6 +36,10 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
 DEPLOY_ATTEMPTS = 3
+# what a generation fails with when its engine is gone (the model's breaker opens on a deployment
+# that stopped answering; Ray's errors when a process or node died), rather than on its input
+ENGINE_LOST = (ModelDown, ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+               ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
 
 
 @dataclass
@@ -47,8 +55,8 @@ class Deployment:
     generated_at: float | None = None
     released_at: float | None = None
     generated: int = 0
-    status: str = "deploying"  # deploying | generating | releasing | generated | failed
-    reason: str | None = None
+    status: str = "deploying"  # deploying | generating | releasing | generated | requeued | failed
+    reason: str | None = None  # why it failed, or why it was requeued
 
     @property
     def held_s(self) -> float:
@@ -65,6 +73,7 @@ class _Active:
     endpoint: ServedEndpoint | None
     deadline: float
     task: Any = None  # the generation's ObjectRef
+    requeue: bool = False  # once released, the model is queued again instead of failing
 
 
 class Waves:
@@ -87,6 +96,7 @@ class Waves:
         self.http_port = http_port
         self.allowed = allowed
         self.deployments: list[Deployment] = []
+        self.requeued: set[str] = set()  # models queued again after their generation failed
         self.stop = threading.Event()
         self.last_event = time.time()
         self._wave = 0
@@ -192,16 +202,26 @@ class Waves:
             elif r.status == "releasing" and state == "GONE":
                 r.released_at = now
                 self.last_event = now
-                r.status = "generated" if r.reason is None else "failed"
                 self.admission.release(a.job)
                 del active[model]
+                if a.requeue:
+                    r.status = "requeued"
+                    self.admission.pending.insert(0, a.job)  # first in line for what is free
+                    continue
+                r.status = "generated" if r.reason is None else "failed"
                 self.finished(model, r.reason is None)
 
     def _generated(self, a: _Active, ref: Any) -> None:
         try:
             a.record.generated = int(ray.get(ref))
         except Exception as err:  # noqa: BLE001 - the model fails, not the run
-            self._release(a, f"generation failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:300]}")
+            reason = f"generation failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
+            a.requeue = isinstance(err, ENGINE_LOST) and a.job.model not in self.requeued
+            if a.requeue:
+                self.requeued.add(a.job.model)
+                a.record.reason = reason
+                logger.warning("model %s: %s; deployed again once its resources are back", a.job.model, reason)
+            self._release(a, None if a.requeue else reason)
             return
         a.record.generated_at = time.time()
         self._release(a, None)

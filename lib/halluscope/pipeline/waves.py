@@ -3,8 +3,8 @@ each given back the moment its generations are written, the next deployed in its
 
 The driver follows every deployment through four phases, asking Serve (without blocking) where
 each one is: requested (pending, weights loading) -> generating (a Ray task sends its rows to it)
--> releasing (its app deleted) -> released (Serve no longer lists the app: its replicas have
-given their resources back, and ``schedule.Admission`` may hand them to the next model). A
+-> releasing (its app deleted) -> released (Serve no longer lists the app and Ray reports its
+resources free: ``schedule.Admission`` may hand them to the next model). A
 deployment not healthy within its deadline, or that Serve reports failed, fails that model: the
 reason is recorded, its resources go back, and the other models go on. A model whose generation
 fails once it is running (its engine lost: a replica killed by an out-of-memory error, a lost node)
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
 DEPLOY_ATTEMPTS = 3
+FREE_WAIT_S = 60.0  # how long a released deployment's resources may stay busy in Ray's view
 # what a generation fails with when its engine is gone (the model's breaker opens on a deployment
 # that stopped answering; Ray's errors when a process or node died), rather than on its input
 ENGINE_LOST = (ModelDown, ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
@@ -74,6 +75,7 @@ class _Active:
     deadline: float
     task: Any = None  # the generation's ObjectRef
     requeue: bool = False  # once released, the model is queued again instead of failing
+    gone_at: float | None = None  # when Serve stopped listing its app
 
 
 class Waves:
@@ -199,7 +201,7 @@ class Waves:
                 elif now > a.deadline:
                     self._release(a, f"deployment not healthy within {self.specs[model].deploy_timeout_s:g} s "
                                      f"(serve.deploy_timeout_s){f': {message}' if message else ''}")
-            elif r.status == "releasing" and state == "GONE":
+            elif r.status == "releasing" and state == "GONE" and self._freed(a, now):
                 r.released_at = now
                 self.last_event = now
                 self.admission.release(a.job)
@@ -210,6 +212,21 @@ class Waves:
                     continue
                 r.status = "generated" if r.reason is None else "failed"
                 self.finished(model, r.reason is None)
+
+    def _freed(self, a: _Active, now: float) -> bool:
+        """Whether Ray has the resources of a deployment whose app is gone free again, so the next
+        model is not admitted onto GPUs a replica's process still holds. Serve stops listing an
+        app before Ray has taken back every actor's resources; after ``FREE_WAIT_S`` (another
+        tenant's work may hold them) they are taken as given back, with a warning."""
+        a.gone_at = a.gone_at or now
+        free = ray.available_resources().get(a.job.resource, 0.0)
+        if free >= a.job.units - 1e-9:
+            return True
+        if now - a.gone_at < FREE_WAIT_S:
+            return False
+        logger.warning("model %s: its app is gone, but Ray has %g of its %g %s free after %g s; admitting the "
+                       "next model anyway", a.job.model, free, a.job.units, a.job.resource, FREE_WAIT_S)
+        return True
 
     def _generated(self, a: _Active, ref: Any) -> None:
         try:

@@ -19,6 +19,7 @@ from halluscope.config.load import load_config
 from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_testset
 from halluscope.hallulens.sources import load_itis, load_medicines
 from halluscope.pipeline.runner import run
+from halluscope.report.html import render_report
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.storage.spec import StorageSpec
@@ -113,6 +114,7 @@ def test_one_config_runs_four_benchmarks_and_submits_as_a_rayjob(ray_head, s3_en
     html = store.loc.child("report.html").read_bytes().decode()
     for title in ("RAGTruth", "FEWL"):
         assert f"<h2>{title}</h2>" in html
+    assert html == render_report(store)  # the run's own objects give the page its stored files give
     assert "HalluLens" in board and "halogen/code" in board.lower()
     assert store.read_json("manifest.json")["status"] == "complete"
 

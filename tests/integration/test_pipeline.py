@@ -16,6 +16,7 @@ from tests.support.servers import s3_storage
 
 from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
+from halluscope.report.html import render_report
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -58,6 +59,8 @@ def test_small_run_local(ray_head, tmp_path):
     parses = store.read_table("role_calls").to_pylist()
     assert parses and all(c["role"] == "extractor" and c["failed_calls"] == 0 for c in parses)
     assert (tmp_path / "small" / "leaderboard.md").read_text().startswith("# halluscope leaderboard")
+    # report.html, made from the objects the run built for leaderboard.md, is the page its stored files give
+    assert (tmp_path / "small" / "report.html").read_text() == render_report(store)
     # the attempt's story is stored beside its results: its own lines, and Ray's logs of its time
     attempt = store.read_json("attempt.json")["attempt"]
     story = (tmp_path / "small" / "logs" / f"driver-{attempt}.log").read_text()

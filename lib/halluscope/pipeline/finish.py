@@ -23,8 +23,9 @@ from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.workset import WorkPlan
 from halluscope.records import GenerationIds
-from halluscope.report.html import write_report
+from halluscope.report.html import RunData, write_report
 from halluscope.report.leaderboard import leaderboard
+from halluscope.report.sections import report_sections
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -96,7 +97,8 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
         *stranded_rows(held(cfg, done.schedule, done.window), run.prices)])
     store.write_costs(costs)
     metrics.append(cost_record(costs))
-    board = leaderboard(metrics, store.run_id)
+    built = report_sections(metrics)  # once, for leaderboard.md and report.html
+    board = leaderboard(metrics, store.run_id, built)
     stored = [m.as_json() for m in metrics]
     store.write_json("metrics.json", stored)
     store.write_text("leaderboard.md", board)
@@ -110,7 +112,7 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
         failure = "; ".join([*unserved, *([failure] if failure else [])])
     _close_manifest(store, opened, done, failure, missing)
     logger.info("run %s %s%s", store.run_id, "failed: " if failure else "complete", failure or "")
-    write_report(store)
+    write_report(store, RunData(store.run_id, opened.manifest, metrics, costs=costs), built)
     return RunResult(store.run_id, store.loc.url, stored, board, done.processed, len(opened.done),
                      time.time() - started, missing, failure)
 

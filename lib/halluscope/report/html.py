@@ -216,10 +216,13 @@ def links(store: RunStore) -> tuple[list[tuple[str, str]], list[str]]:
 # --- the page ------------------------------------------------------------------------------------
 
 
-def render_report(store: RunStore) -> str:
-    """The HTML of the run's report, read from any storage the run was written to."""
-    d = RunData.load(store)
-    sections, unplaced = report_sections(d.records)
+def render_report(store: RunStore, data: RunData | None = None,
+                  built: tuple[list[Section], int] | None = None) -> str:
+    """The HTML of the run's report: of ``data`` and its ``built`` sections where the run that has
+    just written them passes them on (as leaderboard.md's), else read from any storage the run was
+    written to."""
+    d = data or RunData.load(store)
+    sections, unplaced = built or report_sections(d.records)
     styles = styles_for(sections)
     page: list[HtmlSection | Omitted] = [html_section(s, styles) for s in sections]
     page += without_records(d)
@@ -231,8 +234,9 @@ def render_report(store: RunStore) -> str:
                        absent=absent)
 
 
-def write_report(store: RunStore) -> Location:
+def write_report(store: RunStore, data: RunData | None = None,
+                 built: tuple[list[Section], int] | None = None) -> Location:
     """Writes ``<run>/report.html`` atomically and returns where it is."""
     loc = store.loc.child(REPORT)
-    loc.write_bytes_atomic(render_report(store).encode())
+    loc.write_bytes_atomic(render_report(store, data, built).encode())
     return loc

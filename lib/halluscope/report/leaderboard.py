@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
+from halluscope.contract.report import Section
 from halluscope.cost.ledger import cost_record
 from halluscope.report.escape import terminal
 from halluscope.report.render import Block, markdown_blocks, render_markdown
@@ -22,10 +23,10 @@ from halluscope.storage.fs import Location
 from halluscope.storage.run import read_parquet
 
 
-def leaderboard(metrics: Sequence[MetricRecord], run_id: str) -> str:
-    """The run's leaderboard: each benchmark's sections, each opening with what its numbers mean,
-    and what the run cost."""
-    sections, _ = report_sections(metrics)
+def leaderboard(metrics: Sequence[MetricRecord], run_id: str, built: tuple[list[Section], int] | None = None) -> str:
+    """The run's leaderboard: each benchmark's sections (``built`` from ``metrics`` already, for
+    report.html too), each opening with what its numbers mean, and what the run cost."""
+    sections, _ = built or report_sections(metrics)
     blocks = markdown_blocks(sections)
     record = next((m for m in metrics if m.task == COSTS_TOTAL), None)
     if record is not None:  # $0.0000 too (replayed answers only): the dollars `plan` gave and metrics.json holds

@@ -16,9 +16,11 @@ repository).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +30,14 @@ import yaml
 
 from halluscope.errors import ConfigError, RunError
 from halluscope.retry import GaveUp, RetryPolicy, Transient
+from halluscope.sources import url_scheme
+from halluscope.storage.fs import Location
+from halluscope.storage.names import SUBMITTED_CONFIGS
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from halluscope.config.schema import RunConfig
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 TEMPLATE = Path("k8s") / "base" / "rayjob.yaml"
@@ -122,6 +129,58 @@ def cluster_uri(uri: str, root: Path) -> str:
         raise ConfigError(f"config URI {located!r} has characters a shell would interpret; "
                           f"allowed: letters, digits and {'._~:/%+=,@-'}")
     return located
+
+
+def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str], None]) -> str:
+    """The config URI the RayJob runs. A URL: as it is. A local file the image holds as it is here
+    (committed and unedited in the checkout, or a checkout without git, such as the image's own):
+    its path in the checkout. Any other local file - edited since its commit, never committed, or
+    outside the checkout - would run as the image's stale copy or not at all, so its bytes are
+    uploaded to ``<storage.root>/_configs/<sha256>.yaml`` and that URL runs: the name is the
+    digest of what ran. Refused where the root is local to the pods, or where the file names
+    paths relative to its folder (those resolve against the image's working directory once the
+    config is read from storage)."""
+    if "://" in uri and not uri.startswith("file://"):
+        return cluster_uri(uri, root)
+    local = Path(uri.removeprefix("file://")).expanduser().resolve()
+    if _as_committed(local, root):
+        return cluster_uri(uri, root)
+    where = "edited or not committed" if local.is_relative_to(root.resolve()) else f"outside the repository {root}"
+    why = f"config {uri} is {where}: the image does not hold it as it is here"
+    if url_scheme(cfg.storage.root) in (None, "file"):
+        raise ConfigError(f"{why}, and storage.root {cfg.storage.root} is local, so it cannot be uploaded for the "
+                          "cluster: commit it and rebuild the image, or set an s3:// storage.root")
+    from halluscope.config.load import parse_config
+    from halluscope.config.reader import read_yaml
+
+    if parse_config(read_yaml(str(local)), uri).model_dump() != cfg.model_dump():
+        raise ConfigError(f"{why}, and it names files by paths relative to its folder, which the cluster would "
+                          "read relative to the image's working directory: give them as absolute paths or URLs, "
+                          "or commit the config and rebuild the image")
+    data = local.read_bytes()
+    target = Location.from_url(cfg.storage.root, cfg.storage).child(
+        SUBMITTED_CONFIGS, f"{hashlib.sha256(data).hexdigest()}.yaml")
+    target.write_bytes_atomic(data)
+    log(f"{why}; uploaded it to {target.url}, which the RayJob runs")
+    return cluster_uri(target.url, root)
+
+
+def _as_committed(path: Path, root: Path) -> bool:
+    """Whether the checkout's commit holds ``path`` as it is now; a checkout without git (the
+    image's WORKDIR) holds what it holds."""
+    if not path.is_relative_to(root.resolve()):
+        return False
+    if not (root / ".git").exists():
+        return True
+    rel = str(path.relative_to(root.resolve()))
+    try:
+        tracked = subprocess.run(["git", "-C", str(root), "ls-files", "--error-unmatch", "--", rel],
+                                 capture_output=True, timeout=30).returncode == 0
+        unedited = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--", rel],
+                                  capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # cannot tell: upload, which runs exactly this file
+    return tracked and unedited
 
 
 def check_name(name: str) -> str:
@@ -582,7 +641,7 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     check_layout(cfg)
     root = find_checkout()
     template = load_template(manifest, root)
-    located = cluster_uri(config_uri, root or Path.cwd())
+    located = config_for_cluster(config_uri, cfg, root or Path.cwd(), log)
     fingerprint = cfg.fingerprint()
     job = build_rayjob(template, name=rayjob_name(name, cfg.run_id, fingerprint), config_uri=located,
                        fingerprint=fingerprint, image=image)

@@ -515,3 +515,54 @@ def test_cli_submit(kube: FakeKube, kubeconfig: str, capsys: pytest.CaptureFixtu
     assert created(kube)["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["image"] == "img:2"
     with pytest.raises(SystemExit):
         parser.parse_args(["submit", "--kuberay", "x.yaml", "--kubeconfig", "k", "--in-cluster"])
+
+
+def _git_checkout(tmp_path: Path, config: dict) -> Path:
+    """A checkout holding jobs/run.yaml committed."""
+    import subprocess
+
+    root = tmp_path / "checkout"
+    (root / "jobs").mkdir(parents=True)
+    (root / "jobs" / "run.yaml").write_text(yaml.safe_dump(config))
+    for cmd in (["init", "-q"], ["add", "jobs/run.yaml"],
+                ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "config"]):
+        subprocess.run(["git", "-C", str(root), *cmd], check=True, capture_output=True)
+    return root
+
+
+def test_an_edited_config_is_uploaded_and_run_by_its_digest(tmp_path: Path, s3_endpoint: str, bucket: str) -> None:
+    """The image holds the committed config: that one runs by its path. Edited (or never
+    committed), it would run as the image's stale copy: its bytes go to the storage root, named
+    by their sha256, and that URL runs; refused where the root is local to the pods, or where the
+    file names paths relative to its folder."""
+    import hashlib
+
+    import boto3
+    from tests.support.servers import s3_storage
+
+    from halluscope.config.load import load_config
+    from halluscope.kuberay import config_for_cluster
+
+    base = {"tasks": ["halogen/code"], "models": [{"id": "m", "backend": "replay"}],
+            "storage": s3_storage(s3_endpoint, f"s3://{bucket}/runs")}
+    root = _git_checkout(tmp_path, base)
+    path, said = root / "jobs" / "run.yaml", []
+    assert config_for_cluster(str(path), load_config(str(path)), root, said.append) == "jobs/run.yaml" and not said
+
+    path.write_text(yaml.safe_dump({**base, "limits": {"max_items_per_task": 3}}))  # edited after its commit
+    uri = config_for_cluster(str(path), load_config(str(path)), root, said.append)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert uri == f"s3://{bucket}/runs/_configs/{digest}.yaml"
+    body = boto3.client("s3", endpoint_url=s3_endpoint).get_object(Bucket=bucket, Key=f"runs/_configs/{digest}.yaml")
+    assert body["Body"].read() == path.read_bytes()
+    assert said == [f"config {path} is edited or not committed: the image does not hold it as it is here; "
+                    f"uploaded it to {uri}, which the RayJob runs"]
+
+    path.write_text(yaml.safe_dump({**base, "storage": {"root": f"file://{tmp_path}/runs"}}))
+    with pytest.raises(ConfigError, match="storage.root file://.* is local, so it cannot be uploaded"):
+        config_for_cluster(str(path), load_config(str(path)), root, said.append)
+    replay = tmp_path / "checkout" / "jobs" / "m.jsonl"
+    replay.write_text("")
+    path.write_text(yaml.safe_dump({**base, "models": [{"id": "m", "backend": "replay", "params": {"path": "m.jsonl"}}]}))
+    with pytest.raises(ConfigError, match="paths relative to its folder"):
+        config_for_cluster(str(path), load_config(str(path)), root, said.append)

@@ -20,6 +20,7 @@ _MODEL_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+ -]*")
 CALL_CACHE = "_cache/calls"
 INDEX_CACHE = "_cache/indexes"
 TESTSETS = "testsets"
+SUBMITTED_CONFIGS = "_configs"  # configs `halluscope submit` uploaded, named by their sha256
 RESERVED = frozenset({TESTSETS})
 ROOT_SCHEMES = ("file://", "s3://")
 RUN_ID_RULE = (f"1-{MAX_ID_CHARS} characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, "

@@ -111,11 +111,16 @@ class RunLog(logging.Handler):
         """The Ray and Serve log files this attempt's time touched, each its last MiB."""
         if self.ray_logs is None or self.store.attempt is None or not self.ray_logs.is_dir():
             return
+        touched: list[tuple[float, int, Path]] = []  # newest first
+        for path in self.ray_logs.rglob("*"):
+            try:
+                st = path.stat()
+            except FileNotFoundError:  # a worker's log removed meanwhile
+                continue
+            if path.is_file() and path.suffix in _RAY_SUFFIXES and st.st_mtime >= self.started:
+                touched.append((-st.st_mtime, st.st_size, path))
         total = 0
-        files = sorted((p for p in self.ray_logs.rglob("*") if p.is_file() and p.suffix in _RAY_SUFFIXES
-                        and p.stat().st_mtime >= self.started), key=lambda p: -p.stat().st_mtime)
-        for path in files:
-            size = path.stat().st_size
+        for _, size, path in sorted(touched):
             with path.open("rb") as f:
                 f.seek(max(0, size - RAY_FILE_BYTES))
                 data = f.read(RAY_FILE_BYTES)

@@ -143,9 +143,10 @@ def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str]
     if "://" in uri and not uri.startswith("file://"):
         return cluster_uri(uri, root)
     local = Path(uri.removeprefix("file://")).expanduser().resolve()
-    if _as_committed(local, root):
+    inside = local.is_relative_to(root.resolve())
+    if inside and _as_committed(local.relative_to(root.resolve()), root):
         return cluster_uri(uri, root)
-    where = "edited or not committed" if local.is_relative_to(root.resolve()) else f"outside the repository {root}"
+    where = "edited or not committed" if inside else f"outside the repository {root}"
     why = f"config {uri} is {where}: the image does not hold it as it is here"
     if url_scheme(cfg.storage.root) in (None, "file"):
         raise ConfigError(f"{why}, and storage.root {cfg.storage.root} is local, so it cannot be uploaded for the "
@@ -165,18 +166,15 @@ def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str]
     return cluster_uri(target.url, root)
 
 
-def _as_committed(path: Path, root: Path) -> bool:
-    """Whether the checkout's commit holds ``path`` as it is now; a checkout without git (the
-    image's WORKDIR) holds what it holds."""
-    if not path.is_relative_to(root.resolve()):
-        return False
+def _as_committed(rel: Path, root: Path) -> bool:
+    """Whether the checkout's commit holds the file ``rel`` (relative to it) as it is now; a
+    checkout without git (the image's WORKDIR) holds what it holds."""
     if not (root / ".git").exists():
         return True
-    rel = str(path.relative_to(root.resolve()))
     try:
-        tracked = subprocess.run(["git", "-C", str(root), "ls-files", "--error-unmatch", "--", rel],
+        tracked = subprocess.run(["git", "-C", str(root), "ls-files", "--error-unmatch", "--", str(rel)],
                                  capture_output=True, timeout=30).returncode == 0
-        unedited = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--", rel],
+        unedited = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--", str(rel)],
                                   capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False  # cannot tell: upload, which runs exactly this file

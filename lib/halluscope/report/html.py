@@ -20,7 +20,7 @@ from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Column, Notes, Section, Table
 from halluscope.errors import DataError
 from halluscope.report.render import HtmlSection, Omitted, html_section, render_html, styles_for
-from halluscope.report.sections import by_benchmark, report_sections, stored_records
+from halluscope.report.sections import Built, by_benchmark, report_sections, stored_records
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmarks
@@ -217,7 +217,7 @@ def links(store: RunStore) -> tuple[list[tuple[str, str]], list[str]]:
 
 
 def render_report(store: RunStore, data: RunData | None = None,
-                  built: tuple[list[Section], int] | None = None) -> str:
+                  built: Built | None = None) -> str:
     """The HTML of the run's report: of ``data`` and its ``built`` sections where the run that has
     just written them passes them on (as leaderboard.md's), else read from any storage the run was
     written to."""
@@ -235,7 +235,7 @@ def render_report(store: RunStore, data: RunData | None = None,
 
 
 def write_report(store: RunStore, data: RunData | None = None,
-                 built: tuple[list[Section], int] | None = None) -> Location:
+                 built: Built | None = None) -> Location:
     """Writes ``<run>/report.html`` atomically and returns where it is."""
     loc = store.loc.child(REPORT)
     loc.write_bytes_atomic(render_report(store, data, built).encode())

@@ -14,16 +14,15 @@ from typing import Any
 import pyarrow as pa
 
 from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
-from halluscope.contract.report import Section
 from halluscope.cost.ledger import cost_record
 from halluscope.report.escape import terminal
 from halluscope.report.render import Block, markdown_blocks, render_markdown
-from halluscope.report.sections import report_sections, stored_records
+from halluscope.report.sections import Built, report_sections, stored_records
 from halluscope.storage.fs import Location
 from halluscope.storage.run import read_parquet
 
 
-def leaderboard(metrics: Sequence[MetricRecord], run_id: str, built: tuple[list[Section], int] | None = None) -> str:
+def leaderboard(metrics: Sequence[MetricRecord], run_id: str, built: Built | None = None) -> str:
     """The run's leaderboard: each benchmark's sections (``built`` from ``metrics`` already, for
     report.html too), each opening with what its numbers mean, and what the run cost."""
     sections, _ = built or report_sections(metrics)

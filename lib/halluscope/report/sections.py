@@ -44,7 +44,11 @@ def by_benchmark(records: Sequence[MetricRecord]) -> tuple[dict[str, list[Metric
     return groups, unplaced
 
 
-def report_sections(records: Sequence[MetricRecord]) -> tuple[list[Section], int]:
+# what report_sections gives: the sections, and the count of records of no benchmark
+Built = tuple[list[Section], int]
+
+
+def report_sections(records: Sequence[MetricRecord]) -> Built:
     """Every benchmark's sections in turn, sections of the same title merged; and the count of
     records of no benchmark."""
     groups, unplaced = by_benchmark(records)

@@ -42,7 +42,7 @@ LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),
            "3x8-service": (3, True, None), "4x8-quota-16": (4, True, 16)}
 
 
-def config(tmp: Path, layout: str, items: int, address: str | None = None) -> dict:
+def config(tmp: Path, layout: str, items: int, models: int, address: str | None = None) -> dict:
     from bench.many_models import PRICES
     from tests.support.servers import free_port
 
@@ -52,7 +52,7 @@ def config(tmp: Path, layout: str, items: int, address: str | None = None) -> di
     serve = {"num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 2}
     tested = [{"id": mid, "backend": "scripted", "params": {
         "default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate, "load_s": LOAD_S,
-        "serve": {**serve, "num_gpus": gpus}}} for mid, gpus, words, rate in MODELS]
+        "serve": {**serve, "num_gpus": gpus}}} for mid, gpus, words, rate in MODELS[:models]]
     roles = [] if service else [{"id": role, "role": role, "backend": "scripted", "params": {
         "default": "no", "serve": {**serve, "num_gpus": gpus}}} for role, gpus in (("judge", 4), ("extractor", 8))]
     cluster = {"nodes": [{"name": "gpu", "count": nodes, "gpus": GPUS_PER_NODE, "accelerator": "H100"}],
@@ -65,7 +65,7 @@ def config(tmp: Path, layout: str, items: int, address: str | None = None) -> di
             **({"ray": {"address": address}} if address else {})}
 
 
-def refused(tmp: Path, layout: str, items: int) -> str | None:
+def refused(tmp: Path, layout: str, items: int, models: int) -> str | None:
     """The message plan and submit's check give, None when both let the layout through."""
     from halluscope.config.load import parse_config
     from halluscope.errors import ConfigError
@@ -73,7 +73,7 @@ def refused(tmp: Path, layout: str, items: int) -> str | None:
     from halluscope.pipeline.resolved import price_table
     from halluscope.pipeline.schedule import check_layout
 
-    cfg = parse_config(config(tmp, layout, items))
+    cfg = parse_config(config(tmp, layout, items, models))
     messages = []
     for check in (lambda: check_layout(cfg), lambda: plan(cfg, price_table(cfg))):
         try:
@@ -83,7 +83,7 @@ def refused(tmp: Path, layout: str, items: int) -> str | None:
     return messages[0] if len(messages) == 2 and messages[0] == messages[1] else None
 
 
-def measure(tmp: Path, layout: str, items: int) -> dict:
+def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
     """One run of the layout on a Ray cluster of its own, against its plan."""
     import ray
     from bench.many_models import against_plan
@@ -103,7 +103,7 @@ def measure(tmp: Path, layout: str, items: int) -> dict:
     try:
         for i in range(nodes):
             cluster.add_node(num_cpus=1, num_gpus=GPUS_PER_NODE, resources={f"gpu-{i}": 1})
-        cfg = parse_config(config(tmp, layout, items, cluster.address))
+        cfg = parse_config(config(tmp, layout, items, models, cluster.address))
         estimate = plan(cfg, price_table(cfg))
         ray.init(address=cluster.address)
         # the RayService's pods: whole nodes, where the layout placed them
@@ -160,11 +160,13 @@ def main() -> None:
     p.add_argument("--layouts", nargs="+", default=[k for k in LAYOUTS if k != "2x8-service"],
                    choices=[k for k in LAYOUTS if k != "2x8-service"], help="the layouts to run")
     p.add_argument("--items", type=int, default=ITEMS, help="code prompts per model")
+    p.add_argument("--models", type=int, default=len(MODELS), choices=range(1, len(MODELS) + 1),
+                   help="the first N models under test (two TP4 first, then the TP2 ones)")
     p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="layouts-") as folder:
-        message = refused(Path(folder), "2x8-service", args.items)
-        runs = [measure(Path(folder) / name, name, args.items) for name in args.layouts]
+        message = refused(Path(folder), "2x8-service", args.items, args.models)
+        runs = [measure(Path(folder) / name, name, args.items, args.models) for name in args.layouts]
     print(json.dumps({"refused": message, "runs": runs}, indent=1))
     if args.json:
         print(json.dumps(records(message, runs)))

@@ -21,7 +21,7 @@ SMALLEST = {
     "scale.py": ["--sizes", "300", "--tasks", "halogen/code", "--json"],  # the domains: test_halogen_all_domains
     "driver_memory.py": ["--aliases", "1", "2", "--max-items", "2", "--json"],
     "many_models.py": ["--models", "3", "--items", "1", "--json"],
-    "cluster_layouts.py": ["--layouts", "3x8-service", "--items", "1", "--json"],
+    "cluster_layouts.py": ["--layouts", "3x8-service", "--models", "3", "--items", "1", "--json"],  # two waves
     "filtered_reads.py": ["--models", "2", "--json"],
     "halogen_rules.py": ["--json"],
 }

@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from halluscope import records
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore, read_parquet
+from halluscope.storage.parquet import read_parquet
+from halluscope.storage.run import RunStore
 
 MODELS, TASKS, BATCHES, ROWS = 10, ("fewl/a", "fewl/b"), 25, 400
 COLUMNS = ["gen_id", "evidence"]
@@ -49,12 +50,13 @@ def _write(store: RunStore, models: int) -> None:
 
 def _every_part(store: RunStore) -> Callable[[list], pa.Table]:
     """The read that opens every committed part and filters its rows."""
-    keys = sorted(store.committed_keys())
+    listed = store.parts("verdicts")
+    names = [listed[key][0] for key in sorted(store.committed_keys())]
 
     def read(filters: list) -> pa.Table:
         parts = []
-        for key in keys:
-            loc = store.part("verdicts", key)
+        for name in names:
+            loc = store.part_file("verdicts", name)
             with loc.fs.open(loc.path, "rb") as f:
                 parts.append(read_parquet(f, columns=COLUMNS, filters=filters))
         return pa.concat_tables(parts)

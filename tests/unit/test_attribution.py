@@ -22,7 +22,8 @@ from halluscope.halogen.attribution.corpus import LocalCorpus, SearchServiceConf
 from halluscope.halogen.attribution.run import ATTRIBUTION, attribute_run
 from halluscope.records import generation_id
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore, table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
+from halluscope.storage.run import RunStore
 
 # --- the corpus: 12 documents over three formats, in the order LocalCorpus loads them ---------
 WEB = [  # web.jsonl, one entry per line; None = a broken line

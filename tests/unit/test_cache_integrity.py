@@ -21,7 +21,7 @@ from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend, call_key
 from halluscope.pipeline.estimate import _cached_items
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location
-from halluscope.storage.run import table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
 
 MODEL = "org/model-x"
 FOLDER = "org__model-x"

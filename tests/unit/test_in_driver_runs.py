@@ -282,3 +282,34 @@ def test_show_prints_a_response_its_units_and_each_verdict(tmp_path, monkeypatch
     assert main(["show", str(tmp_path / "s"), "--model", "alpaca_7b", "--task", "halogen/summarization",
                  "--item", "no-such-item"]) == 0
     assert "no item no-such-item of model alpaca_7b" in capsys.readouterr().out
+
+
+def test_a_committed_part_edited_before_the_resume_is_done_again(tmp_path, monkeypatch, caplog):
+    """A scores part edited after its commit (as between a kill and the resume) is not read: the
+    resubmitted run warns naming it, does its batch again, and ends with the numbers of the run
+    as it was written."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from halluscope.storage.parquet import table_to_bytes
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = parse_config(_config(f"file://{tmp_path}"))
+    first = run(cfg, run_id="r", progress=False)
+    folder = tmp_path / "r" / "scores"
+    name = sorted(os.listdir(folder))[0]
+    part = pq.read_table(folder / name)
+    abstained = pa.array([False] * part.num_rows, pa.bool_())  # every answer turned into a refusal
+    (folder / name).write_bytes(table_to_bytes(part.set_column(part.schema.get_field_index("responded"),
+                                                               "responded", abstained)))
+    with caplog.at_level("WARNING"):
+        again = run(cfg, run_id="r", progress=False)
+    assert again.processed == part.num_rows and again.skipped == first.processed - part.num_rows
+    assert name in caplog.text and "does not hash to the sha256 in its name" in caplog.text
+
+    def numbers(metrics: list[dict]) -> list[dict]:
+        return [r for r in metrics if r["task"] in cfg.tasks]
+
+    assert numbers(again.metrics) == numbers(first.metrics)

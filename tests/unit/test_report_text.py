@@ -20,7 +20,8 @@ from halluscope.halogen.report import PREAMBLE
 from halluscope.report.leaderboard import input_notes, leaderboard
 from halluscope.report.render import md_text
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore, table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
+from halluscope.storage.run import RunStore
 
 HRU = "H = hallucination score"
 HALOGEN_PREAMBLE = md_text(PREAMBLE)  # as leaderboard.md writes it

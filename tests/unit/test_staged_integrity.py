@@ -11,7 +11,7 @@ from halluscope.models.base import GenerationRequest
 from halluscope.models.staged import StagedProvider, read_staged
 from halluscope.records import NOT_STAGED, STAGED, generation_id
 from halluscope.storage.fs import Location
-from halluscope.storage.run import table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
 from halluscope.storage.verified import part_name, skipped_parts, write_part
 
 

@@ -1,3 +1,4 @@
+import hashlib
 import os
 from collections import Counter
 
@@ -107,8 +108,11 @@ def test_a_read_by_model_and_task_opens_only_the_parts_that_hold_them(tmp_path, 
     filtered: list[str] = []
     real = run.read_parquet
 
+    key_of = {name.split(".")[1]: key for key, names in store.parts("scores").items() for name in names}
+
     def counted(f, columns=None, filters=None, schema=None):
-        key = os.path.basename(f.path).removeprefix("part-").removesuffix(".parquet")
+        key = key_of[hashlib.sha256(f.read()).hexdigest()]  # parts are read from their verified bytes
+        f.seek(0)
         opened[key] += 1
         if filters:
             filtered.append(key)
@@ -129,3 +133,41 @@ def test_a_read_by_model_and_task_opens_only_the_parts_that_hold_them(tmp_path, 
     assert store.parts_by("model") == {"A": {"k1", "k2", "k4"}, "B": {"k3", "k4"}}
     with pytest.raises(ValueError, match="'gen_id' is not one of"):
         store.parts_by("gen_id")
+
+
+def test_a_part_altered_planted_or_linked_is_not_read_and_its_batch_is_done_again(tmp_path, caplog):
+    """Committed parts are read back as the caches' are (storage.verified): a part edited after it
+    was written, one planted under a name that is not its digest, a link, a file anyone may
+    write, or one named as an older halluscope named parts - none is read; each is warned about.
+    A batch whose commit is not read is not committed: a resume prunes its parts and does it again."""
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "run1")
+    for key, ids in (("k1", ["a"]), ("k2", ["b"]), ("k3", ["c"]), ("k4", ["d"])):
+        store.write_batch(key, {"generations": _gens(ids), "scores": _scores(ids)})
+    scores = tmp_path / "run1" / "scores"
+    named = {key: names[0] for key, names in store.parts("scores").items()}
+    edited = _scores(["b"]).set_column(9, "n_atoms", pa.array([7], pa.int64()))
+    (scores / named["k2"]).write_bytes(run.table_to_bytes(edited))  # edited in place after the commit
+    (tmp_path / "outside.parquet").write_bytes(run.table_to_bytes(_scores(["x"])))
+    os.remove(scores / named["k3"])
+    os.symlink(tmp_path / "outside.parquet", scores / named["k3"])  # a link in its place
+    os.chmod(scores / named["k4"], 0o666)  # anyone may rewrite it
+    (scores / "part-k5.parquet").write_bytes(run.table_to_bytes(_scores(["e"])))  # an older halluscope's name
+    planted = run.table_to_bytes(_scores(["f"]))
+    (scores / f"part-k6.{hashlib.sha256(b'other bytes').hexdigest()}.parquet").write_bytes(planted)
+
+    fresh = RunStore(Location.from_url(f"file://{tmp_path}"), "run1")
+    with caplog.at_level("WARNING"):
+        assert fresh.read_table("scores", ["gen_id"]).column("gen_id").to_pylist() == ["a"]
+        assert fresh.committed_keys() == {"k1"}
+        assert fresh.read_table("generations", ["gen_id"]).column("gen_id").to_pylist() == ["a"]
+    reasons = {url.rsplit("/", 1)[-1]: why for url, why in fresh.skipped.items()}
+    assert "does not hash to the sha256 in its name" in reasons[named["k2"]]
+    assert reasons[named["k3"]].startswith("is a symbolic link")
+    assert "writable by others" in reasons[named["k4"]]
+    assert len(reasons) == 4 and "does not hash" in reasons[f"part-k6.{hashlib.sha256(b'other bytes').hexdigest()}.parquet"]
+    assert "are not parts named part-<key>.<sha256>.parquet" in caplog.text and "part-k5.parquet" in caplog.text
+    # the resume: what is not committed is pruned (its generations too), then done again
+    fresh.claim()
+    assert fresh.prune(BATCH_TABLES, fresh.committed_keys()) == 7
+    fresh.write_batch("k2", {"generations": _gens(["b"]), "scores": _scores(["b"])})
+    assert sorted(fresh.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()) == ["a", "b"]

@@ -33,7 +33,7 @@ from halluscope.contract.roles import AnswerFormat
 from halluscope.models.base import GenerationRequest, ModelBackend, constrains_answers
 from halluscope.records import CALL_CACHE
 from halluscope.storage.fs import Location, UntrustedPath
-from halluscope.storage.run import table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
 from halluscope.storage.verified import read_parts, skip, write_part
 
 GENERATION_TEMPLATE = "raw-prompt-v1"  # a generation sends the item's prompt as the only user message

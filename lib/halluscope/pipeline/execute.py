@@ -3,6 +3,7 @@ for a small run with nothing to serve; the models under test the run serves gene
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import queue
@@ -50,7 +51,7 @@ class StageInputs:
     tracker: Progress
     estimate: Plan | None = None  # the run's, made once when it opened: the waves' jobs
     deployments: list[Deployment] = field(default_factory=list)  # the waves', as they happen
-    on_commit: Callable[[str], None] | None = None  # told each committed batch's key (spend.BudgetWatch)
+    on_commit: Callable[[str, dict[str, str]], None] | None = None  # each committed batch: key, parts (spend)
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,7 +106,7 @@ def _tracked(committed: Iterable[pa.Table], w: StageInputs) -> tuple[int, set[st
             w.tracker.add(r["model"], r["task"], r["rows"], r["failed"])
             processed += r["rows"]
             if r["key"] not in keys and w.on_commit is not None:
-                w.on_commit(r["key"])
+                w.on_commit(r["key"], json.loads(r["parts"]))
             keys.add(r["key"])
     return processed, keys
 

@@ -27,7 +27,7 @@ from halluscope.models.staged import read_staged, settled
 from halluscope.pipeline.workset import Expansion, expand_unit
 from halluscope.records import STAGED, GenerationIds, transient_error
 from halluscope.storage.fs import Location
-from halluscope.storage.run import table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
 from halluscope.storage.verified import is_part_name, write_part
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from halluscope.cost.ledger import CallTally, calls_usd
 from halluscope.errors import OverBudget
 from halluscope.pipeline.resolved import ResolvedRun
-from halluscope.storage.run import RunStore, read_parquet
+from halluscope.storage.run import RunStore
 
 _GENERATION_COLUMNS = ["model", "task", "cached", "error", "input_tokens", "output_tokens"]
 _ROLE_CALL_COLUMNS = ["role_model", "task", "stage", "calls", "cached_calls", "failed_calls", "input_tokens",
@@ -33,13 +33,14 @@ class BudgetWatch:
         self.services = {m: s.name for s in run.cfg.costs.shared_services for m in s.models}
         self.spent = 0.0
 
-    def committed(self, key: str) -> None:
+    def committed(self, key: str, parts: dict[str, str]) -> None:
+        """``parts``: table -> the name of the batch's part in it (a batch without role calls
+        writes no role_calls part)."""
         for table, columns, add in (("generations", _GENERATION_COLUMNS, self.tally.add_generations),
                                     ("role_calls", _ROLE_CALL_COLUMNS, self.tally.add_role_calls)):
-            part = self.store.part(table, key)
-            if part.exists():  # a batch without role calls writes no role_calls part
-                with part.fs.open(part.path, "rb") as f:
-                    add(read_parquet(f, columns=columns))
+            rows = self.store.read_part(table, parts[table], columns) if table in parts else None
+            if rows is not None:
+                add(rows)
         calls = calls_usd(self.tally, self.run.cfg.models, self.run.prices, self.services)
         self.spent = calls + (self.held_usd() or 0.0)
         if self.spent > self.budget_usd:

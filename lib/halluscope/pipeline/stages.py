@@ -9,6 +9,7 @@ actor pools so the state is built once per worker.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -303,21 +304,22 @@ def split_tables(batch: pa.Table, run_id: str, usage: RoleUsage | None = None) -
 
 
 def scored_parts(batch: pa.Table, store: RunStore,
-                 usage: RoleUsage | None = None) -> tuple[Callable[[], None], pa.Table]:
+                 usage: RoleUsage | None = None) -> tuple[Callable[[], dict[str, str]], pa.Table]:
     """Scores a batch (of one row or more): the write of its parts, under a key derived from its
     generation ids (a retried task rewrites the same objects), and what it commits per (model,
-    task) once written: its rows, and those of them that failed."""
+    task): its rows, and those of them that failed (``_once_written`` adds the parts' names)."""
     key = stable_id(*sorted(batch.column("gen_id").to_pylist()))
     tables = split_tables(batch, store.run_id, usage)
     counts = tables["scores"].group_by(["model", "task"]).aggregate([("gen_id", "count"), ("error", "count")])
     return (lambda: store.write_batch(key, tables),
             pa.table({"key": [key] * counts.num_rows, "model": counts.column("model"),
                       "task": counts.column("task"), "rows": counts.column("gen_id_count").cast(pa.int64()),
-                      "failed": counts.column("error_count").cast(pa.int64())}, schema=COMMITTED))
+                      "failed": counts.column("error_count").cast(pa.int64())}))
 
 
+# a committed batch per (model, task); parts: JSON, table -> the name of the batch's part in it
 COMMITTED = pa.schema([("key", pa.string()), ("model", pa.string()), ("task", pa.string()), ("rows", pa.int64()),
-                       ("failed", pa.int64())])
+                       ("failed", pa.int64()), ("parts", pa.string())])
 
 
 class Evaluate:
@@ -343,7 +345,7 @@ class Evaluate:
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
         """Yields a part's commit once it is written, so what the driver counts is on storage;
         a part is in flight while the next is scored, and waited for if scoring stops."""
-        pending: tuple[Future[None], pa.Table] | None = None
+        pending: tuple[Future[dict[str, str]], pa.Table] | None = None
         try:
             for write, committed in self._scored(batch):
                 previous, pending = pending, (self.writer.submit(write), committed)
@@ -355,7 +357,7 @@ class Evaluate:
             if pending is not None:  # stopped midway: the part in flight finishes (it commits last)
                 wait([pending[0]])
 
-    def _scored(self, batch: pa.Table) -> Iterator[tuple[Callable[[], None], pa.Table]]:
+    def _scored(self, batch: pa.Table) -> Iterator[tuple[Callable[[], dict[str, str]], pa.Table]]:
         """Each part's write and commit: per (model, task), ``chunk_rows`` rows at a time."""
         for start, stop in _unit_runs(batch):
             for chunk in range(start, stop, self.chunk_rows):
@@ -367,9 +369,9 @@ class Evaluate:
                 yield scored_parts(rows.table(), self.store, usage)
 
 
-def _once_written(written: Future[None], committed: pa.Table) -> pa.Table:
-    written.result()
-    return committed
+def _once_written(written: Future[dict[str, str]], counts: pa.Table) -> pa.Table:
+    parts = json.dumps(written.result(), sort_keys=True)
+    return counts.append_column("parts", pa.repeat(pa.scalar(parts, pa.string()), counts.num_rows)).cast(COMMITTED)
 
 
 def _unit_runs(batch: pa.Table) -> list[tuple[int, int]]:

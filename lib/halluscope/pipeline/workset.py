@@ -22,7 +22,8 @@ from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import MISSING, GenerationIds, generation_id, stable_id
 from halluscope.sources import DataResolver, sha256_file
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore, table_to_bytes
+from halluscope.storage.parquet import table_to_bytes
+from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
 
 UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])

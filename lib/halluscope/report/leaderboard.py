@@ -19,7 +19,7 @@ from halluscope.report.escape import terminal
 from halluscope.report.render import Block, markdown_blocks, render_markdown
 from halluscope.report.sections import Built, report_sections, stored_records
 from halluscope.storage.fs import Location
-from halluscope.storage.run import read_parquet
+from halluscope.storage.parquet import read_parquet
 
 
 def leaderboard(metrics: Sequence[MetricRecord], run_id: str, built: Built | None = None) -> str:

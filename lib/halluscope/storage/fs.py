@@ -141,9 +141,7 @@ class Location:
             except OSError as err:
                 with contextlib.suppress(OSError):
                     os.remove(tmp)
-                if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise StorageFull(f"cannot write {self.path}: {os.strerror(err.errno)} "
-                                       f"({len(data):,} bytes); free space and resume the run") from None
+                _raise_if_full(err, self.path, len(data))
                 raise
         else:
             self.fs.pipe_file(self.path, data)
@@ -211,6 +209,13 @@ OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 PRIVATE_FILE_MODE = 0o644  # readable by all, writable only by this user, whatever the umask
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _raise_if_full(err: OSError, path: str, size: int) -> None:
+    """A full disk (or quota) as one line naming the file."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise StorageFull(f"cannot write {path}: {os.strerror(err.errno)} ({size:,} bytes); "
+                          "free space and resume the run") from None
 
 
 class UntrustedPath(Exception):
@@ -341,11 +346,13 @@ def write_private(folder: Location, name: str, data: bytes) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
+        except BaseException as err:
             try:
                 os.unlink(tmp, dir_fd=dir_fd)
             except OSError:
                 pass
+            if isinstance(err, OSError):
+                _raise_if_full(err, folder.child(name).path, len(data))
             raise
     finally:
         os.close(dir_fd)

@@ -4,16 +4,18 @@ A run is a folder ``<root>/<run_id>/``::
 
     manifest.json        config, code version, data hashes, rule/verifier versions, status
     items/<task>.parquet the test items, written once
-    <table>/part-<key>.parquet   for table in generations, atoms, verdicts, scores
-    quarantine/part-<key>.parquet  input rows that could not be used, with the reason
+    <table>/part-<key>.<sha256>.parquet   for table in generations, atoms, verdicts, scores
+    quarantine/part-<key>.<sha256>.parquet  input rows that could not be used, with the reason
     metrics.json, leaderboard.md
     attempt.json         the driver attempt that owns the run now
     logs/                each attempt's log (pipeline/run_log.py)
 
 The pipeline writes every batch as one part per table under the same key, the ``scores`` part
-last. A batch is committed when its scores part exists; parts of any other key are leftovers of a
-killed run and are ignored by readers and removed before a resume. Every object is written
-atomically (see ``Location.write_bytes_atomic``).
+last. A part's name carries its batch's key and the sha256 of its bytes, and it is read only if
+it still hashes to it (``storage.verified``: locally also a regular file of this user that no one
+else can write). A batch is committed when its scores part exists and verifies; parts of any
+other key are leftovers of a killed run (or were altered since) and are ignored by readers and
+removed before a resume, which does their batches again. Every object is written atomically.
 
 A killed driver's actors can outlive it for a moment and commit after a resubmitted driver has
 looked at the run. So each driver claims the run (``claim``), an actor commits only while its
@@ -25,7 +27,11 @@ attempt holds generations this attempt processed again.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import logging
+import re
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,39 +42,25 @@ import pyarrow.parquet as pq
 
 from halluscope.errors import Superseded
 from halluscope.records import TABLES
-from halluscope.storage.fs import Location
+from halluscope.storage.fs import Location, list_private, write_private
 from halluscope.storage.names import check_run_id
+from halluscope.storage.parquet import read_parquet, table_to_bytes
+from halluscope.storage.verified import skip, trusted_bytes
 
 COMMIT_TABLE = "scores"
 # a batch's tables in writing order, the commit last
 BATCH_TABLES = (*(t for t in TABLES if t != COMMIT_TABLE), COMMIT_TABLE)
 PART_PREFIX = "part-"
+_NAME = re.compile(r"part-([^./]+)\.([0-9a-f]{64})\.parquet")
 ATTEMPT = "attempt.json"
 _READERS = 8  # parts read at once
 # columns whose values in a part its key fixes: the key hashes the part's generation ids, and an id
 # names its model and task (records.generation_id), so a rewritten part holds the same ones
 _KEYED = ("model", "task")
 
-
-def table_to_bytes(table: pa.Table) -> bytes:
-    """Parquet, zstd, without dictionary pages: on the demo's parts that is 20% less time to
-    write and files a few percent smaller (its strings rarely repeat within a part). Into an
-    Arrow buffer, not a Python file object, so the encoding releases the GIL throughout (a Python
-    sink takes it back for every page) and another thread runs meanwhile."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=False)
-    return sink.getvalue().to_pybytes()
-
-
-def read_parquet(source: Any, columns: Sequence[str] | None = None, filters: Any = None,
-                 schema: pa.Schema | None = None) -> pa.Table:
-    """A Parquet file from a path, a file object or bytes, decoded in the calling thread. Arrow's
-    own threads would hold the Python file's buffers past the call; one still releasing them when
-    the interpreter exits aborts the process (exit 134 after a complete run)."""
-    if filters is None and schema is None:  # read_table builds a dataset: more than a small part costs
-        return pq.ParquetFile(source, pre_buffer=False).read(columns=columns, use_threads=False)
-    return pq.read_table(source, columns=columns, filters=filters, schema=schema, use_threads=False,
-                         pre_buffer=False)
+logger = logging.getLogger(__name__)
+_warned: set[str] = set()  # folders whose foreign files were warned about, in this process
+_warned_lock = threading.Lock()
 
 
 def _footer_values(meta: pq.FileMetaData, column: str) -> frozenset[str] | None:
@@ -122,18 +114,35 @@ def _holds(values: dict[str, frozenset[str] | None], condition: tuple[str, str, 
     return found is not None and allowed is not None and found <= allowed
 
 
-def _part_name(key: str) -> str:
-    return f"{PART_PREFIX}{key}.parquet"
+def part_name(key: str, data: bytes) -> str:
+    """A part's file name: its batch's key and the sha256 of its bytes."""
+    return f"{PART_PREFIX}{key}.{hashlib.sha256(data).hexdigest()}.parquet"
 
 
-def _part_key(name: str) -> str | None:
-    if name.startswith(PART_PREFIX) and name.endswith(".parquet"):
-        return name[len(PART_PREFIX):-len(".parquet")]
-    return None
+def _parsed(name: str) -> tuple[str, str] | None:
+    """(key, sha256) of a name ``part_name`` gives, None for any other."""
+    found = _NAME.fullmatch(name)
+    return (found[1], found[2]) if found else None
+
+
+def _warn_foreign(folder: Location, names: list[str]) -> None:
+    """Files in a table's folder that no run wrote as it writes parts: one warning per folder."""
+    with _warned_lock:
+        first = folder.url not in _warned
+        _warned.add(folder.url)
+    if first:
+        logger.warning("run: %d file(s) in %s are not parts named part-<key>.<sha256>.parquet (written by an "
+                       "older halluscope, or not by a run), e.g. %s: their rows are not used", len(names),
+                       folder.url, names[0])
 
 
 class RunStore:
-    """Reads and writes one run folder; picklable (Ray workers write parts directly)."""
+    """Reads and writes one run folder; picklable (Ray workers write parts directly).
+
+    Every part is read back as ``storage.verified`` reads the caches' (its bytes hash to the
+    sha256 in its name; locally a regular file of this user that no one else can write): one that
+    fails is skipped with a warning naming it, and a batch whose commit fails is not committed,
+    so a resume does it again. ``skipped``: url -> reason, what this store has not used."""
 
     def __init__(self, root: Location, run_id: str) -> None:
         self.run_id = check_run_id(run_id)  # whoever asks, a run stays one folder directly under the root
@@ -141,6 +150,8 @@ class RunStore:
         self.attempt: str | None = None  # set by claim; travels with the store to the actors
         # (table, part key) -> the part's values of each _KEYED column (None: its footer cannot tell)
         self._keyed: dict[tuple[str, str], dict[str, frozenset[str] | None]] = {}
+        self._commits: set[str] = set()  # commit files that verified (their rows are checked again when read)
+        self.skipped: dict[str, str] = {}
 
     # --- ownership ---------------------------------------------------------------------------
     def claim(self) -> None:
@@ -158,22 +169,58 @@ class RunStore:
                              f"run id); attempt {self.attempt} stops without committing")
 
     # --- parts -----------------------------------------------------------------------------
-    def write_batch(self, key: str, tables: dict[str, pa.Table]) -> None:
+    def write_batch(self, key: str, tables: dict[str, pa.Table]) -> dict[str, str]:
         """Write one batch's parts; the commit table goes last, so its presence means complete.
-        Empty parts other than the commit are not written (most batches make no role calls)."""
-        for name in (t for t in BATCH_TABLES if t in tables):
-            if tables[name].num_rows or name == COMMIT_TABLE:
-                self.write_part(name, key, tables[name], commit=name == COMMIT_TABLE)
+        Empty parts other than the commit are not written (most batches make no role calls).
+        Returns table -> the name of its part."""
+        return {name: self.write_part(name, key, tables[name], commit=name == COMMIT_TABLE)
+                for name in BATCH_TABLES if name in tables and (tables[name].num_rows or name == COMMIT_TABLE)}
 
-    def part(self, table: str, key: str) -> Location:
-        """Where the part of batch ``key`` of ``table`` lies."""
-        return self.loc.child(table, _part_name(key))
+    def parts(self, table: str) -> dict[str, list[str]]:
+        """key -> the names of its parts in ``table`` (one, but where a batch was written twice)."""
+        folder = self.loc.child(table)
+        found: dict[str, list[str]] = {}
+        foreign = []
+        for name in list_private(folder):
+            parsed = _parsed(name)
+            if parsed is None:
+                foreign.append(name)
+            else:
+                found.setdefault(parsed[0], []).append(name)
+        if foreign:
+            _warn_foreign(folder, foreign)
+        return found
 
     def part_keys(self, table: str) -> set[str]:
-        return {k for k in map(_part_key, self.loc.child(table).list_names()) if k}
+        return set(self.parts(table))
 
-    def committed_keys(self, commit: str = COMMIT_TABLE) -> set[str]:
-        return self.part_keys(commit)
+    def committed_keys(self) -> set[str]:
+        """The batches whose commit part verifies (each part that did is not checked again)."""
+        listed = self.parts(COMMIT_TABLE)
+        unseen = [n for names in listed.values() for n in names if n not in self._commits]
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            self._commits |= {n for n, data in zip(unseen, pool.map(lambda n: self._trusted(COMMIT_TABLE, n), unseen))
+                              if data is not None}
+        return {key for key, names in listed.items() if any(n in self._commits for n in names)}
+
+    def _trusted(self, table: str, name: str) -> bytes | None:
+        """A part's bytes if they can be used; else None, and the file skipped with a warning."""
+        parsed = _parsed(name)
+        assert parsed is not None, name
+        folder = self.loc.child(table)
+        data, why = trusted_bytes(folder, name, parsed[1])
+        if data is None:
+            skip(self.skipped, "run", folder.child(name).url, why,
+                 "its rows are not used (a resume does its batch again)")
+        return data
+
+    def _read(self, table: str, names: list[str]) -> bytes | None:
+        """The bytes of the first of a batch's parts in ``table`` that can be used."""
+        for name in sorted(names):
+            data = self._trusted(table, name)
+            if data is not None:
+                return data
+        return None
 
     def prune(self, tables: Sequence[str], keep: set[str]) -> int:
         """Delete the parts of every batch of ``tables`` (the commit last) whose key is not in
@@ -182,10 +229,20 @@ class RunStore:
         self.check_owner()
         removed = 0
         for table in reversed(tables):
-            for key in self.part_keys(table) - keep:
-                self.part(table, key).remove()
-                removed += 1
+            for key, names in self.parts(table).items():
+                if key not in keep:
+                    for name in names:
+                        self.part_file(table, name).remove()
+                        removed += 1
         return removed
+
+    def part_file(self, table: str, name: str) -> Location:
+        return self.loc.child(table, name)
+
+    def read_part(self, table: str, name: str, columns: list[str] | None = None) -> pa.Table | None:
+        """One part (``columns`` of it), None if it cannot be used (skipped with a warning)."""
+        data = self._read(table, [name])
+        return None if data is None else read_parquet(pa.BufferReader(data), columns=columns)
 
     def read_table(self, table: str, columns: list[str] | None = None,
                    filters: list[tuple[str, str, object]] | None = None, keys: set[str] | None = None) -> pa.Table:
@@ -195,29 +252,28 @@ class RunStore:
         that holds none of the values asked for, and is not applied to one that holds only them
         (see ``_KEYED``): a read per model and task opens that model's and task's parts alone."""
         schema = TABLES.get(table)
+        listed = self.parts(table)
         if table in TABLES:
-            ordered = sorted(self.part_keys(table) & (self.committed_keys() if keys is None else keys))
+            ordered = sorted(set(listed) & (self.committed_keys() if keys is None else keys))
         else:
-            ordered = sorted(self.part_keys(table))
+            ordered = sorted(listed)
         wanted = _keyed_filters(filters) if schema is not None else {}
 
         def read(key: str) -> pa.Table | None:
             values = self._keyed.get((table, key))
             if values is not None and _excluded(values, wanted):
                 return None
-            loc = self.part(table, key)
-            with loc.fs.open(loc.path, "rb") as f:
-                opened = None
-                if values is None and wanted:  # the part's first read: its footer, then its rows
-                    opened = pq.ParquetFile(f, pre_buffer=False)
-                    values = self._remember(table, key, opened.metadata)
-                    if _excluded(values, wanted):
-                        return None
-                rest = [t for t in filters or () if values is None or not _holds(values, t)]
-                if opened is not None and not rest:  # the footer just parsed serves the rows too
-                    return opened.read(columns=columns, use_threads=False)
-                f.seek(0)
-                return read_parquet(f, columns=columns, filters=rest or None)
+            if values is None and wanted:  # the part's first read: its footer, then (if wanted) its rows
+                loc = self.part_file(table, sorted(listed[key])[0])
+                with loc.fs.open(loc.path, "rb") as f:
+                    values = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
+                if _excluded(values, wanted):
+                    return None
+            data = self._read(table, listed[key])
+            if data is None:
+                return None
+            rest = [t for t in filters or () if values is None or not _holds(values, t)]
+            return read_parquet(pa.BufferReader(data), columns=columns, filters=rest or None)
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
         # each part is a request), in key order
@@ -242,11 +298,12 @@ class RunStore:
         first. A part of several values is listed under each."""
         if column not in _KEYED:
             raise ValueError(f"parts_by: {column!r} is not one of {_KEYED}")
+        listed = self.parts(table)
 
         def values(key: str) -> set[str]:
             known = self._keyed.get((table, key))
             if known is None:
-                loc = self.part(table, key)
+                loc = self.part_file(table, sorted(listed[key])[0])
                 with loc.fs.open(loc.path, "rb") as f:
                     known = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
             found = known[column]
@@ -254,7 +311,7 @@ class RunStore:
                 return set(found)
             return set(self.read_table(table, [column], keys={key}).column(column).unique().to_pylist())
 
-        keys = sorted(self.part_keys(table) & self.committed_keys())
+        keys = sorted(set(listed) & self.committed_keys())
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             found = list(pool.map(values, keys))
         out: dict[str, set[str]] = {}
@@ -266,23 +323,26 @@ class RunStore:
     def keys_with(self, table: str, columns: list[str], where: Callable[[pa.Table], bool]) -> set[str]:
         """The committed batches of ``table`` with rows ``where`` picks, each part read alone
         (``columns`` of it): what a resumed run takes back to do again."""
-        keys = sorted(self.part_keys(table) & self.committed_keys())  # the folders listed once
+        listed = self.parts(table)
+        keys = sorted(set(listed) & self.committed_keys())
 
         def picks(key: str) -> bool:
-            part = self.part(table, key)
-            with part.fs.open(part.path, "rb") as f:
-                return where(read_parquet(f, columns=columns))
+            data = self._read(table, listed[key])
+            return data is not None and where(read_parquet(pa.BufferReader(data), columns=columns))
 
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             picked = list(pool.map(picks, keys))
         return {key for key, hit in zip(keys, picked) if hit}
 
-    def write_part(self, table: str, key: str, data: pa.Table, commit: bool = False) -> None:
-        """Write one part; a commit part only while this store's attempt owns the run."""
+    def write_part(self, table: str, key: str, data: pa.Table, commit: bool = False) -> str:
+        """Write one part, as the readers accept it; a commit part only while this store's
+        attempt owns the run. Returns its file name."""
         body = table_to_bytes(data)
+        name = part_name(key, body)
         if commit:  # checked last thing before the write: the window for a stale owner is one PUT
             self.check_owner()
-        self.part(table, key).write_bytes_atomic(body)
+        write_private(self.loc.child(table), name, body)
+        return name
 
     def write_costs(self, costs: pa.Table) -> None:
         self.loc.child("costs.parquet").write_bytes_atomic(table_to_bytes(costs))

@@ -1,5 +1,6 @@
 """The one way a run reads back the Parquet parts it, or an earlier run, wrote where others may
-write too (the call cache, a served model's staged generations).
+write too (the call cache, a served model's staged generations; a run's committed parts are
+checked the same way, by ``storage.run``).
 
 A part is named by the sha256 of its bytes, ``part-<sha256>.parquet``, and is used only when
 
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from halluscope.storage.fs import Location, UntrustedPath, list_private, read_private, write_private
-from halluscope.storage.run import read_parquet
+from halluscope.storage.parquet import read_parquet
 
 logger = logging.getLogger(__name__)
 
@@ -63,20 +64,29 @@ def skip(found: dict[str, str], what: str, url: str, reason: str, consequence: s
         logger.warning("%s: skipping %s: it %s; %s", what, url, reason, consequence)
 
 
-def _checked(folder: Location, name: str, schema: pa.Schema,
-             foreign: Callable[[str], str]) -> tuple[pa.Table | None, str]:
-    """A checked part's table, or None and why it is not used."""
-    found = _PART.fullmatch(name)
-    if found is None:
-        return None, foreign(name)
+def trusted_bytes(folder: Location, name: str, digest: str) -> tuple[bytes | None, str]:
+    """The bytes of ``name`` in ``folder`` if they can be used: read as ``read_private`` allows
+    and hashing to ``digest`` (the sha256 its name carries); else None and why not."""
     try:
         data = read_private(folder, name)
     except UntrustedPath as err:
         return None, err.reason
     except OSError as err:
         return None, f"cannot be read ({err.strerror or err})"
-    if hashlib.sha256(data).hexdigest() != found[1]:
+    if hashlib.sha256(data).hexdigest() != digest:
         return None, "does not hash to the sha256 in its name (altered after it was written)"
+    return data, ""
+
+
+def _checked(folder: Location, name: str, schema: pa.Schema,
+             foreign: Callable[[str], str]) -> tuple[pa.Table | None, str]:
+    """A checked part's table, or None and why it is not used."""
+    found = _PART.fullmatch(name)
+    if found is None:
+        return None, foreign(name)
+    data, why = trusted_bytes(folder, name, found[1])
+    if data is None:
+        return None, why
     try:
         table = read_parquet(io.BytesIO(data))
     except (pa.ArrowException, OSError, ValueError) as err:

@@ -27,7 +27,8 @@ from halluscope.halogen.attribution.classify import (
 )
 from halluscope.halogen.attribution.corpus import CorpusIndex
 from halluscope.records import stable_id
-from halluscope.storage.run import RunStore, read_parquet
+from halluscope.storage.parquet import read_parquet
+from halluscope.storage.run import RunStore
 
 TABLE = "attribution"
 SUMMARY = "attribution.json"

@@ -35,7 +35,30 @@ def quiet_ray() -> Path:
         if name == "ray.data":  # no handler of its own: it would propagate to the root logger
             logger.setLevel(logging.INFO)
             logger.propagate = False
+    _raylet_errors_to_log()
     return path
+
+
+def _raylet_errors_to_log() -> None:
+    """A Ray driver prints the errors its raylets report ("A worker died or was killed while
+    executing a task ...") to stdout from a thread of its own, past every logger and whatever
+    ``log_to_driver`` says: they go to the "ray" logger, so to ``LOG``, beside Ray's other lines.
+    The run itself reports what such a death cost it (a retried task, a requeued model)."""
+    import ray._private.worker as ray_worker
+
+    printer = getattr(ray_worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "to_log", False):
+        return
+
+    def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            printer(data, ignore_prefix)
+            return
+        for line in data.get("lines", ()):
+            logging.getLogger("ray").warning("(raylet) %s", line)
+
+    print_to_stdstream.to_log = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 # how Ray's C++ code (core worker, raylet client) begins a line: "[2026-11-27 23:36:46,613 E 1028 1028] "

@@ -127,6 +127,8 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     killed = kill_busy_worker(ray_head, "Evaluate", second.proc)
     assert rows_committed() < TOTAL, "the kill came after the run's last batch"
     assert second.proc.wait(timeout=450) == 0, second.tail()
+    # what the raylets reported of the kills went to the log file, not to the terminal
+    assert not [line for d in (first, second) for line in d.log.read_text().splitlines() if "(raylet)" in line]
 
     # Ray restarted the killed actor and retried its batch (Ray Data's defaults for actor pools:
     # max_restarts=-1, max_task_retries=-1)

@@ -94,6 +94,30 @@ def test_mixed_testset_reuse(tables, tmp_path):
     assert build_mixed_testset(root, config, taxonomy, medicines).reused
 
 
+def test_a_stored_testset_anyone_could_rewrite_or_that_was_edited_is_not_reused(tables, tmp_path, caplog):
+    """A test set is reused only from files of this user that no one else can write and whose
+    items still hash to its id; any other is skipped with a warning and built again."""
+    import json
+    import os
+
+    taxonomy, medicines = tables
+    root = Location.from_url(str(tmp_path))
+    config = MixedEntitiesConfig(seed=3, per_domain=2, domains=["animal", "medicine"])
+    ts = build_mixed_testset(root, config, taxonomy, medicines)
+    folder = tmp_path / ts.spec.task / ts.testset_id
+    os.chmod(folder / "items.parquet", 0o666)
+    with caplog.at_level("WARNING"):
+        again = build_mixed_testset(root, config, taxonomy, medicines)
+    assert not again.reused and again.testset_id == ts.testset_id  # the same items, written again
+    assert "is writable by others" in caplog.text and str(folder) in caplog.text
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "spec": {**manifest["spec"], "seed": 4}}))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert not build_mixed_testset(root, config, taxonomy, medicines).reused
+    assert "does not match its id" in caplog.text
+
+
 @pytest.mark.parametrize("text, names", [
     ("Alpha Cafe, Beta Bar, Gamma Grill", ["Alpha Cafe", "Beta Bar", "Gamma Grill"]),
     ("Here are three names: 1. Alpha, 2. Beta, 3. Gamma.", ["Alpha", "Beta", "Gamma"]),

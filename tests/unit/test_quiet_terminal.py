@@ -30,3 +30,23 @@ def test_ray_native_lines_go_to_the_log_and_the_rest_to_the_terminal(tmp_path):
                                                 "kubectl: a line of another program"]
     log = tmp_path / ".cache" / "halluscope" / "logs" / "ray-driver.log"
     assert log.read_text().splitlines() == [RAY_LINE]
+
+
+RAYLET = """
+import ray._private.worker as ray_worker
+from halluscope.quiet import quiet_ray
+quiet_ray()
+# what Ray's error listener thread does with an error a raylet reports
+ray_worker.print_to_stdstream({"lines": ["A worker died or was killed while executing a task."], "pid": "raylet",
+                               "is_err": False}, ignore_prefix=False)
+print("halluscope: the run's own line")
+"""
+
+
+def test_the_errors_raylets_report_go_to_the_log(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", RAYLET], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["halluscope: the run's own line"] and "worker died" not in done.stderr
+    log = (tmp_path / ".cache" / "halluscope" / "logs" / "ray-driver.log").read_text()
+    assert "WARNING ray: (raylet) A worker died or was killed while executing a task." in log

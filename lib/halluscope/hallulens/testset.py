@@ -15,7 +15,9 @@ Layout under a storage root::
     <task>/<spec fingerprint>-<content hash>/manifest.json   spec, counts, generation report (written last)
 
 Both files are written atomically and hold no timestamps: the same content gives the same id and
-the same bytes. A folder without ``manifest.json`` is an unfinished write and is ignored.
+the same bytes. A folder without ``manifest.json`` is an unfinished write and is ignored. Both are
+read back as ``storage.fs.read_private`` allows (locally: regular files of this user that no one
+else can write) and the items must hash to the id: a stored set that fails is not reused.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from halluscope.contract.task import Item
 from halluscope.errors import DataError, RunError
 from halluscope.hallulens.sources import SourceRef
-from halluscope.storage.fs import Location
+from halluscope.storage.fs import Location, UntrustedPath, read_private, write_private
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "halluscope-hallulens-testset-v1"
 ITEMS_FILE = "items.parquet"
@@ -220,9 +225,9 @@ class TestSet:
     def write(self, root: Location) -> Location:
         """Write items, then the manifest (the commit); returns the test set's folder."""
         folder = root.child(self.spec.task, self.testset_id)
-        folder.child(ITEMS_FILE).write_bytes_atomic(self.items_bytes())
+        write_private(folder, ITEMS_FILE, self.items_bytes())
         manifest = json.dumps(self.manifest(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-        folder.child(MANIFEST_FILE).write_bytes_atomic(manifest.encode())
+        write_private(folder, MANIFEST_FILE, manifest.encode())
         return folder
 
     @classmethod
@@ -231,13 +236,17 @@ class TestSet:
         manifest_loc = folder.child(MANIFEST_FILE)
         if not manifest_loc.exists():
             raise DataError(f"no test set {testset_id} under {folder.url} (no {MANIFEST_FILE})")
-        try:
-            doc = json.loads(manifest_loc.read_bytes())
+        try:  # locally: regular files of this user that no one else can write, never through a link
+            doc = json.loads(read_private(folder, MANIFEST_FILE))
             spec = TestSetSpec.model_validate(doc["spec"])
+        except UntrustedPath as err:
+            raise DataError(f"test-set manifest {err.url} {err.reason}: not used") from None
         except (ValueError, KeyError, TypeError, ValidationError) as err:
             raise DataError(f"unreadable test-set manifest {manifest_loc.url}: {err}") from None
         try:
-            table = pq.read_table(io.BytesIO(folder.child(ITEMS_FILE).read_bytes()))
+            table = pq.read_table(io.BytesIO(read_private(folder, ITEMS_FILE)))
+        except UntrustedPath as err:
+            raise DataError(f"test-set items {err.url} {err.reason}: not used") from None
         except (OSError, pa.ArrowException) as err:
             raise DataError(f"unreadable test-set items {folder.child(ITEMS_FILE).url}: {err}") from None
         if table.schema != ITEMS_SCHEMA:
@@ -249,12 +258,16 @@ class TestSet:
 
     @classmethod
     def find(cls, root: Location, spec: TestSetSpec) -> TestSet | None:
-        """A finished test set built from this spec, if one is stored (the first by id if several)."""
+        """A finished test set built from this spec, if one is stored (the first by id if several
+        that can be used: one altered, planted or linked is skipped with a warning naming it)."""
         prefix = spec.fingerprint() + "-"
         folder = root.child(spec.task)
         for name in folder.list_names():
             if name.startswith(prefix) and folder.child(name, MANIFEST_FILE).exists():
-                return cls.read(root, spec.task, name)
+                try:
+                    return cls.read(root, spec.task, name)
+                except DataError as err:
+                    logger.warning("hallulens: skipping the stored test set %s: %s", folder.child(name).url, err)
         return None
 
 

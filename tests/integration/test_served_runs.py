@@ -7,6 +7,8 @@ from tests.conftest import SHARED_DATA
 from tests.support.tiny_llama import build_tiny_llama
 
 from halluscope.config.load import parse_config
+from halluscope.pipeline.estimate import plan
+from halluscope.pipeline.resolved import cache_location
 from halluscope.pipeline.runner import run
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -79,10 +81,16 @@ def test_tiny_llama_served_by_serve_then_cached(ray_head, tmp_path):
     assert costs[("tiny-llama", "serve")]["resource"] == "CPU" and costs[("tiny-llama", "serve")]["resource_seconds"] > 0
     # the same run id again: nothing left to do
     assert run(parse_config(_cfg(root, [hf], limit=8)), run_id="tiny", progress=False).processed == 0
-    # a new run id: every answer from the call cache, zero model calls, identical scores
-    second = run(parse_config(_cfg(root, [hf], limit=8)), run_id="tiny-2", progress=False)
+    # a new run id: every answer from the call cache, so the plan schedules no deployment and the
+    # run deploys none; zero model calls, identical scores
+    cfg = parse_config(_cfg(root, [hf], limit=8))
+    estimate = plan(cfg, None, cache=cache_location(cfg))
+    assert not estimate.schedule.windows and not [r for r in estimate.rows if r.stage == "idle"]
+    second = run(cfg, run_id="tiny-2", progress=False)
     store2 = RunStore(Location.from_url(root), "tiny-2")
     assert all(g["cached"] for g in store2.read_table("generations").to_pylist())
+    assert not store2.read_json("manifest.json").get("schedule", {}).get("deployments")
     assert [r for r in second.metrics if r["task"] == "costs/total"][0]["calls"] == 0
+    assert ("tiny-llama", "serve") not in {(r["model"], r["stage"]) for r in store2.read_table_file("costs.parquet").to_pylist()}
     assert _rows(store, "scores", "gen_id") == _rows(store2, "scores", "gen_id")
     assert first.metrics[0]["n_items"] == second.metrics[0]["n_items"] == 8

@@ -11,13 +11,13 @@ when the run has a call cache and the provider's answers are worth keeping, in t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from halluscope.config.schema import ModelSpec
 from halluscope.errors import ConfigError
 from halluscope.models.base import ModelBackend, SamplingParams
-from halluscope.models.cache import CachedBackend
+from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend, call_key, read_calls
 from halluscope.models.model import Model
 from halluscope.models.provider import Context, Provider, ProviderKind
 from halluscope.provider_registry import GROUP, kind_named
@@ -61,3 +61,10 @@ def client(spec: ModelSpec, context: Context, cache: Location | None, template: 
     if cache is None or not model.provider.cached:
         return model
     return CachedBackend(model, cache, revision_of(spec), template, sampling_of(spec).as_dict())
+
+
+def cached_prompts(spec: ModelSpec, cache: Location, prompts: Iterable[str]) -> set[str]:
+    """The prompts whose generation by ``spec`` the call cache holds (read as the run reads it)."""
+    keys = read_calls(cache, spec.id).entries.keys()
+    sampling, revision = sampling_of(spec).as_dict(), revision_of(spec)
+    return {p for p in prompts if call_key(spec.id, revision, GENERATION_TEMPLATE, p, sampling) in keys}

@@ -49,8 +49,7 @@ from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
 from halluscope.errors import RunError
 from halluscope.knowledge.specs import evidence_words
-from halluscope.models.cache import GENERATION_TEMPLATE, call_key, read_calls
-from halluscope.models.registry import predicted, revision_of, sampling_of
+from halluscope.models.registry import cached_prompts, predicted, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
 from halluscope.pipeline.schedule import Window, job_of, layout, scheduled, simulate
@@ -82,11 +81,8 @@ def _count(x: float) -> int:
 
 def _cached_items(spec: ModelSpec, items: list[Item], cache: Location) -> set[str]:
     """Items whose generation call is in the call cache (same key as the Generate stage)."""
-
-    keys = read_calls(cache, spec.id).entries.keys()  # the checked reader the Generate stage uses
-    sampling = sampling_of(spec).as_dict()
-    return {i.item_id for i in items
-            if call_key(spec.id, revision_of(spec), GENERATION_TEMPLATE, i.prompt, sampling) in keys}
+    hits = cached_prompts(spec, cache, {i.prompt for i in items})
+    return {i.item_id for i in items if i.prompt in hits}
 
 
 def _prompt_tokens(items: list[Item], o: PlanOptions) -> float:
@@ -221,14 +217,20 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
                              cfg.cluster.cpus or (cfg.ray.num_cpus if cfg.ray.address is None else None))
-    sched = simulate(jobs, budget, layout(cfg))
+    # a model under test with no call left (its rows done, or every answer in the call cache) is
+    # not deployed: its job stays in the plan for the run, out of the schedule and the bill
+    calls: dict[str, float] = defaultdict(float)
+    for (model, _, stage), a in acc.items():
+        if stage == "generate":
+            calls[model] += a.calls
+    sched = simulate([j for j in jobs if calls[j.model] > 0], budget, layout(cfg))
     windows = {w.model: w for w in sched.windows}
     others = [s for m, s in busy_wall.items() if m not in windows]
     known = [s for s in others if s is not None]
     wall_s = None if len(known) < len(others) or not math.isfinite(sched.makespan_s) else \
         max(sched.makespan_s, max((startup_seconds(m, o) for m in served if not scheduled(m)), default=0.0)
             + max(known, default=0.0))
-    rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in served]
+    rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in served if not scheduled(m) or m.id in windows]
     rows += _shared_rows(cfg, prices, wall_s)
     held = [(w.start_s, w.end_s, w.resource, w.units) for w in sched.windows if math.isfinite(w.end_s)]
     held += [(0.0, wall_s, j.resource, j.units) for m in served if not scheduled(m) for j in [job_of(m)]] \

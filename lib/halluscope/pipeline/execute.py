@@ -20,7 +20,13 @@ import ray
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.cost.prices import PriceTable
 from halluscope.pipeline import stages
-from halluscope.pipeline.generation import StagedRows, generate_model, left_to_generate, staged_location
+from halluscope.pipeline.generation import (
+    StagedRows,
+    answered_by_cache,
+    generate_model,
+    left_to_generate,
+    staged_location,
+)
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun
@@ -149,8 +155,13 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
         return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, run.cache,
                                      staged_location(w.store.loc, spec.id), cfg.concurrency.generate_batch_size)
 
-    # a model whose rows an earlier attempt generated is evaluated from its staged parts, not deployed again
-    deploy = [m for m in wanted if left_to_generate(blocks[m], w.ctx, w.done, staged_location(w.store.loc, m))]
+    # a model whose rows an earlier attempt generated is evaluated from its staged parts, not deployed
+    # again; one whose every answer left is in the call cache has its rows staged from there
+    left = [m for m in wanted if left_to_generate(blocks[m], w.ctx, w.done, staged_location(w.store.loc, m))]
+    cached = [m for m in left if run.cache is not None
+              and answered_by_cache(specs[m], blocks[m], w.ctx, w.done, staged_location(w.store.loc, m), run.cache)]
+    ray.get([generate(specs[m], None) for m in cached])
+    deploy = [m for m in left if m not in cached]
     for m in set(wanted) - set(deploy):
         ready.put((m, True))
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,

@@ -211,9 +211,10 @@ class CountingEncoder:
     """Delegates to the real encoder, remembering every text it was asked to embed."""
 
     def __init__(self, inner: Encoder) -> None:
-        self.inner, self.name, self.texts = inner, inner.name, []
+        self.inner, self.name, self.texts, self.calls = inner, inner.name, [], 0
 
     def encode(self, texts):
+        self.calls += 1
         self.texts.extend(texts)
         return self.inner.encode(texts)
 
@@ -253,6 +254,24 @@ def test_fact_passage_ranks_first(retriever, claim, title, index):
     assert [p for p, _ in restricted][0] == expected
     assert len(restricted) == 3 and restricted[0][1] >= restricted[1][1] >= restricted[2][1]
     assert retriever.search(f"{title} {claim}", k=5)[0][0] == expected
+
+
+def test_a_persons_facts_are_searched_in_one_encoder_call_with_each_facts_own_ranking(retriever):
+    """FActScore-style evidence: every fact of a biography encoded at once, each ranked as if
+    searched alone (the batch pads; the scores agree to float32 rounding)."""
+    claims = [(claim, title) for claim, title, _ in CLAIMS]
+    for title in {t for _, t in claims}:
+        queries = [f"{title} {c}" for c, t in claims if t == title]
+        counting = CountingEncoder(retriever.encoder)
+        batched = DenseRetriever(retriever.index, retriever.titles, retriever.passages, counting,
+                                 retriever.info).search_many(queries, k=3, title=title)
+        assert (counting.calls, counting.texts) == (1, queries)
+        for query, hits in zip(queries, batched):
+            alone = retriever.search(query, k=3, title=title)
+            assert [p for p, _ in hits] == [p for p, _ in alone]
+            assert [s for _, s in hits] == pytest.approx([s for _, s in alone], abs=1e-5)
+    assert retriever.search_many([], title="Hiroshi Tanabe") == []
+    assert retriever.search_many(["a", "b"], title="Grace Hopper") == [[], []]
 
 
 def test_restriction_and_unknown_titles(retriever):

@@ -35,7 +35,8 @@ class WikiEvidence:
         if not self.retriever.has_article(title):
             return None
         # the query names the person, as FActScore's retrieval does
-        return [[p for p, _ in self.retriever.search(f"{title} {f}", self.top_k, title=title)] for f in facts]
+        found = self.retriever.search_many([f"{title} {f}" for f in facts], self.top_k, title=title)
+        return [[p for p, _ in passages] for passages in found]
 
     def describe(self) -> dict:
         """The manifest's entry: the article store and index, and the passages per fact."""

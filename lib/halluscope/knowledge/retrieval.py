@@ -221,17 +221,28 @@ class DenseRetriever:
         """The ``k`` best (passage, cosine score) pairs, best first; with ``title``, only that
         article's passages ([] if the article is unknown: check ``has_article``). FActScore's
         query for a fact is ``f"{topic} {fact}"``."""
-        q = self.encoder.encode([query])[0]
+        return self.search_many([query], k, title)[0]
+
+    def search_many(self, queries: list[str], k: int = 5, title: str | None = None) -> list[list[tuple[str, float]]]:
+        """``search`` of each query, encoded in one batch (a person's facts: one encoder call, not
+        one per fact)."""
+        if not queries:
+            return []
+        qs = self.encoder.encode(queries)
         if title is None:
-            scores, rows = self.index.search(q[None, :], min(k, self.index.ntotal))
-            return [(self.passages[r], float(s)) for s, r in zip(scores[0], rows[0]) if r >= 0]
+            scores, rows = self.index.search(qs, min(k, self.index.ntotal))
+            return [[(self.passages[r], float(s)) for s, r in zip(ss, rr) if r >= 0] for ss, rr in zip(scores, rows)]
         found = self._resolve(title)
         if found is None:
-            return []
+            return [[] for _ in queries]
         start, end = self.ranges[found]
-        scores = self.index.reconstruct_n(start, end - start) @ q
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(self.passages[start + i], float(scores[i])) for i in order]
+        vectors = self.index.reconstruct_n(start, end - start)
+        out = []
+        for q in qs:
+            scores = vectors @ q
+            order = np.argsort(-scores, kind="stable")[:k]
+            out.append([(self.passages[start + i], float(scores[i])) for i in order])
+        return out
 
     def describe(self) -> dict:
         return {**self.info, "passages": self.index.ntotal, "articles": len(self.ranges), "dim": self.index.d}

@@ -142,7 +142,7 @@ class RunStore:
     Every part is read back as ``storage.verified`` reads the caches' (its bytes hash to the
     sha256 in its name; locally a regular file of this user that no one else can write): one that
     fails is skipped with a warning naming it, and a batch whose commit fails is not committed,
-    so a resume does it again. ``skipped``: url -> reason, what this store has not used."""
+    so a resume does it again (``storage.verified.skipped_parts`` lists what was skipped)."""
 
     def __init__(self, root: Location, run_id: str) -> None:
         self.run_id = check_run_id(run_id)  # whoever asks, a run stays one folder directly under the root
@@ -151,7 +151,6 @@ class RunStore:
         # (table, part key) -> the part's values of each _KEYED column (None: its footer cannot tell)
         self._keyed: dict[tuple[str, str], dict[str, frozenset[str] | None]] = {}
         self._commits: set[str] = set()  # commit files that verified (their rows are checked again when read)
-        self.skipped: dict[str, str] = {}
 
     # --- ownership ---------------------------------------------------------------------------
     def claim(self) -> None:
@@ -191,9 +190,6 @@ class RunStore:
             _warn_foreign(folder, foreign)
         return found
 
-    def part_keys(self, table: str) -> set[str]:
-        return set(self.parts(table))
-
     def committed_keys(self) -> set[str]:
         """The batches whose commit part verifies (each part that did is not checked again)."""
         listed = self.parts(COMMIT_TABLE)
@@ -210,7 +206,7 @@ class RunStore:
         folder = self.loc.child(table)
         data, why = trusted_bytes(folder, name, parsed[1])
         if data is None:
-            skip(self.skipped, "run", folder.child(name).url, why,
+            skip(None, "run", folder.child(name).url, why,
                  "its rows are not used (a resume does its batch again)")
         return data
 

@@ -54,9 +54,11 @@ def skipped_parts() -> dict[str, str]:
         return dict(_skipped)
 
 
-def skip(found: dict[str, str], what: str, url: str, reason: str, consequence: str) -> None:
-    """Record ``url`` as not used (in ``found`` and for the process), warning once per file."""
-    found[url] = reason
+def skip(found: dict[str, str] | None, what: str, url: str, reason: str, consequence: str) -> None:
+    """Record ``url`` as not used (in ``found``, if given, and for the process: ``skipped_parts``),
+    warning once per file."""
+    if found is not None:
+        found[url] = reason
     with _skipped_lock:
         first = url not in _skipped
         _skipped[url] = reason

@@ -168,3 +168,17 @@ def test_report_of_a_stopped_run_says_why(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["report", str(tmp_path / "runs" / "r2")]) == 0
     assert capsys.readouterr().out.startswith("run r2 is interrupted: partial results\nreason: interrupted (Ctrl-C)\n")
+
+
+def test_the_manifest_names_the_config_file_and_the_sha256_of_its_bytes(tmp_path, monkeypatch):
+    """What `halluscope run` read, as `submit` uploads it (<storage.root>/_configs/<sha256>.yaml):
+    a run can be traced to the exact file it ran, CRLF line ends and all."""
+    import hashlib
+    import json
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    path = _replay_config(tmp_path, ["p0"])
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "runs" / "r1" / "manifest.json").read_text())
+    assert manifest["config_source"] == {"uri": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

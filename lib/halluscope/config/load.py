@@ -22,7 +22,7 @@ from halluscope.config.checks import (
     moved_forward,
     validation_message,
 )
-from halluscope.config.reader import check_values, read_yaml
+from halluscope.config.reader import check_values, read_yaml_file
 from halluscope.config.schema import ReplayModel, RunConfig
 from halluscope.errors import ConfigError, clip
 from halluscope.sources import url_scheme
@@ -53,8 +53,10 @@ def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -
 
 def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
     """Load a YAML run config from a local path or any fsspec URL."""
-    cfg = _paths_from_config_folder(parse_config(read_yaml(uri, "run config", storage_options), uri), uri)
+    doc, sha256 = read_yaml_file(uri, "run config", storage_options)
+    cfg = _paths_from_config_folder(parse_config(doc, uri), uri)
     check_data_dir(cfg, uri)
+    cfg.read_from(uri, sha256)
     return cfg
 
 

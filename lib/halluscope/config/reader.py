@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import yaml
@@ -76,14 +77,21 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
 def read_yaml(uri: str, what: str = "run config", storage_options: dict | None = None) -> Any:
     """A YAML document from a local path or any fsspec URL: at most MAX_CONFIG_BYTES, without
     anchors or aliases, strings at most MAX_VALUE_CHARS long; every refusal is one line."""
+    return read_yaml_file(uri, what, storage_options)[0]
+
+
+def read_yaml_file(uri: str, what: str = "run config", storage_options: dict | None = None) -> tuple[Any, str]:
+    """``read_yaml``'s document and the sha256 of the file's bytes (what a run records of its
+    config file, and the name ``submit`` uploads it under)."""
     import fsspec
 
     import halluscope.storage.fs  # noqa: F401 - its fsspec defaults bound every S3 request
 
     shown = clip(uri)
     try:
-        with fsspec.open(uri, "r", encoding="utf-8", **(storage_options or {})) as f:
-            text = f.read(MAX_CONFIG_BYTES + 1)
+        with fsspec.open(uri, "rb", **(storage_options or {})) as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} not found: {shown}") from None
     except IsADirectoryError:
@@ -107,4 +115,4 @@ def read_yaml(uri: str, what: str = "run config", storage_options: dict | None =
     except (ValueError, OverflowError) as err:  # an integer of thousands of digits
         raise ConfigError(f"{what} {shown} is not valid YAML: {clip(err, 300)}") from None
     check_values(doc, f"invalid {what} {shown}")
-    return doc
+    return doc, hashlib.sha256(data).hexdigest()

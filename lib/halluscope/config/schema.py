@@ -519,6 +519,7 @@ class ClusterSpec(_Strict):
 
 class RunConfig(_Strict):
     _options: dict[str, tuple[Any, BaseModel]] = PrivateAttr(default_factory=dict)  # options_for's parses
+    _source: dict[str, str] | None = PrivateAttr(default=None)  # the file it was read from: uri, sha256
     run_id: str | None = None
     storage: StorageSpec = Field(default_factory=StorageSpec)
     data: DataSpec = Field(default_factory=DataSpec)
@@ -592,6 +593,15 @@ class RunConfig(_Strict):
         """The test sets of a task for one model: the shared list, or the model's own."""
         entry = self.testsets.get(task, [])
         return entry.get(model, []) if isinstance(entry, dict) else entry
+
+    @property
+    def source(self) -> dict[str, str] | None:
+        """The file this config was read from (``load_config``): its uri and the sha256 of its
+        bytes; None for a config built in code."""
+        return self._source
+
+    def read_from(self, uri: str, sha256: str) -> None:
+        self._source = {"uri": uri, "sha256": sha256}
 
     def options_for(self, benchmark: str) -> BaseModel:
         """The validated ``benchmarks.<benchmark>`` section (its defaults when absent), parsed once

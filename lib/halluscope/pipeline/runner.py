@@ -140,6 +140,7 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
         "run_id": store.run_id, "status": "running", "code_version": code_version(),
         "created_at": (previous or {}).get("created_at", dt.datetime.now(dt.UTC).isoformat()),
         "config": cfg.model_dump(mode="json"), "config_fingerprint": run.fingerprint,
+        **({"config_source": cfg.source} if cfg.source else {}),
         "tasks": [get_task(t).describe() for t in cfg.tasks], "knowledge": knowledge,
         "data_sources": work.sources,
     }

@@ -16,7 +16,9 @@ four TP2, each generating for about two minutes at the default size.
 
 Records: ``layout_refused_correctly``; ``layout_makespan_ratio`` (each layout's makespan over
 its lower bound, max(GPU-work / the run's GPUs, the longest model)); ``layout_plan_error`` (the
-plan's makespan and dollars against the run's, the worst layout).
+plan's makespan and dollars against the run's, the worst layout); ``resume_redeploys`` (per
+layout, on the same cluster: `halluscope run` killed once a wave's models have generated and
+resubmitted; how many of those it deploys again, 0 wanted).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
         store = RunStore(Location.from_url(cfg.storage.root), layout)
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()
+        drill = resume_drill(tmp / "resume", layout, items, models, cluster.address)
     finally:
         serve.shutdown()  # Serve keeps its client in the process: the next layout's cluster is another
         ray.shutdown()
@@ -125,7 +128,52 @@ def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
     return {"layout": layout, "status": manifest["status"], "processed": result.processed, "run_gpus": run_gpus,
             "makespan_s": m["makespan_s"], "lower_bound_s": m["lower_bound_s"],
             "plan_makespan_s": m["plan"]["makespan_s"], "usd": m["usd"], "plan_usd": m["plan_usd"],
-            "waves": m["plan"]["waves"], "errors": m["errors"]}
+            "waves": m["plan"]["waves"], "errors": m["errors"], "resume": drill}
+
+
+def resume_drill(tmp: Path, layout: str, items: int, models: int, address: str) -> dict:
+    """The same layout's run driven by `halluscope run`, its driver SIGKILLed once a wave's models
+    have generated (before the last one has), then resubmitted under the same run id: which of the
+    models that had finished the resubmission deploys again (none should be)."""
+    import time
+
+    from tests.support.configs import config_yaml
+    from tests.support.drills import Driver
+
+    from halluscope.models.staged import read_staged
+    from halluscope.pipeline.generation import staged_location
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    doc = config(tmp, layout, items, models, address)
+    (tmp / "run.yaml").write_text(config_yaml(doc))
+    store = RunStore(Location.from_url(doc["storage"]["root"]), "resume")
+    tested = [m["id"] for m in doc["models"] if m.get("role", "test") == "test"]
+
+    def finished() -> list[str]:
+        return [m for m in tested
+                if read_staged(staged_location(store.loc, m), ["gen_id"]).num_rows >= items]
+
+    first = Driver(tmp / "run.yaml", "resume", tmp / "first.log")
+    second = None
+    try:
+        deadline = time.time() + 600
+        while not (done := finished()):
+            if first.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the first driver ended or stalled before a model finished:\n{first.tail()}")
+            time.sleep(0.05)
+        first.kill()
+        second = Driver(tmp / "run.yaml", "resume", tmp / "second.log")
+        if second.proc.wait(timeout=900) != 0:
+            raise RuntimeError(f"the resubmitted driver failed:\n{second.tail()}")
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    manifest = store.read_json("manifest.json") or {}
+    deployed = [d["model"] for d in manifest.get("schedule", {}).get("deployments", [])]
+    return {"finished_before_kill": done, "models": len(tested), "redeployed": [m for m in deployed if m in done],
+            "deployed_after": deployed, "status": manifest.get("status")}
 
 
 class _Pod:
@@ -145,6 +193,13 @@ def records(message: str | None, runs: list[dict]) -> list[dict]:
                                  f"status {r['status']}, waves {r['waves']}",
                      "baseline_value": round(r["lower_bound_s"], 1),
                      "ratio": round(r["makespan_s"] / r["lower_bound_s"], 3)})
+    for r in runs:
+        d = r["resume"]
+        out.append({"name": "resume_redeploys", "value": len(d["redeployed"]), "unit": "models",
+                    "baseline": f"{r['layout']}: a driver killed once {', '.join(d['finished_before_kill'])} of "
+                                f"{d['models']} had generated, resubmitted (status {d['status']}; deployed "
+                                f"{', '.join(d['deployed_after']) or 'none'}); none to deploy again",
+                    "baseline_value": 0, "ratio": round(len(d["redeployed"]) / len(d["finished_before_kill"]), 3)})
     worst = max(runs, key=lambda r: max(r["errors"].values()))
     error = max(worst["errors"].values())
     out.append({"name": "layout_plan_error", "value": round(error, 4), "unit": "relative error",

@@ -4,6 +4,7 @@ for a small run with nothing to serve; the models under test the run serves gene
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import queue
@@ -40,6 +41,8 @@ from halluscope.storage.run import RunStore
 
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -155,13 +158,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
         return generate_model.remote(spec, endpoint, blocks[spec.id], ctx, done_ref, run.cache,
                                      staged_location(w.store.loc, spec.id), cfg.concurrency.generate_batch_size)
 
-    # a model whose rows an earlier attempt generated is evaluated from its staged parts, not deployed
-    # again; one whose every answer left is in the call cache has its rows staged from there
-    left = [m for m in wanted if left_to_generate(blocks[m], w.ctx, w.done, staged_location(w.store.loc, m))]
-    cached = [m for m in left if run.cache is not None
-              and answered_by_cache(specs[m], blocks[m], w.ctx, w.done, staged_location(w.store.loc, m), run.cache)]
-    ray.get([generate(specs[m], None) for m in cached])
-    deploy = [m for m in left if m not in cached]
+    deploy = _to_deploy(w, specs, blocks, wanted, generate)
     for m in set(wanted) - set(deploy):
         ready.put((m, True))
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
@@ -242,6 +239,24 @@ def spend_so_far(cfg: RunConfig, prices: PriceTable | None, schedule: list[Deplo
 
 def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
     return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
+
+
+def _to_deploy(w: StageInputs, specs: dict[str, ModelSpec], blocks: dict[str, list[pa.Table]], wanted: list[str],
+               generate: Callable[[ModelSpec, Any], Any]) -> list[str]:
+    """The models to deploy. One whose rows an earlier attempt generated is evaluated from its
+    staged parts, not deployed again; one whose every answer left is in the call cache has its
+    rows staged from there now, without a deployment."""
+    def staged(m: str) -> Location:
+        return staged_location(w.store.loc, m)
+
+    cache = w.run.cache
+    left = [m for m in wanted if left_to_generate(blocks[m], w.ctx, w.done, staged(m))]
+    cached = [m for m in left if cache is not None
+              and answered_by_cache(specs[m], blocks[m], w.ctx, w.done, staged(m), cache)]
+    for m in cached:
+        logger.info("%s: every answer left is in the call cache; staged from there, not deployed", m)
+    ray.get([generate(specs[m], None) for m in cached])
+    return [m for m in left if m not in cached]
 
 
 def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,

@@ -152,13 +152,13 @@ def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str]
         raise ConfigError(f"{why}, and storage.root {cfg.storage.root} is local, so it cannot be uploaded for the "
                           "cluster: commit it and rebuild the image, or set an s3:// storage.root")
     from halluscope.config.load import parse_config
-    from halluscope.config.reader import read_yaml
+    from halluscope.config.reader import read_yaml_file
 
-    if parse_config(read_yaml(str(local)), uri).model_dump() != cfg.model_dump():
+    doc, data = read_yaml_file(str(local))  # the bytes uploaded are the bytes checked
+    if parse_config(doc, uri).model_dump() != cfg.model_dump():
         raise ConfigError(f"{why}, and it names files by paths relative to its folder, which the cluster would "
                           "read relative to the image's working directory: give them as absolute paths or URLs, "
                           "or commit the config and rebuild the image")
-    data = local.read_bytes()
     target = Location.from_url(cfg.storage.root, cfg.storage).child(
         SUBMITTED_CONFIGS, f"{hashlib.sha256(data).hexdigest()}.yaml")
     target.write_bytes_atomic(data)

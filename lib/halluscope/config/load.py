@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from importlib import resources
 from pathlib import Path
@@ -53,10 +54,10 @@ def parse_config(data: Any, source: str = "<config>", *, stored: bool = False) -
 
 def load_config(uri: str, storage_options: dict | None = None) -> RunConfig:
     """Load a YAML run config from a local path or any fsspec URL."""
-    doc, sha256 = read_yaml_file(uri, "run config", storage_options)
+    doc, data = read_yaml_file(uri, "run config", storage_options)
     cfg = _paths_from_config_folder(parse_config(doc, uri), uri)
     check_data_dir(cfg, uri)
-    cfg.read_from(uri, sha256)
+    cfg.read_from(uri, hashlib.sha256(data).hexdigest())
     return cfg
 
 

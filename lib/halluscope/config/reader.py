@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import yaml
@@ -80,9 +79,9 @@ def read_yaml(uri: str, what: str = "run config", storage_options: dict | None =
     return read_yaml_file(uri, what, storage_options)[0]
 
 
-def read_yaml_file(uri: str, what: str = "run config", storage_options: dict | None = None) -> tuple[Any, str]:
-    """``read_yaml``'s document and the sha256 of the file's bytes (what a run records of its
-    config file, and the name ``submit`` uploads it under)."""
+def read_yaml_file(uri: str, what: str = "run config", storage_options: dict | None = None) -> tuple[Any, bytes]:
+    """``read_yaml``'s document and the file's bytes, read once: a run records their sha256, and
+    ``submit`` uploads them under it."""
     import fsspec
 
     import halluscope.storage.fs  # noqa: F401 - its fsspec defaults bound every S3 request
@@ -115,4 +114,4 @@ def read_yaml_file(uri: str, what: str = "run config", storage_options: dict | N
     except (ValueError, OverflowError) as err:  # an integer of thousands of digits
         raise ConfigError(f"{what} {shown} is not valid YAML: {clip(err, 300)}") from None
     check_values(doc, f"invalid {what} {shown}")
-    return doc, hashlib.sha256(data).hexdigest()
+    return doc, data

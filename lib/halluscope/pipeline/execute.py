@@ -20,12 +20,12 @@ import ray
 
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.cost.prices import PriceTable
+from halluscope.models.registry import cached_prompts
 from halluscope.pipeline import stages
 from halluscope.pipeline.generation import (
     StagedRows,
-    answered_by_cache,
     generate_model,
-    left_to_generate,
+    prompts_left,
     staged_location,
 )
 from halluscope.pipeline.plan_view import Plan
@@ -250,9 +250,9 @@ def _to_deploy(w: StageInputs, specs: dict[str, ModelSpec], blocks: dict[str, li
         return staged_location(w.store.loc, m)
 
     cache = w.run.cache
-    left = [m for m in wanted if left_to_generate(blocks[m], w.ctx, w.done, staged(m))]
-    cached = [m for m in left if cache is not None
-              and answered_by_cache(specs[m], blocks[m], w.ctx, w.done, staged(m), cache)]
+    prompts = {m: prompts_left(blocks[m], w.ctx, w.done, staged(m)) for m in wanted}
+    left = [m for m in wanted if prompts[m]]
+    cached = [m for m in left if cache is not None and cached_prompts(specs[m], cache, prompts[m]) == prompts[m]]
     for m in cached:
         logger.info("%s: every answer left is in the call cache; staged from there, not deployed", m)
     ray.get([generate(specs[m], None) for m in cached])

@@ -24,7 +24,7 @@ from halluscope.config.schema import ModelSpec
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
-from halluscope.models.registry import Context, cached_prompts, client, revision_of, sampling_of
+from halluscope.models.registry import Context, client, revision_of, sampling_of
 from halluscope.models.staged import read_staged, settled
 from halluscope.pipeline.workset import Expansion, expand_unit
 from halluscope.records import NOT_STAGED, STAGED, GenerationIds, transient_error
@@ -67,19 +67,13 @@ def staged_ids(loc: Location) -> set[str]:
     return {g for g, r in rows.items() if not transient_error(r["error"])}
 
 
-def left_to_generate(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, loc: Location) -> bool:
-    """Whether a row of these blocks is neither committed nor staged at ``loc``: a model with none
-    left is evaluated from its staged parts, and not deployed again."""
-    return next(_rows(blocks, ctx, done, staged_ids(loc)), None) is not None
-
-
-def answered_by_cache(spec: ModelSpec, blocks: list[pa.Table], ctx: Expansion, done: GenerationIds,
-                      loc: Location, cache: Location) -> bool:
-    """Whether the call cache holds the answer to every row left to generate (a new run id
-    scoring answers an earlier run paid for, under another judge or rule set): such a model is not
-    deployed; ``generate_model(..., endpoint=None)`` stages its rows from the cache."""
-    prompts = {r["prompt"] for r in _rows(blocks, ctx, done, staged_ids(loc))}
-    return len(cached_prompts(spec, cache, prompts)) == len(prompts)
+def prompts_left(blocks: list[pa.Table], ctx: Expansion, done: GenerationIds, loc: Location) -> set[str]:
+    """The distinct prompts of the rows of these blocks neither committed nor staged at ``loc``: a
+    model with none left is evaluated from its staged parts, and not deployed again; one whose
+    every prompt left the call cache answers (``cached_prompts``: a new run id scoring answers an
+    earlier run paid for, under another judge or rule set) is not deployed either, and
+    ``generate_model(..., endpoint=None)`` stages its rows from the cache."""
+    return {r["prompt"] for r in _rows(blocks, ctx, done, staged_ids(loc))}
 
 
 class _NotDeployed:
@@ -117,7 +111,7 @@ def _by_prompt(rows: Iterator[dict], size: int) -> Iterator[list[dict]]:
 def generate_model(spec: ModelSpec, endpoint: ServedEndpoint | None, blocks: list[pa.Table], ctx: Expansion,
                    done: GenerationIds, cache: Location | None, out: Location, batch_size: int) -> int:
     """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated.
-    Without an ``endpoint`` (a model ``answered_by_cache``), the call cache answers them all."""
+    Without an ``endpoint`` (a model the call cache answers, ``prompts_left``), the cache answers them all."""
     if endpoint is None:
         assert cache is not None, "only a model answered by the call cache is left undeployed"
         backend: ModelBackend = CachedBackend(_NotDeployed(spec.id), cache, revision_of(spec), GENERATION_TEMPLATE,

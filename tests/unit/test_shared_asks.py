@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+from tests.conftest import SHARED_DATA
+
 from halluscope.config.load import parse_config
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
@@ -40,6 +43,7 @@ def test_equal_requests_of_a_batch_are_sent_once_and_share_the_answer():
     assert (out[1].input_tokens, out[1].output_tokens) == (3, 1)
 
 
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="reads HALOGEN's prompts: needs ../shared/data")
 def test_the_plan_counts_a_served_models_twin_prompts_once(tmp_path):
     raw = {"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code", "halogen/code@corrected"],
            "limits": {"max_items_per_task": 5}, "costs": {"price_table": None}, "cache": {"enabled": False},

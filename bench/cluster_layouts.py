@@ -18,7 +18,9 @@ Records: ``layout_refused_correctly``; ``layout_makespan_ratio`` (each layout's 
 its lower bound, max(GPU-work / the run's GPUs, the longest model)); ``layout_plan_error`` (the
 plan's makespan and dollars against the run's, the worst layout); ``resume_redeploys`` (per
 layout, on the same cluster: `halluscope run` killed once a wave's models have generated and
-resubmitted; how many of those it deploys again, 0 wanted).
+resubmitted; how many of those it deploys again, 0 wanted); ``transient_rows_recovered`` (per
+layout: rows failed by injected 503s and timeouts and by a replica killed mid-wave, and how many
+of them one resubmission after the outage gives a verdict, all wanted, every id once).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +42,9 @@ GPUS_PER_NODE = 8
 MODELS = [*((f"tp4-{c}", 4, 40, 20.0) for c in "ab"), *((f"tp2-{c}", 2, 20, 10.0) for c in "abcd")]
 ITEMS = 36
 LOAD_S = 2.0
+# the fault drill's outage: shares of calls answered with HTTP 503 and never answered (a row fails
+# when all 4 of its attempts do: 0.9^4, about two rows in three)
+FAULTS = {"error_rate": 0.7, "timeout_rate": 0.2}
 # name -> (nodes, the RayService holds the first ones, cluster.gpus quota)
 LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),
            "3x8-service": (3, True, None), "4x8-quota-16": (4, True, 16)}
@@ -119,6 +125,7 @@ def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()
         drill = resume_drill(tmp / "resume", layout, items, models, cluster.address)
+        faults = fault_drill(tmp / "faults", layout, items, models, cluster.address)
     finally:
         serve.shutdown()  # Serve keeps its client in the process: the next layout's cluster is another
         ray.shutdown()
@@ -128,15 +135,13 @@ def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
     return {"layout": layout, "status": manifest["status"], "processed": result.processed, "run_gpus": run_gpus,
             "makespan_s": m["makespan_s"], "lower_bound_s": m["lower_bound_s"],
             "plan_makespan_s": m["plan"]["makespan_s"], "usd": m["usd"], "plan_usd": m["plan_usd"],
-            "waves": m["plan"]["waves"], "errors": m["errors"], "resume": drill}
+            "waves": m["plan"]["waves"], "errors": m["errors"], "resume": drill, "faults": faults}
 
 
 def resume_drill(tmp: Path, layout: str, items: int, models: int, address: str) -> dict:
     """The same layout's run driven by `halluscope run`, its driver SIGKILLed once a wave's models
     have generated (before the last one has), then resubmitted under the same run id: which of the
     models that had finished the resubmission deploys again (none should be)."""
-    import time
-
     from tests.support.configs import config_yaml
     from tests.support.drills import Driver
 
@@ -176,6 +181,66 @@ def resume_drill(tmp: Path, layout: str, items: int, models: int, address: str) 
             "deployed_after": deployed, "status": manifest.get("status")}
 
 
+def fault_drill(tmp: Path, layout: str, items: int, models: int, address: str) -> dict:
+    """The layout's run while its models under test (answering at once here) are in an outage:
+    each call answers HTTP 503 (``FAULTS``' error share) or never (its timeout share, a 1 s
+    timeout), drawn per prompt and attempt, and the first model's replica process is SIGKILLed
+    once it is up. Rows whose every
+    attempt failed are committed with a transient error; the same run id resubmitted once the
+    outage is over must give every row a verdict, every generation id once."""
+    import threading
+
+    from halluscope.config.load import parse_config
+    from halluscope.pipeline.runner import run
+    from halluscope.records import transient_error
+    from halluscope.serving.app import app_name_for
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    def config_until(until: float) -> dict:
+        doc = config(tmp, layout, items, models, address) | {"max_error_fraction": 1.0}
+        for seed, m in enumerate(m for m in doc["models"] if m.get("role", "test") == "test"):
+            # answering at once (no modelled throughput), so the 1 s timeout catches only the hangs
+            del m["params"]["tokens_per_s"]
+            m["params"] |= {**FAULTS, "request_timeout_s": 1.0, "faults_until": until, "seed": seed}
+        return doc
+
+    doc = config_until(time.time() + 3600)
+    store = RunStore(Location.from_url(doc["storage"]["root"]), "faults")
+    first = next(m["id"] for m in doc["models"] if m.get("role", "test") == "test")
+    killed: list[int] = []
+    killer = threading.Thread(target=lambda: killed.extend(_kill_replica(app_name_for(first, "faults"), address)),
+                              daemon=True)
+    killer.start()
+    run(parse_config(doc), run_id="faults", progress=False)
+    failed = sum(map(transient_error, store.read_table("scores", ["error"]).column("error").to_pylist()))
+    run(parse_config(config_until(time.time())), run_id="faults", progress=False)  # the outage is over
+    scores = store.read_table("scores", ["gen_id", "error"]).to_pylist()
+    ids = [r["gen_id"] for r in scores]
+    return {"rows": len(scores), "failed": failed, "without_verdict": sum(r["error"] is not None for r in scores),
+            "ids_once": len(ids) == len(set(ids)), "killed_replica": bool(killed)}
+
+
+def _kill_replica(app: str, address: str, timeout_s: float = 120) -> list[int]:
+    """SIGKILL the process of a replica of the Serve app once it runs (its title is
+    ``ray::ServeReplica:<app>:...``): an engine lost mid-wave. Returns the pid, or nothing."""
+    import os
+    import signal
+
+    title = f"ray::ServeReplica:{app}:".encode()
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(title):
+                    os.kill(pid, signal.SIGKILL)
+                    return [pid]
+            except OSError:
+                continue
+        time.sleep(0.05)
+    return []
+
+
 class _Pod:
     """A RayService pod's GPUs, held for the layout's run."""
 
@@ -200,6 +265,15 @@ def records(message: str | None, runs: list[dict]) -> list[dict]:
                                 f"{d['models']} had generated, resubmitted (status {d['status']}; deployed "
                                 f"{', '.join(d['deployed_after']) or 'none'}); none to deploy again",
                     "baseline_value": 0, "ratio": round(len(d["redeployed"]) / len(d["finished_before_kill"]), 3)})
+    for r in runs:
+        f = r["faults"]
+        out.append({"name": "transient_rows_recovered", "value": f["failed"] - f["without_verdict"], "unit": "rows",
+                    "baseline": f"{r['layout']}: rows failed by injected 503s and timeouts"
+                                f"{' and a replica killed mid-wave' if f['killed_replica'] else ''} of {f['rows']}; "
+                                f"after one resubmission {f['without_verdict']} without a verdict, every id once: "
+                                f"{f['ids_once']}",
+                    "baseline_value": f["failed"],
+                    "ratio": round((f["failed"] - f["without_verdict"]) / f["failed"], 3) if f["failed"] else None})
     worst = max(runs, key=lambda r: max(r["errors"].values()))
     error = max(worst["errors"].values())
     out.append({"name": "layout_plan_error", "value": round(error, 4), "unit": "relative error",

@@ -34,7 +34,8 @@ def test_it_answers_by_the_rules_the_deployment_follows():
 
 
 @pytest.mark.parametrize("server", [{"latency_s": 0.1}, {"tokens_per_s": 10.0}, {"load_s": 1.0}, {"capacity": 2},
-                                    {"error_rate": 0.1}, {"timeout_rate": 0.1}])
+                                    {"error_rate": 0.1}, {"timeout_rate": 0.1}, {"faults_until": 1.0},
+                                    {"request_timeout_s": 1.0}])
 def test_server_behaviour_is_refused_in_process(server):
     (key,) = server
     with pytest.raises(ConfigError, match=f"in_process: true answers without a server, so {key} cannot be set"):
@@ -51,3 +52,33 @@ def test_a_run_with_only_in_process_stand_ins_goes_in_the_driver(monkeypatch):
     assert not any("model" in holder for holder in cpu_demand(cfg))  # nothing served holds a CPU
     served = parse_config({"tasks": ["halogen/code"], "models": [{**models[0], "params": {}}, models[1]]})
     assert not in_process(served, 10) and scheduled(served.models[0])
+
+
+def test_an_outage_ends_at_faults_until_and_when_changes_no_fingerprint():
+    """Faults are drawn until ``faults_until`` and never after, so a drill's resubmission meets a
+    healthy stand-in; the two configs are one run (what fails is redone, no answer changes)."""
+    import time
+
+    def faults(until: float) -> list:
+        responder = ScriptedResponder(_spec(error_rate=0.5, timeout_rate=0.5, faults_until=until).params)
+        return [responder.fault(f"prompt {i}", 0) for i in range(20)]
+
+    assert set(faults(time.time() + 3600)) == {"error", "timeout"}
+    assert set(faults(time.time())) == {None}
+
+    def fingerprint(**params) -> str:
+        return parse_config({"tasks": ["halogen/code"], "models": [
+            {"id": "m", "backend": "scripted", "params": {"error_rate": 0.5, **params}}]}).fingerprint()
+
+    assert fingerprint(faults_until=1.0) == fingerprint(faults_until=2.0) == fingerprint()
+    assert fingerprint(request_timeout_s=1.0) == fingerprint()
+    assert fingerprint(error_rate=0.4) != fingerprint()
+
+
+def test_a_served_stand_in_is_called_with_its_request_timeout():
+    from halluscope.serving.app import ServedEndpoint
+
+    endpoint = ServedEndpoint("m", "app", "scripted", "http://127.0.0.1:1/app/v1")
+    for params, timeout in (({}, 60.0), ({"request_timeout_s": 1.5}, 1.5)):
+        backend = client(_spec(**params), Context(endpoint), None, "t")
+        assert isinstance(backend, Model) and backend.provider.limits.timeout_s == timeout  # type: ignore[attr-defined]

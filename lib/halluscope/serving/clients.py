@@ -13,6 +13,7 @@ from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.models.serve_handle import ServeHandleProvider
 from halluscope.models.vllm_handle import VLLMHandleProvider
 
+_CALL_TIMEOUT_S = 60.0  # a Serve call of a scripted or hf deployment, unless its params say otherwise
 _SLOW_DECODE_TOKENS_PER_S = 5.0  # per sequence: a floor under what a busy engine decodes for each of its sequences
 
 
@@ -23,11 +24,11 @@ def _endpoint(spec: ScriptedModel | HFModel | VLLMModel, context: Context) -> En
 
 
 def _handle(spec: ScriptedModel | HFModel, context: Context, in_flight: int, sampling: SamplingParams,
-            timeout_s: float = 60.0) -> ServeHandleProvider:
+            timeout_s: float = _CALL_TIMEOUT_S) -> ServeHandleProvider:
     """A client of a ``complete_batch`` deployment; ``context.clients`` of them share ``in_flight`` calls."""
     endpoint = _endpoint(spec, context)
-    # a Serve call is answered within a minute (by default) or is retried; five calls in a row with
-    # no answer from a replica mean the deployment is gone
+    # a Serve call is answered within its timeout or is retried; five calls in a row with no answer
+    # from a replica mean the deployment is gone
     limits = Limits(calls_in_flight=share_of(in_flight, context.clients),
                     prompts_per_call=spec.params.serve.max_batch_prompts, timeout_s=timeout_s, max_retries=3,
                     backoff_max_s=10.0, breaker_threshold=5)
@@ -41,7 +42,7 @@ def _scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | Serve
         return ScriptedProvider(spec)
     opts = spec.params.serve
     return _handle(spec, context, opts.num_replicas * opts.max_ongoing_requests, SamplingParams(),
-                   spec.params.request_timeout_s or 60.0)
+                   spec.params.request_timeout_s or _CALL_TIMEOUT_S)
 
 
 def _hf(spec: HFModel, context: Context) -> ServeHandleProvider:

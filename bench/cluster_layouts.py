@@ -185,9 +185,8 @@ def fault_drill(tmp: Path, layout: str, items: int, models: int, address: str) -
     """The layout's run while its models under test (answering at once here) are in an outage:
     each call answers HTTP 503 (``FAULTS``' error share) or never (its timeout share, a 1 s
     timeout), drawn per prompt and attempt, and the first model's replica process is SIGKILLed
-    once it is up. Rows whose every
-    attempt failed are committed with a transient error; the same run id resubmitted once the
-    outage is over must give every row a verdict, every generation id once."""
+    once it is up. Rows whose every attempt failed are committed with a transient error; the same
+    run id resubmitted once the outage is over must give every row a verdict, every id once."""
     import threading
 
     from halluscope.config.load import parse_config
@@ -209,8 +208,7 @@ def fault_drill(tmp: Path, layout: str, items: int, models: int, address: str) -
     store = RunStore(Location.from_url(doc["storage"]["root"]), "faults")
     first = next(m["id"] for m in doc["models"] if m.get("role", "test") == "test")
     killed: list[int] = []
-    killer = threading.Thread(target=lambda: killed.extend(_kill_replica(app_name_for(first, "faults"), address)),
-                              daemon=True)
+    killer = threading.Thread(target=lambda: killed.extend(_kill_replica(app_name_for(first, "faults"))), daemon=True)
     killer.start()
     run(parse_config(doc), run_id="faults", progress=False)
     failed = sum(map(transient_error, store.read_table("scores", ["error"]).column("error").to_pylist()))
@@ -221,7 +219,7 @@ def fault_drill(tmp: Path, layout: str, items: int, models: int, address: str) -
             "ids_once": len(ids) == len(set(ids)), "killed_replica": bool(killed)}
 
 
-def _kill_replica(app: str, address: str, timeout_s: float = 120) -> list[int]:
+def _kill_replica(app: str, timeout_s: float = 120) -> list[int]:
     """SIGKILL the process of a replica of the Serve app once it runs (its title is
     ``ray::ServeReplica:<app>:...``): an engine lost mid-wave. Returns the pid, or nothing."""
     import os

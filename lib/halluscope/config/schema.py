@@ -164,9 +164,10 @@ PYPI_SOURCE = re.compile(r"pypi://(?P<dist>[A-Za-z0-9][A-Za-z0-9._-]*)(==(?P<ver
 
 
 def _model_source(v: str) -> str:
-    m = PYPI_SOURCE.fullmatch(v) if v.startswith("pypi://") else None
-    if v.startswith("pypi://") and (m is None or ".." in m["path"].split("/")):
-        raise ValueError(f"{v!r} is not pypi://<distribution>[==<version>]/<path of a .gguf file in its wheel>")
+    if v.startswith("pypi://"):
+        m = PYPI_SOURCE.fullmatch(v)
+        if m is None or ".." in m["path"].split("/"):
+            raise ValueError(f"{v!r} is not pypi://<distribution>[==<version>]/<path of a .gguf file in its wheel>")
     return v
 
 

@@ -37,7 +37,7 @@ PYPI = "pypi://"
 PYPI_SIMPLE = "https://pypi.org/simple"
 CACHE = Path("~/.cache/halluscope/models")
 _CHUNK = 1 << 20
-FORMAT = 2  # of a converted folder; a folder of another is converted again (1 kept the GGUF quantization entry)
+FORMAT = 3  # of a converted folder; a folder of another is converted again (1 kept the GGUF quantization entry)
 Spec = TypeVar("Spec", HFModel, VLLMModel)
 
 
@@ -183,20 +183,28 @@ def _sha256(path: Path) -> str:
 
 
 def _convert(gguf: Path, out: Path) -> None:
-    """Dequantize with transformers' GGUF loader, then save a plain model of the same config: a
-    GGUF-loaded model refuses ``save_pretrained``, a plain one with its state dict does not."""
+    """Dequantize with transformers' GGUF reader into a plain model of the file's config, and save
+    that. (``from_pretrained(gguf_file=...)`` would do both but needs accelerate, whose presence
+    alone makes every later import of transformers' models import it too, in every Ray worker.)"""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    kwargs = {"gguf_file": gguf.name}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.bfloat16, **kwargs)
-    except (ImportError, ValueError) as err:  # gguf or accelerate missing, an architecture it cannot read
-        raise WeightsError(f"{gguf}: transformers cannot load it: {err}") from err
-    # the config without the GGUF loader's quantization entry: the saved weights are plain
-    settings = {k: v for k, v in loaded.config.to_dict().items() if k != "quantization_config"}
-    plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(settings), dtype=torch.bfloat16)
-    plain.load_state_dict(loaded.state_dict(), strict=True)
-    plain.save_pretrained(out)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except (ImportError, ValueError) as err:  # gguf missing, an architecture it cannot read
+        raise WeightsError(f"{gguf}: transformers cannot read it: {err}") from err
+    # the config without the GGUF reader's quantization entry: the saved weights are plain
+    settings = {k: v for k, v in config.to_dict().items() if k != "quantization_config"}
+    model = AutoModelForCausalLM.from_config(type(config).from_dict(settings), dtype=torch.bfloat16)
+    tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=model,
+                                   torch_dtype=torch.bfloat16)["tensors"]
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    if unexpected or set(missing) - tied:
+        raise WeightsError(f"{gguf}: its tensors do not fit the model of its config "
+                           f"(missing {sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]})")
+    model.tie_weights()
+    model.save_pretrained(out)
     tokenizer.save_pretrained(out)

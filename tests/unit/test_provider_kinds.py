@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from halluscope.config.load import parse_config
-from halluscope.config.schema import VLLMModel
+from halluscope.config.schema import HFModel, VLLMModel
 from halluscope.errors import ConfigError
 from halluscope.models.provider import Context
 from halluscope.models.registry import predicted, provider
@@ -31,12 +31,23 @@ def test_a_vllm_requests_time_grows_with_its_answer_unless_configured():
     assert provider(fixed, Context(ENDPOINT)).limits.timeout_s == 30.0  # type: ignore[attr-defined]
 
 
-def test_how_long_a_call_may_take_is_not_part_of_the_fingerprint():
-    def cfg(**params):
-        return parse_config({"tasks": ["halogen/code"], "models": [
-            {"id": "m", "backend": "vllm", "params": {"model_source": "x", **params}}]})
+def test_an_hf_calls_time_covers_its_batch_and_the_one_ahead_of_it_unless_configured():
+    def hf(**params) -> HFModel:
+        return HFModel.model_validate({"id": "m", "backend": "hf", "params": {"model_source": "x", **params}})
 
-    assert cfg().fingerprint() == cfg(request_timeout_s=30).fingerprint()
+    # 128 tokens at 5 tokens/s, twice (the call ahead of it on the replica), beside a fixed minute
+    assert provider(hf(sampling={"max_tokens": 128}), Context(ENDPOINT)).limits.timeout_s == 111.2  # type: ignore[attr-defined]
+    configured = hf(sampling={"max_tokens": 128}, request_timeout_s=900)
+    assert provider(configured, Context(ENDPOINT)).limits.timeout_s == 900.0  # type: ignore[attr-defined]
+
+
+def test_how_long_a_call_may_take_is_not_part_of_the_fingerprint():
+    def cfg(backend: str, **params):
+        return parse_config({"tasks": ["halogen/code"], "models": [
+            {"id": "m", "backend": backend, "params": {"model_source": "x", **params}}]})
+
+    for backend in ("vllm", "hf"):
+        assert cfg(backend).fingerprint() == cfg(backend, request_timeout_s=30).fingerprint()
 
 
 def test_only_a_stand_in_predicts_its_answers():

@@ -183,6 +183,10 @@ class HFParams(_Strict):
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     serve: ServeOptions = Field(default_factory=ServeOptions)
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="seconds one call (a batch of up to serve.max_batch_prompts prompts, generated "
+                                        "together) may take before it is cancelled and retried; None: 60 + 2 x "
+                                        "sampling.max_tokens / 5: a decode of 5 tokens/s, behind one other call")
 
 
 class VLLMParams(_Strict):

@@ -13,8 +13,9 @@ from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.models.serve_handle import ServeHandleProvider
 from halluscope.models.vllm_handle import VLLMHandleProvider
 
-_CALL_TIMEOUT_S = 60.0  # a Serve call of a scripted or hf deployment, unless its params say otherwise
+_CALL_TIMEOUT_S = 60.0  # a Serve call of a scripted deployment, unless its params say otherwise
 _SLOW_DECODE_TOKENS_PER_S = 5.0  # per sequence: a floor under what a busy engine decodes for each of its sequences
+_HF_CALLS_PER_REPLICA = 2  # one generating, one waiting: the replica never idles
 
 
 def _endpoint(spec: ScriptedModel | HFModel | VLLMModel, context: Context) -> Endpoint:
@@ -47,15 +48,18 @@ def _scripted(spec: ScriptedModel, context: Context) -> ScriptedProvider | Serve
 
 def _hf(spec: HFModel, context: Context) -> ServeHandleProvider:
     """One call generating and one waiting per replica: a replica never idles, and no call waits in
-    a queue long enough to time out."""
-    return _handle(spec, context, 2 * spec.params.serve.num_replicas, sampling_of(spec))
+    a queue behind more than one other."""
+    return _handle(spec, context, _HF_CALLS_PER_REPLICA * spec.params.serve.num_replicas, sampling_of(spec),
+                   request_timeout_s(spec))
 
 
-def request_timeout_s(spec: VLLMModel) -> float:
+def request_timeout_s(spec: HFModel | VLLMModel) -> float:
     """How long one whole (not streamed) answer may take: configured, or long enough for
-    ``max_tokens`` at a slow per-sequence decode, as a busy engine gives each of its sequences."""
+    ``max_tokens`` at a slow per-sequence decode, as a busy engine gives each of its sequences; an
+    hf call also waits for the call ahead of it on its replica, which generates a batch as long."""
     p = spec.params
-    return p.request_timeout_s or 60.0 + p.sampling.max_tokens / _SLOW_DECODE_TOKENS_PER_S
+    waits = _HF_CALLS_PER_REPLICA if isinstance(spec, HFModel) else 1
+    return p.request_timeout_s or 60.0 + waits * p.sampling.max_tokens / _SLOW_DECODE_TOKENS_PER_S
 
 
 def _vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:

@@ -618,3 +618,73 @@ def test_a_scatter_of_thousands_of_models_places_no_label(monkeypatch):
     assert placed == [] and chart.count("<title>") == 2000 and 'class="label"' not in chart
     few = many[:svg.MAX_LABELLED]
     assert 'class="label"' in svg.scatter(few, "t", "x", "y") and len(placed) == svg.MAX_LABELLED
+
+
+# --- the responses behind the numbers ------------------------------------------------------------
+
+
+def _scored(model: str, item: str, f: float | None, responded: bool | None = True, error: str | None = None,
+            units: int = 2, text: str = "an answer") -> dict[str, pa.Table]:
+    """One response of ``model`` on halogen/code with its units, the first ``round(f * units)`` unsupported."""
+    gen = f"{model}|{item}"
+    bad = round((f or 0.0) * units)
+    key = {"model": model, "task": "halogen/code"}
+    atoms = [{"atom_id": f"{gen}-{i}", "gen_id": gen, **key, "atom_idx": i, "atom": f"unit {i} of {item}",
+              "decomposer": "d"} for i in range(units if responded else 0)]
+    verdicts = [{"atom_id": a["atom_id"], "gen_id": gen, **key, "verifier": "pypi", "supported": i >= bad,
+                 "evidence": f"looked up {i}"} for i, a in enumerate(atoms)]
+    return {"generations": pa.Table.from_pylist([{"gen_id": gen, **key, "item_id": item, "text": text,
+                                                  "error": error}], TABLES["generations"]),
+            "scores": pa.Table.from_pylist([{"gen_id": gen, **key, "item_id": item, "prompt": f"write code {item}",
+                                             "error": error, "responded": responded, "f": f,
+                                             "n_atoms": len(atoms), "n_unsupported": bad}], TABLES["scores"]),
+            "atoms": pa.Table.from_pylist(atoms, TABLES["atoms"]),
+            "verdicts": pa.Table.from_pylist(verdicts, TABLES["verdicts"])}
+
+
+def _with_responses(store: RunStore, rows: list[dict[str, pa.Table]]) -> RunStore:
+    for i, tables in enumerate(rows):
+        store.write_batch(f"b{i}", tables)
+    return store
+
+
+def test_cells_link_to_the_responses_behind_them_most_hallucinated_first(tmp_path):
+    from halluscope.report.samples import anchor
+
+    store = _with_responses(make_run(Location.from_url(str(tmp_path / "runs")), tables=False), [
+        _scored("gpt_4_0125_turbo", "i1", 0.5), _scored("gpt_4_0125_turbo", "i2", 1.0),
+        _scored("gpt_4_0125_turbo", "i3", 0.0), _scored("gpt_4_0125_turbo", "i4", None, responded=False),
+        _scored("gpt_4_0125_turbo", "i5", None, responded=None, error="HTTP 500"),
+        _scored(ODD, "i1", 0.5, text="<script>alert(1)</script>")])
+    page = render_report(store)
+    gpt, odd = anchor("gpt_4_0125_turbo", "halogen/code"), anchor(ODD, "halogen/code")
+    # the paper table's code cells of both models link to their pair's samples; a pair without
+    # responses on record (biographies) links nowhere
+    assert page.count(f'href="#{gpt}"') >= 2 and page.count(f'href="#{odd}"') >= 2
+    assert f'id="{gpt}"' in page and f'id="{odd}"' in page
+    assert anchor("gpt_4_0125_turbo", "halogen/biographies") not in page
+    pair = page[page.index(f'id="{gpt}"'):].split('<div class="pair"', 1)[0]
+    shown = re.findall(r"<b>([a-z ]+)</b>, item (i\d)", pair)
+    assert shown == [("most hallucinated", "i2"), ("clean", "i3"), ("refusal", "i4"), ("most hallucinated", "i1")]
+    assert "4 of its 4 scored responses" in pair and "HTTP 500" not in pair  # a failed generation is no sample
+    assert "UNSUPPORTED: unit 0 of i2" in pair and "pypi: looked up 0" in pair
+    # a response is text: escaped, never markup
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_samples_take_turns_within_the_budget(tmp_path):
+    from halluscope.report.samples import collect
+
+    models = [f"m{i}" for i in range(6)]
+    store = _with_responses(RunStore(Location.from_url(str(tmp_path / "runs")), "big"), [
+        _scored(m, f"i{j}", f, units=8, text="x" * 2000) for m in models for j, f in enumerate((1.0, 0.5, 0.0))])
+    unbounded = collect(store)
+    assert [len(p.samples) for p in unbounded] == [3] * 6
+    one = unbounded[0].samples[0]
+    assert len(one.response or "") == 800 and len(one.units) == 8  # texts cut: the sample's size is bounded
+    budget = 6 * one.chars() + 3 * unbounded[0].samples[1].chars()
+    bounded = collect(store, budget)
+    # every pair has its most hallucinated response before any has a second one
+    assert [len(p.samples) for p in bounded] == [2, 2, 2, 1, 1, 1]
+    assert sum(s.chars() for p in bounded for s in p.samples) <= budget
+    assert [p.scored for p in bounded] == [3] * 6

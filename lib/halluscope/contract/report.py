@@ -42,7 +42,17 @@ class Beside:
     other: Cell
 
 
-Cell = Plain | Link | Joined | Beside
+@dataclass(frozen=True)
+class Sampled:
+    """A figure of one model on one task: report.html links it to the responses it shows for that
+    pair (the most hallucinated, a clean one, a refusal); Markdown shows the value alone."""
+
+    value: Cell
+    model: str
+    task: str
+
+
+Cell = Plain | Link | Joined | Beside | Sampled
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.errorbars import bars, mean_se
 from halluscope.contract.metrics import MetricRecord
-from halluscope.contract.report import Section, Table
+from halluscope.contract.report import Sampled, Section, Table
 from halluscope.contract.task import Item
 from halluscope.fewl.evaluate import default_pairs, tally
 from halluscope.fewl.task import question_of
@@ -110,7 +110,8 @@ def _tables(records: list[dict]) -> Iterable[Table]:
         yield Table("FEWL scores of the models' answers (higher: less hallucinated)",
                     ["model", "task", "scored", "unscored", "FEWL", "truthfulness", "penalty", "share > 0 (%)",
                      *methods],
-                    [[r["model"], r["task"], str(r["scored"]), str(r["unscored"]), _num(r["mean_score"]),
+                    [[r["model"], r["task"], str(r["scored"]), str(r["unscored"]),
+                      Sampled(_num(r["mean_score"]), r["model"], r["task"]),
                       _num(r["mean_truthfulness"]), _num(r["mean_penalty"]), _num(r["share_above_zero"], True),
                       *(_num(r["methods"].get(m)) for m in methods)] for r in models])
     for r in records:

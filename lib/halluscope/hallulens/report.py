@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.metrics import MetricRecord
-from halluscope.contract.report import Cell, Chart, Notes, Point, Section, Series, Table
+from halluscope.contract.report import Cell, Chart, Notes, Point, Sampled, Section, Series, Table
 from halluscope.hallulens import judging
 from halluscope.hallulens import metrics as hm
 from halluscope.hallulens.options import HalluLensOptions
@@ -153,8 +153,11 @@ def leaderboard_section(records: list[dict]) -> Section:
     for model, tasks in sorted(by_model.items()):
         pw, lw, ne = tasks.get(PWQA, {}), tasks.get(LONGWIKI, {}), tasks.get(NONEXISTENT, {})
         row: list[Cell] = [model, "/".join(map(str, sorted(trials[model])))]
-        row += [_pct(pw, key) for key in hm.PRECISE_WIKIQA_KEYS] + [_pct(lw, key) for key in hm.LONGWIKI_KEYS]
-        rows.append(row + [_pct(ne, key) for key in hm.NONEXISTENT_KEYS[1:]] + [_pct(ne, hm.NONEXISTENT_KEYS[0])])
+        row += [Sampled(_pct(pw, key), model, PWQA) for key in hm.PRECISE_WIKIQA_KEYS]
+        row += [Sampled(_pct(lw, key), model, LONGWIKI) for key in hm.LONGWIKI_KEYS]
+        # each subtask's rate links to its own responses; their mean has none of its own
+        rows.append(row + [Sampled(_pct(ne, f"subtasks.{sub}.false_acceptance_rate"), model, task)
+                           for task, sub in SUBTASKS.items()] + [_pct(ne, hm.NONEXISTENT_KEYS[0])])
     notes = _override_notes(records)
     return Section("HalluLens", [PREAMBLE], parts=[
         Table("PreciseWikiQA, LongWiki, NonExistentRefusal (percent; mean ± std over trials)", columns, rows),

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from halluscope.contract.errorbars import Z95
 from halluscope.contract.metrics import MetricRecord
-from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Section, Series, Table
+from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Sampled, Section, Series, Table
 from halluscope.halogen import causes
 from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.halogen.published import SOURCE, published
@@ -101,8 +101,9 @@ def paper_tables(records: list[dict], rules: str) -> list[Table]:
             row = [model, *(cell(_value(avg.get(k)), _pub_mean(model, tasks, k)) for k in (U, H, R))]
             for t in tasks:
                 c, pub = cells.get((model, t), {}), published(model, t) or {}
-                row += [cell(_value(c.get(U)), pub.get(U)),
-                        cell(Joined((_value(c.get(H)), _value(c.get(R)))), Joined((pub.get(H), pub.get(R))))]
+                row += [Sampled(cell(_value(c.get(U)), pub.get(U)), model, t),
+                        Sampled(cell(Joined((_value(c.get(H)), _value(c.get(R)))), Joined((pub.get(H), pub.get(R)))),
+                                model, t)]
             rows.append(row)
         named = "" if rules == "paper" else ", corrected rules"
         out.append(Table(title[:-1] + named + ")", columns, rows))
@@ -182,12 +183,13 @@ def _task_table(task: str, rows: list[dict], twins: dict[str, dict]) -> Table:
     for r in rows:
         pub = published(r["model"], task) or {}
         errors = r.get("stderr") or {}
-        line = [r["model"], r.get("n_items"), *(_value(r.get(k)) for k in (H, "hallucination_score_micro", R, U)),
+        line = [r["model"], r.get("n_items"),
+                *(Sampled(_value(r.get(k)), r["model"], task) for k in (H, "hallucination_score_micro", R, U)),
                 *(_value(errors.get(k)) for k in (H, U)),
                 *(_value(pub.get(k)) for k in (H, R, U)), *(_delta(r.get(k), pub.get(k)) for k in (H, R))]
         if twins:
             twin = twins.get(r["model"], {})
-            line += [_value(twin.get(k)) for k in (H, R, U)]
+            line += [Sampled(_value(twin.get(k)), r["model"], task + CORRECTED) for k in (H, R, U)]
         lines.append(line + [r.get("n_errors"), r.get("n_missing", 0)])
     kind = rows[0].get("task_kind")
     title = f"{task} ({kind}-based): {RULES[rule_set(task)]}{', corrected rules beside them' if twins else ''}"

@@ -20,6 +20,7 @@ from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Column, Notes, Section, Table
 from halluscope.errors import DataError
 from halluscope.report.render import HtmlSection, Omitted, html_section, render_html, styles_for
+from halluscope.report.samples import BUDGET_CHARS, collect
 from halluscope.report.sections import Built, by_benchmark, report_sections, stored_records
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -29,6 +30,11 @@ REPORT = "report.html"
 TABLE_DIRS = ("generations", "atoms", "verdicts", "scores", "role_calls", "quarantine", "items")
 RUN_FILES = ("metrics.json", "costs.parquet", "manifest.json", "leaderboard.md")
 COST_COLUMNS = ("calls", "cached_calls", "failed_calls", "input_tokens", "output_tokens")
+SAMPLES_NOTE = (f"Per model and task, its most hallucinated responses (the highest share of unsupported units), a "
+                f"clean one and a refusal, with each unit's verdict and the verifier's own answer; a figure in the "
+                f"tables above links to its pair's. Texts are cut short and the samples of a page hold at most "
+                f"{BUDGET_CHARS:,} characters, fewer per pair in a larger run; `halluscope show RUN --model M "
+                f"--task T --item ID` prints a response whole.")
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;background:#fff;
@@ -57,6 +63,10 @@ dl.defs{display:grid;grid-template-columns:max-content 1fr;gap:2px 10px;font-siz
 dl.defs dt{font-weight:600}dl.defs dd{margin:0}
 span.wrap{display:inline-block;white-space:normal;text-align:left;min-width:360px;max-width:560px}
 ul.links{font-size:14px;line-height:1.6}code{font-size:13px}
+.sample{border-left:3px solid #ddd;padding:2px 10px;margin:8px 0}.why{font-size:13px;margin:2px 0}
+.prompt{font-size:12px;color:#555;margin:2px 0}pre.response{white-space:pre-wrap;font-size:12px;margin:4px 0}
+ul.units{font-size:12px;margin:2px 0;padding-left:18px}li.unsupported{color:#9b1c1c}li.unverified{color:#7a7a7a}
+.evidence{display:block;color:#7a7a7a;font-size:11px}
 """
 
 
@@ -224,14 +234,16 @@ def render_report(store: RunStore, data: RunData | None = None,
     d = data or RunData.load(store)
     sections, unplaced = built or report_sections(d.records)
     styles = styles_for(sections)
-    page: list[HtmlSection | Omitted] = [html_section(s, styles) for s in sections]
+    samples = collect(store)
+    anchors = {(p.model, p.task): p.anchor for p in samples if p.samples}
+    page: list[HtmlSection | Omitted] = [html_section(s, styles, anchors) for s in sections]
     page += without_records(d)
     cost = costs(d)
-    page.append(cost if isinstance(cost, Omitted) else html_section(cost, styles))
+    page.append(cost if isinstance(cost, Omitted) else html_section(cost, styles, anchors))
     meta, notes = header(d, unplaced)
     files, absent = links(store)
     return render_html(run_id=d.run_id, css=Markup(CSS), meta=meta, notes=notes, sections=page, files=files,
-                       absent=absent)
+                       absent=absent, samples=samples, samples_note=SAMPLES_NOTE)
 
 
 def write_report(store: RunStore, data: RunData | None = None,

@@ -6,14 +6,14 @@ writes (table pipes, code spans, emphasis, links and raw HTML made inert)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Notes, Plain, Section, Table
+from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Notes, Plain, Sampled, Section, Table
 from halluscope.report import svg
 from halluscope.report.escape import markdown
 from halluscope.report.sections import has_tables
@@ -51,7 +51,7 @@ def number(v: Plain, spec: str, missing: str) -> str:
 
 def flat(cell: Cell, spec: str, missing: str) -> str:
     """A cell's own text, without its link or the value beside it."""
-    if isinstance(cell, Beside):
+    if isinstance(cell, Sampled | Beside):
         return flat(cell.value, spec, missing)
     if isinstance(cell, Link):
         return cell.text
@@ -82,6 +82,8 @@ class Block:
 
 
 def md_cell(cell: Cell, col: Column) -> str:
+    if isinstance(cell, Sampled):
+        cell = cell.value
     text = flat(cell, col.format, MD_MISSING)
     return f"{text} ({flat(cell.other, col.format, MD_MISSING)})" if isinstance(cell, Beside) else text
 
@@ -213,8 +215,15 @@ def styles_for(sections: Sequence[Section]) -> dict[str, svg.Style]:
     return {m: svg.style(i) for i, m in enumerate(sorted(chart_models(sections)))}
 
 
-def html_cell(cell: Cell, col: Column) -> HtmlCell:
-    href = relative(cell.href) if isinstance(cell, Link) else None
+def html_cell(cell: Cell, col: Column, anchors: Mapping[tuple[str, str], str]) -> HtmlCell:
+    """``anchors``: (model, task) -> the id of that pair's samples on the page, which a Sampled
+    cell links to."""
+    href = None
+    if isinstance(cell, Sampled):
+        target = anchors.get((cell.model, cell.task))
+        href, cell = (None if target is None else f"#{target}"), cell.value
+    if isinstance(cell, Link):
+        href = relative(cell.href)
     other = flat(cell.other, col.format, HTML_MISSING) if isinstance(cell, Beside) else None
     return HtmlCell(flat(cell, col.format, HTML_MISSING), other, href, col.wrap)
 
@@ -235,11 +244,12 @@ def _head(cols: Sequence[Column]) -> list[list[HtmlHead]]:
     return [top, [HtmlHead(c.name) for c in cols if c.group]]
 
 
-def html_table(t: Table) -> HtmlTable:
+def html_table(t: Table, anchors: Mapping[tuple[str, str], str]) -> HtmlTable:
     cols = t.specs
-    return HtmlTable(t.title, list(t.notes), _head(cols), [[html_cell(c, col) for c, col in zip(r, cols)]
+    return HtmlTable(t.title, list(t.notes), _head(cols), [[html_cell(c, col, anchors) for c, col in zip(r, cols)]
                                                           for r in t.rows],
-                     None if t.total is None else [html_cell(c, col) for c, col in zip(t.total, cols)], t.collapsed)
+                     None if t.total is None else [html_cell(c, col, anchors) for c, col in zip(t.total, cols)],
+                     t.collapsed)
 
 
 def draw(chart: Chart, styles: dict[str, svg.Style]) -> Markup:
@@ -260,7 +270,8 @@ def _drawn(chart: Chart) -> set[str]:
     return {s.name for s in chart.series}
 
 
-def html_section(s: Section, styles: dict[str, svg.Style], level: int = 2) -> HtmlSection:
+def html_section(s: Section, styles: dict[str, svg.Style], anchors: Mapping[tuple[str, str], str],
+                 level: int = 2) -> HtmlSection:
     out = HtmlSection(s.title, level, list(s.definitions), list(s.preamble))
     charts = [p for p in s.parts if isinstance(p, Chart)]
     if charts:
@@ -280,11 +291,11 @@ def html_section(s: Section, styles: dict[str, svg.Style], level: int = 2) -> Ht
             if missing:
                 out.after.append(f"{part.title}: no point for {', '.join(missing)} (a rate is undefined)")
         elif isinstance(part, Table):
-            out.parts.append(html_table(part))
+            out.parts.append(html_table(part, anchors))
         elif isinstance(part, Notes):
             out.parts.append(HtmlNotes(part.lead, list(part.items)))
         elif isinstance(part, Section):
-            out.parts.append(html_section(part, styles, level + 1))
+            out.parts.append(html_section(part, styles, anchors, level + 1))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
-from halluscope.contract.report import Chart, Column, Part, Section, Table
+from halluscope.contract.report import Cell, Chart, Column, Part, Sampled, Section, Table
 from halluscope.errors import DataError
 from halluscope.task_registry import benchmarks
 
@@ -75,7 +75,7 @@ def generic(name: str, records: Sequence[MetricRecord]) -> Section:
     """Model, task and every top-level number of the records: a benchmark without its own layout."""
     keys = sorted({k for r in records for k, v in r.values.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    rows = [[r.model, r.task, *(_number(r.values.get(k)) for k in keys)]
+    rows: list[list[Cell]] = [[r.model, r.task, *(Sampled(_number(r.values.get(k)), r.model, r.task) for k in keys)]
             for r in sorted(records, key=lambda r: (r.task, r.model))]
     return Section(f"{name} metrics", parts=[Table("", ["model", "task", *(Column(k) for k in keys)], rows)])
 

@@ -10,14 +10,17 @@ import pyarrow as pa
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.ledger import CallTally
-from halluscope.pipeline.aggregate import benchmark_metrics, summarized, tasks_by_benchmark
+from halluscope.pipeline.aggregate import benchmark_metrics, comparisons, summarized, tasks_by_benchmark
 
 
 def every_metric(cfg: RunConfig, store, scores: pa.Table) -> list[MetricRecord]:
     """Every benchmark's metrics from one table of rows, in the order of the run's tasks.
     ``store``: what the hooks read besides the scores (``read_table``, ``read_items``)."""
-    return [r for name, tasks in tasks_by_benchmark(cfg).items()
-            for r in summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))]
+    out: list[MetricRecord] = []
+    for name, tasks in tasks_by_benchmark(cfg).items():
+        out += summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))
+        out += comparisons(name, tasks, [scores], store, cfg)
+    return out
 
 
 def tally(models: Sequence[ModelSpec], generations: pa.Table, role_calls: pa.Table | None = None) -> CallTally:

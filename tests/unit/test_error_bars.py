@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from scipy import stats
 
@@ -69,9 +70,9 @@ def test_neighbours_in_the_ranking_are_told_apart_only_beyond_their_interval():
         return {"model": model, "task": "halogen/code", "hallucination_score": h, "stderr": {"hallucination_score": se}}
 
     a, b, c = rec("a", 0.10, 0.01), rec("b", 0.12, 0.01), rec("c", 0.30, 0.02)
-    assert separated(a, b) is False  # 0.02 < 1.96 * sqrt(2) * 0.01
-    assert separated(b, c) is True and separated(a, {"model": "x", "hallucination_score": 0.5}) is None
-    (row,) = rank_separations([c, a, b]).rows
+    assert separated(a, b, None) is False  # 0.02 < 1.96 * sqrt(2) * 0.01
+    assert separated(b, c, None) is True and separated(a, {"model": "x", "hallucination_score": 0.5}, None) is None
+    (row,) = rank_separations([c, a, b], []).rows
     assert row[:4] == ["halogen/code", 3, 1, 2] and row[4] == "a ≈ b ＜ c"
 
 
@@ -100,3 +101,65 @@ def test_fewl_means_carry_the_standard_error_of_a_mean_over_questions():
     assert r["stderr"]["share_above_zero"] == pytest.approx(stats.sem([1, 0, 1, 0, 1]))
     low, high = r["ci95"]["mean_score"]
     assert (low + high) / 2 == pytest.approx(r["mean_score"])
+
+
+# --- paired differences ---------------------------------------------------------------------------
+
+
+def test_the_paired_error_of_a_mean_difference_is_scipys_paired_t_error():
+    from halluscope.contract.errorbars import paired_difference
+
+    a, b = RNG.random(60), RNG.random(60)
+    ones = np.ones(60)
+    diff, se = paired_difference(a, ones, b, ones)
+    t = stats.ttest_rel(a, b).statistic  # the paired t statistic: mean difference / its standard error
+    assert diff == pytest.approx(a.mean() - b.mean()) and se == pytest.approx(diff / t)
+    assert paired_difference(a[:1], ones[:1], b[:1], ones[:1])[1] is None
+    assert paired_difference(a, np.zeros(60), b, ones) == (None, None)  # a ratio over no responded item
+    one = np.eye(1, 60)[0]  # a ratio over one responded item: defined, its error not
+    assert paired_difference(a, one, b, ones)[1] is None
+
+
+def test_the_paired_ratio_error_is_the_linearised_variance_of_each_items_two_terms():
+    from halluscope.contract.errorbars import paired_difference, ratio_se
+
+    num_a, den_a = RNG.random(50), (RNG.random(50) < 0.8).astype(float)
+    num_b, den_b = RNG.random(50), (RNG.random(50) < 0.6).astype(float)
+    num_a, num_b = num_a * den_a, num_b * den_b
+    diff, se = paired_difference(num_a, den_a, num_b, den_b)
+    ra, rb = num_a.sum() / den_a.sum(), num_b.sum() / den_b.sum()
+    z = (num_a - ra * den_a) / den_a.sum() - (num_b - rb * den_b) / den_b.sum()
+    assert diff == pytest.approx(ra - rb) and se == pytest.approx(math.sqrt(50 / 49 * (z ** 2).sum()))
+    # against a model of zeros (nothing in common), the error is the first ratio's own
+    zeros = np.zeros(50)
+    assert paired_difference(num_a, den_a, zeros, np.ones(50))[1] == pytest.approx(
+        ratio_se(num_a.tolist(), den_a.tolist()))
+
+
+def test_models_answering_the_same_items_alike_are_told_apart_by_the_paired_error_only():
+    """Two models whose hallucination follows the items' difficulty, one a little worse everywhere:
+    the unpaired interval of their difference holds 0, the paired one does not."""
+    from halluscope.halogen.paired import paired
+    from halluscope.halogen.report import rank_separations
+
+    difficulty = RNG.random(300)
+    rows = [{"model": m, "task": "halogen/code", "task_kind": "response", "item_id": f"i{i}", "error": None,
+             "responded": True, "n_atoms": 10, "n_unsupported": 0, "n_unverified": 0,
+             "f": min(1.0, d + shift), "g": 1.0 - min(1.0, d + shift)}
+            for m, shift in (("a", 0.0), ("b", 0.02)) for i, d in enumerate(difficulty)]
+    scores = pa.Table.from_pylist(rows)
+    per_task = task_metrics(scores)
+    (record,) = paired(scores, ["halogen/code"])
+    (pair,) = record["pairs"]
+    h = pair["hallucination_score"]
+    assert (pair["a"], pair["b"], pair["n"]) == ("a", "b", 300)
+    assert h["diff"] == pytest.approx(per_task[0]["hallucination_score"] - per_task[1]["hallucination_score"])
+    unpaired = math.hypot(*(r["stderr"]["hallucination_score"] for r in per_task))
+    assert abs(h["diff"]) < Z95 * unpaired and abs(h["diff"]) > Z95 * h["stderr"]
+    (told,) = rank_separations(per_task, [record]).rows
+    (not_told,) = rank_separations(per_task, []).rows
+    assert told[2] == 1 and not_told[2] == 0
+    # items only one model answered are left out of the pair
+    b_lost_one = pc.invert(pc.and_(pc.equal(scores["model"], "b"), pc.equal(scores["item_id"], "i0")))
+    (fewer,) = paired(scores.filter(b_lost_one), ["halogen/code"])
+    assert fewer["pairs"][0]["n"] == 299

@@ -80,6 +80,11 @@ class Benchmark:
     # the ``scores`` columns its metrics read (the run reads no others when every benchmark of it
     # names them: prompts and atoms are most of the table); None: every column
     score_columns: Sequence[str] | None = None
+    # records comparing its models under test where they answered the same items (paired
+    # differences), from ``compare_columns`` of every model's ``scores`` rows of its tasks at once
+    # (``MetricInputs.scores``); None: no comparisons
+    compare: Callable[[MetricInputs], Sequence[MetricRecord]] | None = None
+    compare_columns: Sequence[str] = ()
     # the answers of a released model's recorded pipeline steps by content key, (data resolver,
     # model) -> answers, that a ``backend: recorded`` role model names as ``module:function``: the
     # only code a run config may name (None: the benchmark has none)

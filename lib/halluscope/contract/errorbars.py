@@ -1,10 +1,13 @@
 """Standard errors and 95% intervals a benchmark puts beside each figure of a metric record
 (``stderr``, ``ci95``, ``method``): the analytic ones of a mean over the sampled units, and the
-delta method's for a ratio of sums clustered by unit."""
+delta method's for a ratio of sums clustered by unit; and those of the difference of two models
+that answered the same units, the pairing kept."""
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
@@ -39,3 +42,25 @@ def bars(values: dict[str, float | None], errors: dict[str, float | None], metho
         return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
 
     return {"stderr": errors, "ci95": {k: interval(v, errors.get(k)) for k, v in values.items()}, "method": methods}
+
+
+PAIRED_SE = ("delta-method standard error of the difference of two ratios of sums over the items both models "
+             "answered, each item's two linearised terms subtracted before squaring (a mean: its paired t error)")
+
+
+def paired_difference(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray
+                      ) -> tuple[float | None, float | None]:
+    """sum(num_a) / sum(den_a) - sum(num_b) / sum(den_b) over the same n units (a mean's den is
+    all ones) and its standard error sqrt(n / (n - 1) * sum(z_i^2)), z_i = (num_a_i - R_a den_a_i) /
+    sum(den_a) - (num_b_i - R_b den_b_i) / sum(den_b): what ``ratio_se`` is for one ratio, with a
+    unit's terms of both models together, so what the two share (an item's difficulty) cancels.
+    (None, None) when a ratio is undefined; an error of None where either ratio has fewer than two
+    units in its denominator (one responded item: no spread to linearise)."""
+    n, total_a, total_b = len(num_a), float(den_a.sum()), float(den_b.sum())
+    if not total_a or not total_b:
+        return None, None
+    ra, rb = float(num_a.sum()) / total_a, float(num_b.sum()) / total_b
+    if min(np.count_nonzero(den_a), np.count_nonzero(den_b)) < 2:
+        return ra - rb, None
+    z = (num_a - ra * den_a) / total_a - (num_b - rb * den_b) / total_b
+    return ra - rb, math.sqrt(n / (n - 1) * float(np.dot(z, z)))

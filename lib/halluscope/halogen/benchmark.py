@@ -10,6 +10,7 @@ from halluscope.contract.metrics import MetricRecord
 from halluscope.halogen.attribution.cli import add_parser as add_attribute_parser
 from halluscope.halogen.metrics import SCORE_COLUMNS, averages, task_metrics
 from halluscope.halogen.options import MOVED, NAME, HalogenOptions, describe_knowledge
+from halluscope.halogen.paired import COMPARE_COLUMNS, paired
 from halluscope.halogen.recorded import replies
 from halluscope.halogen.report import sections
 from halluscope.halogen.stand_in import extract
@@ -20,13 +21,18 @@ def _metrics(inputs: MetricInputs) -> list[MetricRecord]:
     return [MetricRecord.from_json(r) for r in task_metrics(inputs.scores)]
 
 
+def _compare(inputs: MetricInputs) -> list[MetricRecord]:
+    return [MetricRecord.from_json(r) for r in paired(inputs.scores, list(inputs.tasks))]
+
+
 def _summarize(per_task: Sequence[MetricRecord]) -> list[MetricRecord]:
     """The per-task records, then each model's averages over its tasks (Tables 2 and 3)."""
     return [*per_task, *(MetricRecord.from_json(r) for r in averages([r.as_json() for r in per_task]))]
 
 
 BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, metrics_per_model=True,
-                      summarize=_summarize, score_columns=SCORE_COLUMNS,
+                      summarize=_summarize, score_columns=SCORE_COLUMNS, compare=_compare,
+                      compare_columns=COMPARE_COLUMNS,
                       stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
                       recorded_steps=replies,
                       commands=add_attribute_parser,  # halluscope attribute RUN: section 5's analysis

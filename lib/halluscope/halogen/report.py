@@ -14,6 +14,7 @@ from halluscope.contract.metrics import MetricRecord
 from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Sampled, Section, Series, Table
 from halluscope.halogen import causes
 from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
+from halluscope.halogen.paired import PAIRED
 from halluscope.halogen.published import SOURCE, published
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 
@@ -259,10 +260,14 @@ def domain_bars(records: list[dict]) -> Section | None:
         "the task's items)."], parts=charts)
 
 
-def separated(a: dict, b: dict, key: str = H) -> bool | None:
-    """Whether two models' ``key`` differ by more than their 95% interval of the difference, taken
-    as unpaired (conservative: the correlation of answers to the same items is not used); None
-    when either lacks the figure or its error."""
+def separated(a: dict, b: dict, pair: dict | None, key: str = H) -> bool | None:
+    """Whether two models' ``key`` differ by more than the 95% interval of their difference: the
+    paired one (``pair``: the task's paired record of the two) where the run has it, else their
+    errors taken as unpaired (which overstates it: answers to the same items are correlated);
+    None when a figure or its error is missing."""
+    if pair is not None:
+        diff, se = _value(pair[key]["diff"]), _value(pair[key]["stderr"])
+        return None if diff is None or se is None else abs(diff) > Z95 * se
     va, vb = _value(a.get(key)), _value(b.get(key))
     sa, sb = (_value((r.get("stderr") or {}).get(key)) for r in (a, b))
     if va is None or vb is None or sa is None or sb is None:
@@ -279,16 +284,21 @@ def _ranking(ranked: list[dict], told: list[bool | None]) -> str:
     return out
 
 
-def rank_separations(tasks: list[dict]) -> Table | None:
+def rank_separations(tasks: list[dict], paired: list[dict]) -> Table | None:
     """Per task, the models ranked by H and how many neighbours in that ranking the errors tell apart."""
     by_task: dict[str, list[dict]] = defaultdict(list)
     for r in tasks:
         if _value(r.get(H)) is not None:
             by_task[r["task"]].append(r)
+    pairs = {(p["a"], p["b"], r["task"]): p for r in paired for p in r["pairs"]}
+
+    def pair(a: dict, b: dict) -> dict | None:  # either sign: only the difference's size is asked
+        return pairs.get((a["model"], b["model"], a["task"])) or pairs.get((b["model"], a["model"], a["task"]))
+
     rows: list[list[Cell]] = []
     for task, recs in sorted(by_task.items()):
         ranked = sorted(recs, key=lambda r: (_value(r.get(H)) or 0.0, r["model"]))
-        told = [separated(a, b) for a, b in zip(ranked, ranked[1:])]
+        told = [separated(a, b, pair(a, b)) for a, b in zip(ranked, ranked[1:])]
         rows.append([task, len(ranked), sum(t is True for t in told), sum(t is not None for t in told),
                      _ranking(ranked, told)])
     if not rows:
@@ -297,16 +307,19 @@ def rank_separations(tasks: list[dict]) -> Table | None:
                                                               Column("ranking by H, lowest first (≈: not told apart)",
                                                                      wrap=True)], rows, collapsed=True,
                  notes=["Adjacent models in each task's H ranking, told apart when their difference exceeds its "
-                        "95% interval (errors taken as unpaired, which overstates it: the same items' answers "
-                        "are correlated)."])
+                        "95% interval: paired, over the items both answered (metrics.json holds every two models' "
+                        "differences in R, H and U per task, table \"paired\"); where a run has no paired record, "
+                        "their errors taken as unpaired, which overstates it."])
 
 
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: HALOGEN's tables, then its charts (read from the records' flat objects)."""
-    rows = [r.as_json() for r in records]
+    every = [r.as_json() for r in records]
+    paired = [r for r in every if r.get("table") == PAIRED]
+    rows = [r for r in every if r.get("table") != PAIRED]
     tasks = [r for r in rows if not r.get("aggregate")]
     aggregates = [r for r in rows if r.get("aggregate")]
     parts = [*paper_tables(rows, "paper"), reproduction(tasks), *paper_tables(rows, "corrected"),
-             averages_table(aggregates), rejected_packages(tasks), per_task(tasks), rank_separations(tasks)]
+             averages_table(aggregates), rejected_packages(tasks), per_task(tasks), rank_separations(tasks, paired)]
     main = Section("HALOGEN", [PREAMBLE], DEFINITIONS, [p for p in parts if p is not None])
     return [s for s in (main, refusal_scatter(aggregates), domain_bars(tasks)) if s is not None]

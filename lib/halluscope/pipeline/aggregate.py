@@ -80,7 +80,8 @@ def score_columns(cfg: RunConfig) -> list[str] | None:
     wanted = [benchmark_of(t).score_columns for t in cfg.tasks]
     if any(w is None for w in wanted):
         return None
-    return sorted({"model", "task", "error", *(c for w in wanted for c in w or ())})
+    compared = {c for t in cfg.tasks for c in benchmark_of(t).compare_columns}
+    return sorted({"model", "task", "error", *compared, *(c for w in wanted for c in w or ())})
 
 
 def tasks_by_benchmark(cfg: RunConfig) -> dict[str, list[str]]:
@@ -90,15 +91,30 @@ def tasks_by_benchmark(cfg: RunConfig) -> dict[str, list[str]]:
     return out
 
 
+def _own(tasks: list[str], scores: pa.Table) -> pa.Table:
+    """The rows of ``tasks`` (a filter copies every column, prompts and atoms: not done when the
+    benchmark has every row)."""
+    mine = pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))
+    return scores if pc.all(mine).as_py() is not False else scores.filter(mine)
+
+
 def benchmark_metrics(name: str, tasks: list[str], scores: pa.Table, read_table: Callable[..., pa.Table],
                       store: RunStore, cfg: RunConfig) -> list[MetricRecord]:
     """One call of a benchmark's metrics hook on ``scores`` (rows of any tasks: its own are
     handed over)."""
-    mine = pc.is_in(scores.column("task"), pa.array(tasks, pa.string()))
-    # a filter copies every column (prompts, atoms): not done when the benchmark has every row
-    inputs = MetricInputs(tasks, scores if pc.all(mine).as_py() is not False else scores.filter(mine),
-                          read_table, store.read_items, cfg.options_for(name))
+    inputs = MetricInputs(tasks, _own(tasks, scores), read_table, store.read_items, cfg.options_for(name))
     return _checked(name, benchmark_of(tasks[0]).metrics(inputs))
+
+
+def comparisons(name: str, tasks: list[str], compared: list[pa.Table], store: RunStore,
+                cfg: RunConfig) -> list[MetricRecord]:
+    """The benchmark's compare hook on the compared columns of every model's rows of its tasks."""
+    compare = benchmark_of(tasks[0]).compare
+    if compare is None or not compared:
+        return []
+    inputs = MetricInputs(tasks, pa.concat_tables(compared), store.read_table, store.read_items,
+                          cfg.options_for(name))
+    return [replace(r, benchmark=r.benchmark or name) for r in _checked(name, compare(inputs))]
 
 
 def summarized(name: str, tasks: list[str], records: list[MetricRecord]) -> list[MetricRecord]:
@@ -124,6 +140,7 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
     groups = tasks_by_benchmark(cfg)
     per_model = [n for n, tasks in groups.items() if benchmark_of(tasks[0]).metrics_per_model]
     records: dict[str, list[MetricRecord]] = {n: [] for n in groups}
+    compared: dict[str, list[pa.Table]] = {n: [] for n in groups}  # each model's rows, the compared columns
     counts, calls = RowCounts(), CallTally(cfg.models)
     parts = store.parts_by("model")
     listed = Counter(k for keys in parts.values() for k in keys)
@@ -138,13 +155,19 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
         calls.add_role_calls(read("role_calls"))
         for name in per_model:
             records[name] += benchmark_metrics(name, groups[name], scores, read, store, cfg)
+            if benchmark_of(groups[name][0]).compare is not None:
+                compared[name].append(_own(groups[name], scores).select(
+                    ["model", "task", *benchmark_of(groups[name][0]).compare_columns]))
         del scores
     for name, tasks in groups.items():
         if name not in per_model:
             scores = store.read_table("scores", columns, filters=[("task", "in", tasks)])
             records[name] = benchmark_metrics(name, tasks, scores, store.read_table, store, cfg)
-    return Totals([r for name, tasks in groups.items() for r in summarized(name, tasks, records[name])], counts,
-                  calls)
+            compared[name] = [scores]
+    metrics: list[MetricRecord] = []
+    for name, tasks in groups.items():
+        metrics += [*summarized(name, tasks, records[name]), *comparisons(name, tasks, compared[name], store, cfg)]
+    return Totals(metrics, counts, calls)
 
 
 def _read(store: RunStore, table: str, columns: list[str] | None = None, filters: list | None = None,

@@ -8,6 +8,7 @@ correction when the correction's condition holds for it and the paper rule decid
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 
@@ -29,12 +30,38 @@ def _responded(text: str, rules: str) -> bool:
     return not paper.abstained(text, rules)
 
 
+def _name_words(prompt: str) -> list[str]:
+    """The words (3 letters or more) of the person a biography prompt asks about."""
+    return [w.lower() for w in re.findall(r"\w+", prompt.removeprefix("Tell me a bio of ")) if len(w) > 2]
+
+
+def foreign_facts(rows: list[dict], window: int = 10) -> int:
+    """Rows of a recorded biographies file whose atomic facts name none of the words of their own
+    prompt's person but a person a nearby row asks about (two of their name's words, or the only
+    one): facts recorded against the wrong response, which the corrected rules, extracting facts
+    from each response itself, do not read."""
+    names = [_name_words(r.get("prompt") or "") for r in rows]
+    count = 0
+    for i, row in enumerate(rows):
+        facts = (row.get("atoms") or "").lower()
+        if not facts or any(w in facts for w in names[i]):
+            continue
+        near = range(max(0, i - window), min(len(rows), i + window + 1))
+        count += any(j != i and names[j] and sum(w in facts for w in names[j]) >= min(2, len(names[j]))
+                     for j in near)
+    return count
+
+
 def audit(resolver: DataResolver) -> dict[str, Counter]:
     counts: dict[str, Counter] = {task: Counter() for task in _RESULT_FILES}
     for domain, models in RECORDED_FILES.items():
         task = DOMAIN_OF[domain]
         for model in models:
-            for row in read_rows(resolver.resolve(recorded_path(domain, model))):
+            rows = list(read_rows(resolver.resolve(recorded_path(domain, model))))
+            if domain == "biographies" and (shifted := foreign_facts(rows)):
+                counts[task][f"{model}'s recorded facts of another prompt's person (rows shifted in its file)"] += \
+                    shifted
+            for row in rows:
                 text = row.get("response") or ""
                 c = counts[task]
                 c["responses"] += 1

@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, StorageFull, user_error
 from halluscope.kuberay_cli import add_parser as add_submit_parser
@@ -19,6 +20,9 @@ from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
 from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 from halluscope.task_registry import benchmarks
+
+if TYPE_CHECKING:
+    from halluscope.storage.run import RunStore
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -214,15 +218,27 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from halluscope.report.show import show
+
+    print(show(_run_store(args.run_uri), args.model, args.task, args.item, args.hallucinated))
+    return 0
+
+
+def _run_store(uri: str) -> RunStore:
+    """The run folder a URI names, checked to be one."""
     from halluscope.storage.run import RunStore
 
-    loc = Location.from_url(args.run_uri.rstrip("/"))
+    loc = Location.from_url(uri.rstrip("/"))
     loc.check_reachable("run")
     if not loc.child("manifest.json").exists():
-        raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
-    run_id = loc.path.rstrip("/").rsplit("/", 1)[-1]
-    store = RunStore(Location(loc.fs, loc.path.rstrip("/").rsplit("/", 1)[0]), run_id)
-    print(show(store, args.model, args.task, args.item, args.hallucinated))
+        raise HalluscopeError(f"no manifest.json in {uri}: is it a halluscope run folder?")
+    return RunStore(Location(loc.fs, loc.path.rstrip("/").rsplit("/", 1)[0]), loc.path.rstrip("/").rsplit("/", 1)[-1])
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from halluscope.report.compare import compare, compare_text
+
+    rows = compare(_run_store(args.run_a), _run_store(args.run_b), args.model)
+    print(json.dumps(rows, indent=2) if args.json else compare_text(rows, args.run_a, args.run_b))
     return 0
 
 
@@ -291,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--item", help="the item to show (default: the first scored one)")
     sh.add_argument("--hallucinated", action="store_true", help="the response with the most unsupported units")
     sh.set_defaults(fn=_cmd_show)
+    cp = sub.add_parser("compare", help="a model across two runs: per task and figure, B minus A with its paired "
+                                        "error over the items both scored")
+    cp.add_argument("run_a")
+    cp.add_argument("run_b")
+    cp.add_argument("--model", action="append", help="only this model (repeatable; default: every model of both)")
+    cp.add_argument("--json", action="store_true", help="print the rows as JSON")
+    cp.set_defaults(fn=_cmd_compare)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")
     pl.add_argument("--stats", action="append", metavar="RUN_URI",

@@ -1,0 +1,90 @@
+"""``halluscope compare RUN_A RUN_B``: a model across two runs (a new version of it, another judge,
+another sampling), per task and figure: both runs' values and B minus A with its paired standard
+error and 95% interval over the items both runs scored. The pairing is the benchmark's own
+(``Benchmark.compare``), fed the two runs' rows as two models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from halluscope.config.load import parse_config
+from halluscope.contract.benchmark import MetricInputs
+from halluscope.errors import DataError
+from halluscope.report.escape import terminal
+from halluscope.report.sections import stored_records
+from halluscope.storage.run import RunStore
+from halluscope.task_registry import benchmarks
+
+_A, _B = "1", "2"  # the two runs' rows as two models, run A's sorting first
+
+
+def _scored_tasks(store: RunStore) -> set[str]:
+    return set(store.read_table("scores", ["task"]).column("task").unique().to_pylist())
+
+
+def _values(store: RunStore) -> dict[tuple[str, str], dict]:
+    raw = store.read_json("metrics.json")
+    if not isinstance(raw, list):
+        raise DataError(f"{store.loc.child('metrics.json').url}: no metrics records (has the run finished?)")
+    return {(r.model, r.task): dict(r.values) for r in stored_records(raw, store.loc.child("metrics.json").url)}
+
+
+def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> list[dict]:
+    """A row per (model, task, figure) both runs scored: ``a``, ``b``, ``n`` (items both scored),
+    ``diff`` (b - a), ``stderr``, ``ci95`` and the method's name."""
+    manifest = a.read_json("manifest.json") or {}
+    cfg = parse_config(manifest["config"], a.loc.child("manifest.json").url, stored=True) \
+        if "config" in manifest else None
+    values = {_A: _values(a), _B: _values(b)}
+    shared = sorted(_scored_tasks(a) & _scored_tasks(b))
+    out = []
+    for name, bench in benchmarks().items():
+        tasks = [t for t in shared if t.split("/", 1)[0] == name]
+        if bench.compare is None or not tasks:
+            continue
+        columns = ["model", "task", *bench.compare_columns]
+        rows = []
+        for label, store in ((_A, a), (_B, b)):
+            t = store.read_table("scores", columns, filters=[("task", "in", tasks)])
+            if models is not None:
+                t = t.filter(pc.is_in(t.column("model"), pa.array(list(models), pa.string())))
+            labelled = pc.binary_join_element_wise(label, t.column("model"), "\0")
+            rows.append(t.set_column(t.schema.get_field_index("model"), "model", labelled))
+        options = cfg.options_for(name) if cfg is not None else bench.parse_options(None)
+        inputs = MetricInputs(tasks, pa.concat_tables(rows), a.read_table, a.read_items, options)
+        for record in bench.compare(inputs):
+            for pair in record.values.get("pairs", []):
+                (la, ma), (lb, mb) = pair["a"].split("\0", 1), pair["b"].split("\0", 1)
+                if (la, lb) != (_A, _B) or ma != mb:
+                    continue  # two models of one run, or two different models
+                for figure in record.values.get("figures", []):
+                    d = pair[figure]
+                    out.append({"model": ma, "task": record.task, "figure": figure,
+                                "a": values[_A].get((ma, record.task), {}).get(figure),
+                                "b": values[_B].get((ma, record.task), {}).get(figure), "n": pair["n"],
+                                "diff": None if d["diff"] is None else 0.0 - d["diff"], "stderr": d["stderr"],
+                                "ci95": None if d["ci95"] is None else [0.0 - d["ci95"][1], 0.0 - d["ci95"][0]],
+                                "method": record.values.get("method")})
+    return out
+
+
+def _num(x: float | None, spec: str = ".4f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def compare_text(rows: list[dict], run_a: str, run_b: str) -> str:
+    if not rows:
+        return (f"{run_a} and {run_b} share no model and task that a benchmark compares item by item "
+                "(the same model id, scored in both)")
+    lines = [f"B minus A: A = {run_a}, B = {run_b}; over the items both runs scored, with the paired 95% interval "
+             "(* where it excludes 0)", "",
+             f"{'model':<28} {'task':<38} {'figure':<20} {'A':>7} {'B':>7} {'B-A':>8} {'s.e.':>7}  {'n':>6}"]
+    for r in rows:
+        told = r["ci95"] is not None and (r["ci95"][0] > 0 or r["ci95"][1] < 0)
+        lines.append(f"{r['model']:<28} {r['task']:<38} {r['figure']:<20} {_num(r['a'], '.3f'):>7} "
+                     f"{_num(r['b'], '.3f'):>7} {_num(r['diff'], '+.4f'):>8} {_num(r['stderr']):>7}"
+                     f"{'*' if told else ' '} {r['n']:>6}")
+    return terminal("\n".join(lines))

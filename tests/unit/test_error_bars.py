@@ -163,3 +163,29 @@ def test_models_answering_the_same_items_alike_are_told_apart_by_the_paired_erro
     b_lost_one = pc.invert(pc.and_(pc.equal(scores["model"], "b"), pc.equal(scores["item_id"], "i0")))
     (fewer,) = paired(scores.filter(b_lost_one), ["halogen/code"])
     assert fewer["pairs"][0]["n"] == 299
+
+
+def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answering_alike_detect(tmp_path):
+    from halluscope.pipeline.plan_view import detectable
+    from halluscope.pipeline.token_stats import TokenStats
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    def pair(a: str, b: str, se: float) -> dict:
+        return {"a": a, "b": b, "n": 400, "hallucination_score": {"diff": 0.01, "stderr": se, "ci95": None},
+                "utility_score": {"diff": 0.0, "stderr": None, "ci95": None}}
+
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "earlier")
+    store.write_json("manifest.json", {"run_id": "earlier"})
+    store.write_json("metrics.json", [
+        {"model": "a", "task": "halogen/code", "hallucination_score": 0.1},
+        {"model": "*", "task": "halogen/code", "table": "paired", "figures": ["hallucination_score", "utility_score"],
+         "pairs": [pair("a", "b", 0.010), pair("a", "c", 0.020), pair("b", "c", 0.015)], "method": "m"}])
+    measured = TokenStats.from_runs([f"file://{tmp_path}/earlier"])
+    # the median pair's sd of per-item differences: 0.015 * sqrt(400) = 0.3; no error, no spread
+    assert measured.spreads == {"halogen/code": {"hallucination_score": pytest.approx(0.3)}}
+    found = detectable({"halogen/code": 100, "halogen/references": 100}, measured.spreads)
+    expected = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * 0.3 / math.sqrt(100)
+    assert found["halogen/code"]["paired"] == {"hallucination_score": pytest.approx(expected)}
+    assert found["halogen/code"]["paired"]["hallucination_score"] < found["halogen/code"]["difference"]
+    assert "paired" not in found["halogen/references"]  # no earlier measurement: the stated bound alone

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from halluscope.contract.errorbars import PAIRED_SE, Z95, paired_difference
+from halluscope.contract.metrics import PAIRED
 
 # what the comparison reads of every model's scores, beside model and task
 COMPARE_COLUMNS = ("item_id", "error", "responded", "f", "g")
-PAIRED = "paired"  # the ``table`` of a task's record of paired differences
 FIGURES = ("response_ratio", "hallucination_score", "utility_score")
 
 

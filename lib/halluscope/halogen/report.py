@@ -10,11 +10,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from halluscope.contract.errorbars import Z95
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import PAIRED, MetricRecord
 from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Sampled, Section, Series, Table
 from halluscope.halogen import causes
 from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
-from halluscope.halogen.paired import PAIRED
 from halluscope.halogen.published import SOURCE, published
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
 

@@ -131,7 +131,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
                 _add_role_stage(acc, roles[role], task_name, stage, role, m.id, with_text, shape, stats,
                                 rule_of.get((stage, role)))
     priced = _price(cfg, acc, prices, o, stats)
-    priced.detectable = detectable(evaluated)
+    priced.detectable = detectable(evaluated, stats.spreads)
     return priced
 
 

@@ -134,7 +134,9 @@ class Plan:
         lines += self.schedule_lines()
         if self.detectable:
             lines += ["", f"smallest difference between two models each task can detect ({DETECTABLE}):",
-                      *(f"  {task}: {d['difference']:.3f} with {d['items']:,} items"
+                      *(f"  {task}: {d['difference']:.3f} with {d['items']:,} items" + (
+                          "; paired, at the spread of earlier runs' differences: " + ", ".join(
+                              f"{f} {v:.3f}" for f, v in d["paired"].items()) if "paired" in d else "")
                         for task, d in self.detectable.items())]
         lines += ["notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines)
@@ -148,10 +150,19 @@ _Z_ALPHA, _Z_POWER, SD_BOUND = 1.959963984540054, 0.8416212335729143, 0.5
 DETECTABLE = "80% power, 5% two-sided, a figure in [0, 1] at its largest spread, sd 0.5"
 
 
-def detectable(items: dict[str, int]) -> dict[str, dict]:
-    """task -> {items, difference}: what ``DETECTABLE`` says, for the items each task evaluates."""
-    return {task: {"items": n, "difference": (_Z_ALPHA + _Z_POWER) * SD_BOUND * math.sqrt(2 / n)}
-            for task, n in sorted(items.items()) if n > 0}
+def detectable(items: dict[str, int], spreads: dict[str, dict[str, float]] | None = None) -> dict[str, dict]:
+    """task -> {items, difference}: what ``DETECTABLE`` says, for the items each task evaluates;
+    and, where earlier runs measured the spread of two models' per-item differences on the task
+    (``spreads``), ``paired``: per figure the difference two models answering the same items
+    detect, (z_.975 + z_.8) * sd / sqrt(n)."""
+    out: dict[str, dict] = {}
+    for task, n in sorted(items.items()):
+        if n > 0:
+            out[task] = {"items": n, "difference": (_Z_ALPHA + _Z_POWER) * SD_BOUND * math.sqrt(2 / n)}
+            measured = (spreads or {}).get(task)
+            if measured:
+                out[task]["paired"] = {f: (_Z_ALPHA + _Z_POWER) * sd / math.sqrt(n) for f, sd in measured.items()}
+    return out
 
 
 def _clock(seconds: float) -> str:

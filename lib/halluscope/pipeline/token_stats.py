@@ -1,13 +1,17 @@
 """Sizes measured on earlier runs, for the estimate (``halluscope plan --stats``, and the run's own
 committed rows when a budgeted run resumes): calls per generation and tokens per call, per task,
-stage, role and model under test, and pooled over the models measured on the task."""
+stage, role and model under test, and pooled over the models measured on the task; and the spread
+of two models' per-item differences on each task, for the smallest difference a run can detect."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from halluscope.contract.metrics import PAIRED
 from halluscope.errors import DataError
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -32,6 +36,9 @@ class TokenStats:
 
     entries: dict[tuple[str, str, str, str], StageStats] = field(default_factory=dict)
     runs: list[str] = field(default_factory=list)
+    # task -> figure -> the median over model pairs of the sd of their per-item differences
+    # (paired stderr x sqrt(items)), from the runs' paired records (contract.metrics.PAIRED)
+    spreads: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def get(self, task: str, stage: str, role: str, model: str) -> tuple[StageStats, str] | None:
         """The model's own measurement, else the pooled one, with its basis label."""
@@ -88,7 +95,28 @@ class TokenStats:
             if gens:
                 entries[key] = StageStats(calls / gens, tin / token_calls if token_calls else None,
                                           tout / token_calls if token_calls else None, int(gens))
-        return cls(entries, runs)
+        return cls(entries, runs, paired_spreads(stores))
+
+
+def paired_spreads(stores: Iterable[RunStore]) -> dict[str, dict[str, float]]:
+    """Per task and figure, the median over the runs' model pairs of the sd of their per-item
+    differences: what the items of a task let two models' difference vary by."""
+    sds: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for store in stores:
+        records = store.read_json("metrics.json")
+        listed: list = records if isinstance(records, list) else []
+        for r in listed:
+            if not isinstance(r, dict) or r.get("table") != PAIRED:
+                continue
+            for pair in r.get("pairs", []):
+                for figure in r.get("figures", []):
+                    se = (pair.get(figure) or {}).get("stderr")
+                    if se is not None and pair.get("n", 0) > 1:
+                        sds[(r["task"], figure)].append(se * math.sqrt(pair["n"]))
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (task, figure), values in sorted(sds.items()):
+        out[task][figure] = statistics.median(values)
+    return dict(out)
 
 
 def _add(acc: list[float], *values: float) -> None:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from halluscope.config.load import parse_config
 from halluscope.contract.benchmark import MetricInputs
+from halluscope.contract.metrics import PAIRED
 from halluscope.errors import DataError
 from halluscope.report.escape import terminal
 from halluscope.report.sections import stored_records
@@ -56,6 +57,8 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
         options = cfg.options_for(name) if cfg is not None else bench.parse_options(None)
         inputs = MetricInputs(tasks, pa.concat_tables(rows), a.read_table, a.read_items, options)
         for record in bench.compare(inputs):
+            if record.values.get("table") != PAIRED:
+                continue
             for pair in record.values.get("pairs", []):
                 (la, ma), (lb, mb) = pair["a"].split("\0", 1), pair["b"].split("\0", 1)
                 if (la, lb) != (_A, _B) or ma != mb:

@@ -189,3 +189,17 @@ def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answe
     assert found["halogen/code"]["paired"] == {"hallucination_score": pytest.approx(expected)}
     assert found["halogen/code"]["paired"]["hallucination_score"] < found["halogen/code"]["difference"]
     assert "paired" not in found["halogen/references"]  # no earlier measurement: the stated bound alone
+
+
+def test_a_models_rank_interval_counts_the_models_told_apart_above_and_below_it():
+    from halluscope.halogen.report import rank_intervals
+
+    def pair(a: str, b: str, diff: float | None, se: float | None = 0.01) -> dict:
+        return {"a": a, "b": b, "n": 100, "hallucination_score": {"diff": diff, "stderr": se, "ci95": None}}
+
+    # a < b told apart, b ≈ c, a < c told apart; d answered nothing (H undefined)
+    record = {"task": "halogen/code", "pairs": [pair("a", "b", -0.05), pair("a", "c", -0.06), pair("b", "c", -0.01),
+                                                pair("a", "d", None), pair("b", "d", None), pair("c", "d", None)]}
+    table = rank_intervals([record])
+    assert table is not None and [c.name for c in table.specs] == ["model", "code"]
+    assert {row[0]: row[1] for row in table.rows} == {"a": "1", "b": "2-3", "c": "2-3"}

@@ -311,6 +311,36 @@ def rank_separations(tasks: list[dict], paired: list[dict]) -> Table | None:
                         "their errors taken as unpaired, which overstates it."])
 
 
+def rank_intervals(paired: list[dict]) -> Table | None:
+    """Per model and task, the ranks by H its paired differences allow: from 1 + the models whose H
+    is lower beyond the 95% interval of their difference, to the count of ranked models less those
+    whose H is higher beyond it. A model without an H (it answered no item) is not ranked."""
+    ranks: dict[str, dict[str, str]] = defaultdict(dict)
+    for r in paired:
+        defined = [p for p in r["pairs"] if _value(p[H]["diff"]) is not None]
+        ranked = sorted({m for p in defined for m in (p["a"], p["b"])})
+        lower: Counter[str] = Counter()  # model -> ranked models told apart from it with a lower H
+        higher: Counter[str] = Counter()
+        for p in defined:
+            diff, se = p[H]["diff"], _value(p[H]["stderr"])
+            if se is not None and abs(diff) > Z95 * se:
+                low, high = (p["a"], p["b"]) if diff < 0 else (p["b"], p["a"])  # diff is a - b
+                lower[high] += 1
+                higher[low] += 1
+        for m in ranked:
+            lo, hi = 1 + lower[m], len(ranked) - higher[m]
+            ranks[m][r["task"]] = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    tasks = sorted({t for by_task in ranks.values() for t in by_task})
+    if not tasks:
+        return None
+    rows: list[list[Cell]] = [[m, *(ranks[m].get(t) for t in tasks)] for m in sorted(ranks)]
+    return Table("Rank intervals by H (1: least hallucinated)", ["model", *(Column(_short(t)) for t in tasks)], rows,
+                 collapsed=True, notes=[
+                     "The ranks a model can hold on a task, given which of its paired differences in H exceed their "
+                     "95% interval: 3-7 means two models are surely less hallucinated and four surely more. A model "
+                     "that answered no item of a task has no H and no rank there."])
+
+
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: HALOGEN's tables, then its charts (read from the records' flat objects)."""
     every = [r.as_json() for r in records]
@@ -319,6 +349,7 @@ def sections(records: Sequence[MetricRecord]) -> list[Section]:
     tasks = [r for r in rows if not r.get("aggregate")]
     aggregates = [r for r in rows if r.get("aggregate")]
     parts = [*paper_tables(rows, "paper"), reproduction(tasks), *paper_tables(rows, "corrected"),
-             averages_table(aggregates), rejected_packages(tasks), per_task(tasks), rank_separations(tasks, paired)]
+             averages_table(aggregates), rejected_packages(tasks), per_task(tasks), rank_separations(tasks, paired),
+             rank_intervals(paired)]
     main = Section("HALOGEN", [PREAMBLE], DEFINITIONS, [p for p in parts if p is not None])
     return [s for s in (main, refusal_scatter(aggregates), domain_bars(tasks)) if s is not None]

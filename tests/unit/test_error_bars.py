@@ -203,3 +203,13 @@ def test_a_models_rank_interval_counts_the_models_told_apart_above_and_below_it(
     table = rank_intervals([record])
     assert table is not None and [c.name for c in table.specs] == ["model", "code"]
     assert {row[0]: row[1] for row in table.rows} == {"a": "1", "b": "2-3", "c": "2-3"}
+
+
+def test_bars_with_intervals_carry_whiskers_and_the_intervals_also_as_text():
+    from halluscope.report import svg
+
+    style = svg.style(0)
+    with_ci = svg.grouped_bars(["code"], [svg.StyledSeries("m", style, [0.2], [(0.15, 0.25)])], "t", "H")
+    without = svg.grouped_bars(["code"], [svg.StyledSeries("m", style, [0.2])], "t", "H")
+    assert with_ci.count("<path d=\"M") == 1 and "0.200 (95% interval 0.150 to 0.250)" in with_ci
+    assert "<path d=\"M" not in without and "95% interval" not in without

@@ -92,6 +92,7 @@ class Notes:
 class Series:
     name: str  # a model: drawn in the same colour and marker in every chart of the page
     values: Sequence[float | None]  # one per label; None: no value (a gap, a grey dash)
+    intervals: Sequence[tuple[float, float] | None] = ()  # per label its 95% interval (bars: a whisker)
 
 
 @dataclass(frozen=True)

@@ -240,7 +240,14 @@ def _bars(records: list[dict], title: str) -> Chart:
     tasks = sorted({r["task"] for r in records}, key=lambda t: (
         min(order.get(str(r.get("task_kind")), 9) for r in records if r["task"] == t), t))
     cells = {(r["model"], r["task"]): _value(r.get(H)) for r in records}
-    series = [Series(m, [cells.get((m, t)) for t in tasks]) for m in sorted({r["model"] for r in records})]
+
+    def interval(r: dict) -> tuple[float, float] | None:
+        ci = (r.get("ci95") or {}).get(H)
+        return (ci[0], ci[1]) if ci and None not in ci else None
+
+    intervals = {(r["model"], r["task"]): interval(r) for r in records}
+    series = [Series(m, [cells.get((m, t)) for t in tasks], [intervals.get((m, t)) for t in tasks])
+              for m in sorted({r["model"] for r in records})]
     return Chart("bars", title, [_short(t) for t in tasks], series, y_label="H")
 
 
@@ -249,9 +256,10 @@ def domain_bars(records: list[dict]) -> Section | None:
     if not records:
         return None
     paper, corrected = ([r for r in records if rule_set(r["task"]) == rules] for rules in RULES)
-    charts = [_bars(paper, "Hallucination score H per task and model (the authors' rules)")] if paper else []
+    charts = [_bars(paper, "Hallucination score H per task and model (the authors' rules; whiskers: 95% "
+                           "intervals)")] if paper else []
     if corrected:
-        chart = _bars(corrected, "Hallucination score H per task and model (corrected rules)")
+        chart = _bars(corrected, "Hallucination score H per task and model (corrected rules; whiskers: 95% intervals)")
         charts.append(Chart(chart.kind, chart.title, chart.labels, chart.series, y_label=chart.y_label,
                             collapsed=bool(paper)))
     return Section("Hallucination by domain (HALOGEN)", [

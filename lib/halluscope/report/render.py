@@ -257,7 +257,7 @@ def draw(chart: Chart, styles: dict[str, svg.Style]) -> Markup:
     if chart.kind == "scatter":
         points = [svg.StyledPoint(p.name, p.x, p.y, styles[p.name]) for p in chart.points]
         return Markup(svg.scatter(points, chart.title, chart.x_label, chart.y_label))
-    series = [svg.StyledSeries(s.name, styles[s.name], s.values) for s in chart.series]
+    series = [svg.StyledSeries(s.name, styles[s.name], s.values, s.intervals) for s in chart.series]
     if chart.kind == "lines":
         return Markup(svg.line_chart(chart.labels, series, chart.title, chart.x_label, chart.y_label))
     return Markup(svg.grouped_bars(chart.labels, series, chart.title, chart.y_label))

@@ -94,6 +94,7 @@ class StyledSeries:
     name: str
     style: Style
     values: Sequence[float | None]  # one per category
+    intervals: Sequence[tuple[float, float] | None] = ()  # a 95% interval per category: a whisker on its bar
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,9 @@ def grouped_bars(groups: Sequence[str], series: Sequence[StyledSeries], title: s
     group_w = (width - 52 - 16) / max(len(groups), 1)
     tilt = CHAR_W * longest > group_w - 4
     bottom = 30 + (int(5.6 * min(longest, 28) * 0.5) if tilt else 0)  # sin 30° of a 10px label
-    f = _Frame(width, height + (bottom - 30), 52, 16, 28, bottom, _y_max([v for s in series for v in s.values]))
+    highs = [iv[1] for s in series for iv in s.intervals if iv is not None]
+    f = _Frame(width, height + (bottom - 30), 52, 16, 28, bottom, _y_max([*(v for s in series for v in s.values),
+                                                                          *highs]))
     bar_w = max(1.0, min(18.0, (group_w - 10) / max(len(series), 1)))
     body = f.y_axis(y_label)
     base = f.top + f.plot_h
@@ -270,8 +273,14 @@ def grouped_bars(groups: Sequence[str], series: Sequence[StyledSeries], title: s
                             f'<title>{esc(s.name)}, {esc(g)}: no value</title></rect>')
                 continue
             y = f.py(v)
+            interval = s.intervals[gi] if gi < len(s.intervals) else None
+            shown = "" if interval is None else f" (95% interval {interval[0]:.3f} to {interval[1]:.3f})"
             body.append(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(bar_w)}" height="{_num(base - y)}" '
-                        f'fill="{s.style.colour}"><title>{esc(s.name)}, {esc(g)}: {v:.3f}</title></rect>')
+                        f'fill="{s.style.colour}"><title>{esc(s.name)}, {esc(g)}: {v:.3f}{shown}</title></rect>')
+            if interval is not None:
+                mid, lo, hi = x + bar_w / 2, f.py(max(interval[0], 0.0)), f.py(interval[1])
+                body.append(f'<path d="M{_num(mid)} {_num(lo)}V{_num(hi)}M{_num(mid - bar_w / 4)} {_num(hi)}'
+                            f'h{_num(bar_w / 2)}" stroke="{AXIS}" stroke-width="1" fill="none"/>')
         cx = f.left + group_w * (gi + 0.5)
         label = esc(_short(g, 28))
         if tilt:

@@ -197,9 +197,10 @@ def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(i
         board = s3.get_object(Bucket=bucket, Key="runs/detect/leaderboard.md")["Body"].read().decode()
         assert "6 responses scored, 1 of them unreadable answers scored as empty lists; 0 without a prediction" \
             in board
-        # columns Data2txt, QA, Summary, Overall; Data2txt's one gold-positive response was missed: F1 is 0/0
-        assert "| all models | 0.0 / 0.0 / n/a | 100.0 / 100.0 / 100.0 | 100.0 / 100.0 / 100.0 | " \
-               "66.7 / 66.7 / 66.7 |" in board
+        # columns Data2txt, QA, Summary, Overall; Data2txt's one gold-positive response was missed: F1 is 0/0;
+        # F1's bootstrap error where a cell has two sources or more (Overall)
+        assert re.search(r"\| all models \| 0\.0 / 0\.0 / n/a \| 100\.0 / 100\.0 / 100\.0 \| 100\.0 / 100\.0 / 100\.0 \| "
+                         r"66\.7 / 66\.7 / 66\.7 ± \d+\.\d \|", board), board
         html = s3.get_object(Bucket=bucket, Key="runs/detect/report.html")["Body"].read().decode()
         assert "RAGTruth detector detector, response level" in html and "RAGTruth corpus (Table 2)" in html
 

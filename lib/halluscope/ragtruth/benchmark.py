@@ -28,6 +28,7 @@ from halluscope.contract.metrics import MetricRecord
 from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
+from halluscope.ragtruth.intervals import detection_intervals
 from halluscope.ragtruth.metrics import count, summarize
 from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.stats import count_stats, model_table, task_table
@@ -93,7 +94,10 @@ def detect_metrics(inputs: MetricInputs, options: RagTruthOptions) -> list[dict]
         records = [by_id[r["item_id"]] for r in mine]
         output = detector.parse(records, [Completion(text=r["text"], error=r["error"]) for r in mine])
         base = {"model": model, "task": DETECT}
-        out += [base | {"table": "detection", "task_type": s.pop("task"), "generator": s.pop("model"), **s}
+        errors = detection_intervals(records, output.predictions, options.metrics)
+        out += [base | {"table": "detection", "task_type": s["task"], "generator": s["model"],
+                        **{k: v for k, v in s.items() if k not in ("task", "model")},
+                        **errors.get((s["task"], s["model"]), {})}
                 for s in summarize(count(records, output.predictions, options.metrics))]
         out.append(base | {"table": "detector_problems", "problems": dict(sorted(output.problem_counts().items()))})
         out += [base | {"table": "selection", **select(corpus.records, output.predictions, models,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.detectors import Unreadable
@@ -53,6 +53,9 @@ class MetricOptions(BaseModel):
 
     unreadable: Unreadable = "empty"  # a judge answer with no readable list: an empty list (spec §5.1) or left out
     unpredicted: Literal["exclude", "empty"] = "exclude"  # no prediction at all: left out or an empty list
+    # the bootstrap of the detection figures' errors (intervals.py): resamples and the seed they are drawn from
+    bootstrap_resamples: int = Field(default=1000, ge=100)
+    bootstrap_seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ def _pct(x: float | None) -> str:
 
 
 def _prf(rows: list[dict], level: str) -> tuple[list[str], list[list[str]]]:
-    """One row per response model, one column per task type; cells P / R / F1 (%) of ``level``."""
+    """One row per response model, one column per task type; cells P / R / F1 (%) of ``level``, and
+    F1's bootstrap standard error where the record has one."""
     types = [t for t in dict.fromkeys(r["task_type"] for r in rows) if t != OVERALL] + [OVERALL]
     generators = [ALL] + sorted({r["generator"] for r in rows} - {ALL})
     cell = {(r["task_type"], r["generator"]): r for r in rows}
@@ -27,9 +28,10 @@ def _prf(rows: list[dict], level: str) -> tuple[list[str], list[list[str]]]:
         cells = []
         for t in types:
             r = cell.get((t, g))
+            se = None if r is None else (r.get("stderr") or {}).get(f"{level}_f1")
             cells.append("-" if r is None else " / ".join(
                 "n/a" if f"{level}_{k}" in r["undefined"] else _pct(r[f"{level}_{k}"])
-                for k in ("precision", "recall", "f1")))
+                for k in ("precision", "recall", "f1")) + ("" if se is None else f" ± {_pct(se)}"))
         body.append(["all models" if g == ALL else g, *cells])
     return ["response model", *types], body
 
@@ -45,9 +47,11 @@ def tables(records: list[dict]) -> list[Table]:
         note = (f"{overall['n_responses']} responses scored, {overall['unreadable']} of them unreadable answers "
                 f"scored as empty lists; {overall['unpredicted']} without a prediction"
                 + ("; problems: " + ", ".join(f"{k} {v}" for k, v in problems.items()) if problems else ""))
-        out.append(Table(f"RAGTruth detector {detector}, response level: P / R / F1 (%). {note}",
+        out.append(Table(f"RAGTruth detector {detector}, response level: P / R / F1 (%) ± F1's bootstrap standard "
+                         f"error. {note}",
                          *_prf(rows, "response")))
-        out.append(Table(f"RAGTruth detector {detector}, span level, characters (micro): P / R / F1 (%)",
+        out.append(Table(f"RAGTruth detector {detector}, span level, characters (micro): P / R / F1 (%) ± F1's "
+                         "bootstrap standard error",
                          *_prf(rows, "span")))
         for rep in (r for r in records if r.get("table") == "selection" and r["model"] == detector):
             out.append(Table(f"RAGTruth selection by {detector} among {' + '.join(rep['models'])} "

@@ -7,6 +7,7 @@ starts; and ragtruth/generate with scripted models under test and a scripted jud
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import boto3
@@ -276,6 +277,14 @@ def test_rag_generation_rate_and_density(in_driver, tmp_path):
     x = rows[("gen-x", "Overall")]
     assert (x["asked"], x["scored"], x["hallucinated"], x["spans"], x["words"]) == (3, 3, 2, 3, 19)
     assert x["hallucination_rate"] == pytest.approx(2 / 3) and x["density"] == pytest.approx(300 / 19)
+    # the rate's error is a share's over its three answers; the density's the delta method's over
+    # answers of 8, 6 and 5 words with 1, 2 and 0 spans
+    assert x["stderr"]["hallucination_rate"] == pytest.approx(math.sqrt(2 / 3 * 1 / 3 / 2))
+    d = 300 / 19
+    assert x["stderr"]["density"] == pytest.approx(
+        math.sqrt(3 / 2 * sum((100 * s - d * w) ** 2 for s, w in ((1, 8), (2, 6), (0, 5)))) / 19)
+    assert x["ci95"]["density"][0] < d < x["ci95"]["density"][1] and set(x["method"]) == {"hallucination_rate",
+                                                                                         "density"}
     assert rows[("gen-x", "Data2txt")]["density"] == pytest.approx(200 / 6)
     # gen-y: "I do not know." twice (4 words each), "A bridge opened on Monday at noon." (7 words, 1 span)
     y = rows[("gen-y", "Overall")]

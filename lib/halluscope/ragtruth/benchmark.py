@@ -16,6 +16,7 @@ the same however the work was batched. Every record names its ``table``:
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 
 from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.completion import Completion
+from halluscope.contract.errorbars import bars, proportion_se, ratio_se
 from halluscope.contract.metrics import MetricRecord
 from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
@@ -131,23 +133,33 @@ def _rag_counts(row: dict) -> RagCounts:
                      words=len(row["text"].split()))
 
 
+MEAN_OVER_ANSWERS = "analytic standard error of a share of the scored answers (one answer per source)"
+RATIO_OVER_ANSWERS = "delta-method standard error of spans per 100 words pooled over answers, clustered by answer"
+
+
 def generate_metrics(inputs: MetricInputs) -> list[dict]:
     """Rate (share of scored answers with >= 1 detected span) and density (spans per 100 words)
     per model and task type, and per model over all of them, from summed integer counts."""
     task_types = {r["item_id"]: r["task_type"] for r in _item_fields(inputs.items(GENERATE))}
-    acc: dict[tuple[str, str], RagCounts] = {}
+    acc: dict[tuple[str, str], list[RagCounts]] = defaultdict(list)  # an answer's counts each
     for r in _rows(inputs, GENERATE):
-        key = (r["model"], task_types[r["item_id"]])
-        acc[key] = acc.get(key, RagCounts()) + _rag_counts(r)
+        acc[(r["model"], task_types[r["item_id"]])].append(_rag_counts(r))
     out = []
     for model in sorted({m for m, _ in acc}):
         types = sorted(t for m, t in acc if m == model)
         for task_type in [*types, OVERALL]:
-            c = sum((v for (m, t), v in sorted(acc.items()) if m == model and task_type in (OVERALL, t)), RagCounts())
+            answers = [a for (m, t), v in sorted(acc.items()) if m == model and task_type in (OVERALL, t) for a in v]
+            c = sum(answers, RagCounts())
+            figures = {"hallucination_rate": c.hallucinated / c.scored if c.scored else None,
+                       "density": 100 * c.spans / c.words if c.words else None}
+            scored = [a for a in answers if a.scored]
+            density_se = ratio_se([100.0 * a.spans for a in scored], [float(a.words) for a in scored])
+            errors = {"hallucination_rate": proportion_se(c.hallucinated, c.scored), "density": density_se}
             out.append({"model": model, "task": GENERATE, "table": "generation", "task_type": task_type, **asdict(c),
-                        "hallucination_rate": c.hallucinated / c.scored if c.scored else None,
-                        "density": 100 * c.spans / c.words if c.words else None})
+                        **figures, **bars(figures, errors, {"hallucination_rate": MEAN_OVER_ANSWERS,
+                                                            "density": RATIO_OVER_ANSWERS})})
     return out
+
 
 
 def _item_fields(items: pa.Table) -> list[dict]:

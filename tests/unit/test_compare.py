@@ -44,7 +44,10 @@ def test_a_model_across_two_runs_is_paired_over_the_items_both_scored(tmp_path, 
     diff, se = paired_difference(new[:35], np.ones(35), old[:35], np.ones(35))
     assert h["n"] == 35 and h["diff"] == pytest.approx(diff) and h["stderr"] == pytest.approx(se)
     assert h["a"] == pytest.approx(old.mean()) and h["b"] == pytest.approx(new[:35].mean())  # each run's own figure
-    assert h["ci95"][1] < 0  # told apart: B hallucinates less
+    assert h["ci95"][1] < 0 and h["favours"] == "B"  # told apart: B hallucinates less, and lower H is better
+    favours = {r["figure"]: r["favours"] for r in rows}
+    assert favours["response_ratio"] is None  # R has no better direction of its own (answer, or refuse?)
+    assert favours["utility_score"] in ("B", "neither")
     assert {r["model"] for r in rows} == {"m"}  # "other" is in one run only
     assert {r["figure"] for r in rows} == {"response_ratio", "hallucination_score", "utility_score"}
 
@@ -63,3 +66,15 @@ def test_runs_with_nothing_in_common_say_so(tmp_path, capsys):
     assert "share no model and task" in capsys.readouterr().out
     assert main(["compare", f"file://{tmp_path}/a", f"file://{tmp_path}/nowhere"]) != 0
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_a_benchmarks_own_table_or_the_generic_one_says_which_way_its_figures_are_better():
+    from halluscope.contract.metrics import MetricRecord
+    from halluscope.report.sections import generic
+    from halluscope.task_registry import benchmarks
+
+    assert {f.key: f.better for f in benchmarks()["halogen"].figures}["hallucination_score"] == "lower"
+    section = generic("halogen", [MetricRecord("m", "halogen/code", "halogen",
+                                               {"hallucination_score": 0.1, "utility_score": 0.9, "n_items": 3})])
+    (table,) = section.parts
+    assert table.notes == ["higher is better: utility_score", "lower is better: hallucination_score"]

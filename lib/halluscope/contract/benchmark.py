@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
-    from halluscope.contract.metrics import MetricRecord
+    from halluscope.contract.metrics import Figure, MetricRecord
     from halluscope.contract.report import Section
     from halluscope.contract.task import Task
 
@@ -85,6 +85,9 @@ class Benchmark:
     # (``MetricInputs.scores``); None: no comparisons
     compare: Callable[[MetricInputs], Sequence[MetricRecord]] | None = None
     compare_columns: Sequence[str] = ()
+    # its records' figures and which way each is better (`halluscope compare` says which run a
+    # difference favours; the generic table marks them)
+    figures: Sequence[Figure] = ()
     # the answers of a released model's recorded pipeline steps by content key, (data resolver,
     # model) -> answers, that a ``backend: recorded`` role model names as ``module:function``: the
     # only code a run config may name (None: the benchmark has none)

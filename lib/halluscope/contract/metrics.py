@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 # the keys of a record's JSON object that are fields of MetricRecord rather than values
 FIELDS = ("model", "task", "benchmark")
@@ -17,6 +17,16 @@ COSTS_TOTAL = "costs/total"  # the task of the engine's record of what the run c
 # ``figures`` (its figure names), ``pairs`` [{a, b, n (items both answered), <figure>: {diff (a - b),
 # stderr, ci95}}] and ``method``; the plan and `halluscope compare` read them in this shape
 PAIRED = "paired"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure a benchmark's records hold under ``key``, and which way is better: ``higher``,
+    ``lower``, or None where it depends on the task (HALOGEN's response ratio: answering is right
+    on a response-based task, refusing on a refusal-based one)."""
+
+    key: str
+    better: Literal["higher", "lower"] | None
 
 
 @dataclass(frozen=True)

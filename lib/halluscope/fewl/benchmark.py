@@ -3,6 +3,7 @@
 from pydantic import BaseModel
 
 from halluscope.contract.benchmark import Benchmark
+from halluscope.contract.metrics import Figure
 from halluscope.fewl import report
 from halluscope.fewl.options import FewlOptions
 from halluscope.fewl.task import FewlTask
@@ -15,4 +16,6 @@ def _role_models(options: BaseModel) -> list[tuple[str, str]]:
 
 BENCHMARK = Benchmark("fewl", [FewlTask()], options=FewlOptions, metrics=report.metrics,
                       score_columns=report.SCORE_COLUMNS, report=report.sections, role_models=_role_models,
+                      figures=(Figure("mean_score", "higher"), Figure("mean_truthfulness", "higher"),
+                               Figure("mean_penalty", "lower")),
                       description="FEWL: hallucination scores without gold answers, from weighted reference LLMs")

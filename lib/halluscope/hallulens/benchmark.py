@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from halluscope.contract.benchmark import Benchmark
+from halluscope.contract.metrics import Figure
 from halluscope.hallulens import report
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.tasks import TASKS, describe_knowledge
@@ -19,8 +20,13 @@ def _testsets(job_uri: str) -> Iterator[tuple[str, str]]:
         yield uri(ts, job), summary(ts)
 
 
+FIGURES = (Figure("false_refusal_rate", "lower"), Figure("hallucination_rate", "lower"),
+           Figure("correct_rate", "higher"), Figure("precision", "higher"), Figure("recall_at_k", "higher"),
+           Figure("f1_at_k", "higher"), Figure("false_acceptance_rate", "lower"))
+
+
 BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
                       metrics_per_model=True, score_columns=report.SCORE_COLUMNS, report=report.sections,
                       description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal", testsets=_testsets,
-                      describe_knowledge=describe_knowledge,
+                      describe_knowledge=describe_knowledge, figures=FIGURES,
                       moved={"verifiers.wiki": "benchmarks.hallulens.wiki"})

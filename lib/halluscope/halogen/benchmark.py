@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from halluscope.contract.benchmark import Benchmark, MetricInputs
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import Figure, MetricRecord
 from halluscope.halogen.attribution.cli import add_parser as add_attribute_parser
 from halluscope.halogen.metrics import SCORE_COLUMNS, averages, task_metrics
 from halluscope.halogen.options import MOVED, NAME, HalogenOptions, describe_knowledge
@@ -30,9 +30,14 @@ def _summarize(per_task: Sequence[MetricRecord]) -> list[MetricRecord]:
     return [*per_task, *(MetricRecord.from_json(r) for r in averages([r.as_json() for r in per_task]))]
 
 
+# R's better direction is the task's: answering on a response-based task, refusing on a refusal-based one
+FIGURES = (Figure("response_ratio", None), Figure("hallucination_score", "lower"),
+           Figure("hallucination_score_micro", "lower"), Figure("utility_score", "higher"))
+
+
 BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, metrics_per_model=True,
                       summarize=_summarize, score_columns=SCORE_COLUMNS, compare=_compare,
-                      compare_columns=COMPARE_COLUMNS,
+                      compare_columns=COMPARE_COLUMNS, figures=FIGURES,
                       stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
                       recorded_steps=replies,
                       commands=add_attribute_parser,  # halluscope attribute RUN: section 5's analysis

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.completion import Completion
 from halluscope.contract.errorbars import bars, proportion_se, ratio_se
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import Figure, MetricRecord
 from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
@@ -193,8 +193,13 @@ def merged(records: Sequence[MetricRecord]) -> list[MetricRecord]:
     return sorted(out, key=lambda r: (r.model != "*", r.task != DETECT))
 
 
+# a detector's figures, then those of a model under test answering sources
+FIGURES = (*(Figure(f"{level}_{k}", "higher") for level in ("response", "span", "span_macro")
+             for k in ("precision", "recall", "f1")), Figure("hallucination_rate", "lower"), Figure("density", "lower"))
+
+
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generation()], options=RagTruthOptions, metrics=metrics,
                       metrics_per_model=True, summarize=merged, score_columns=SCORE_COLUMNS,
-                      report=report.sections,
+                      report=report.sections, figures=FIGURES,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "
                                   "judged by a detector")

@@ -35,7 +35,9 @@ def _values(store: RunStore) -> dict[tuple[str, str], dict]:
 
 def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> list[dict]:
     """A row per (model, task, figure) both runs scored: ``a``, ``b``, ``n`` (items both scored),
-    ``diff`` (b - a), ``stderr``, ``ci95`` and the method's name."""
+    ``diff`` (b - a), ``stderr``, ``ci95``, the method's name, and ``favours``: the run whose figure is
+    better by the benchmark's direction where the interval excludes 0 (``A``, ``B``), ``neither``
+    where it does not, None where the figure has no better direction."""
     manifest = a.read_json("manifest.json") or {}
     cfg = parse_config(manifest["config"], a.loc.child("manifest.json").url, stored=True) \
         if "config" in manifest else None
@@ -55,6 +57,7 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
             labelled = pc.binary_join_element_wise(label, t.column("model"), "\0")
             rows.append(t.set_column(t.schema.get_field_index("model"), "model", labelled))
         options = cfg.options_for(name) if cfg is not None else bench.parse_options(None)
+        better = {f.key: f.better for f in bench.figures}
         inputs = MetricInputs(tasks, pa.concat_tables(rows), a.read_table, a.read_items, options)
         for record in bench.compare(inputs):
             if record.values.get("table") != PAIRED:
@@ -65,13 +68,23 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
                     continue  # two models of one run, or two different models
                 for figure in record.values.get("figures", []):
                     d = pair[figure]
+                    diff = None if d["diff"] is None else 0.0 - d["diff"]
+                    ci = None if d["ci95"] is None else [0.0 - d["ci95"][1], 0.0 - d["ci95"][0]]
                     out.append({"model": ma, "task": record.task, "figure": figure,
                                 "a": values[_A].get((ma, record.task), {}).get(figure),
                                 "b": values[_B].get((ma, record.task), {}).get(figure), "n": pair["n"],
-                                "diff": None if d["diff"] is None else 0.0 - d["diff"], "stderr": d["stderr"],
-                                "ci95": None if d["ci95"] is None else [0.0 - d["ci95"][1], 0.0 - d["ci95"][0]],
-                                "method": record.values.get("method")})
+                                "diff": diff, "stderr": d["stderr"], "ci95": ci,
+                                "method": record.values.get("method"), "favours": _favours(ci, better.get(figure))})
     return out
+
+
+def _favours(ci: list[float] | None, better: str | None) -> str | None:
+    """Which run a difference (B - A) with this interval favours, by the figure's better direction."""
+    if better is None or ci is None:
+        return None
+    if ci[0] <= 0 <= ci[1]:
+        return "neither"
+    return "B" if (ci[0] > 0) == (better == "higher") else "A"
 
 
 def _num(x: float | None, spec: str = ".4f") -> str:
@@ -83,11 +96,11 @@ def compare_text(rows: list[dict], run_a: str, run_b: str) -> str:
         return (f"{run_a} and {run_b} share no model and task that a benchmark compares item by item "
                 "(the same model id, scored in both)")
     lines = [f"B minus A: A = {run_a}, B = {run_b}; over the items both runs scored, with the paired 95% interval "
-             "(* where it excludes 0)", "",
-             f"{'model':<28} {'task':<38} {'figure':<20} {'A':>7} {'B':>7} {'B-A':>8} {'s.e.':>7}  {'n':>6}"]
+             "(* where it excludes 0); favours: the run that is better by the figure's direction", "",
+             f"{'model':<28} {'task':<38} {'figure':<20} {'A':>7} {'B':>7} {'B-A':>8} {'s.e.':>7}  {'n':>6}  favours"]
     for r in rows:
         told = r["ci95"] is not None and (r["ci95"][0] > 0 or r["ci95"][1] < 0)
         lines.append(f"{r['model']:<28} {r['task']:<38} {r['figure']:<20} {_num(r['a'], '.3f'):>7} "
                      f"{_num(r['b'], '.3f'):>7} {_num(r['diff'], '+.4f'):>8} {_num(r['stderr']):>7}"
-                     f"{'*' if told else ' '} {r['n']:>6}")
+                     f"{'*' if told else ' '} {r['n']:>6}  {r['favours'] or '-'}")
     return terminal("\n".join(lines))

@@ -77,7 +77,12 @@ def generic(name: str, records: Sequence[MetricRecord]) -> Section:
                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
     rows: list[list[Cell]] = [[r.model, r.task, *(Sampled(_number(r.values.get(k)), r.model, r.task) for k in keys)]
             for r in sorted(records, key=lambda r: (r.task, r.model))]
-    return Section(f"{name} metrics", parts=[Table("", ["model", "task", *(Column(k) for k in keys)], rows)])
+    bench = benchmarks().get(name)
+    better = {f.key: f.better for f in (bench.figures if bench is not None else ()) if f.key in keys}
+    notes = [f"{way} is better: {', '.join(k for k, b in better.items() if b == way)}" for way in ("higher", "lower")
+             if way in better.values()]
+    return Section(f"{name} metrics", parts=[Table("", ["model", "task", *(Column(k) for k in keys)], rows,
+                                                   notes=notes)])
 
 
 def _number(v: object) -> int | float | None:

@@ -77,3 +77,26 @@ def test_which_row_errors_a_resubmitted_run_does_again():
     for final in (None, "HTTP 400: prompt too long", "decompose failed: ValueError: x", "no recorded response",
                   "malformed response: KeyError"):
         assert not transient_error(final), final
+
+
+def test_the_largest_gpu_groups_are_submitted_first(monkeypatch):
+    """A TP8 group needs a whole free node: submitted after a TP4 group, it can find that group on
+    the only node it would have fitted (seen in bench/cluster_layouts.py's resumed 2 x 8 run)."""
+    from types import SimpleNamespace
+
+    from halluscope.config.schema import ScriptedModel
+    from halluscope.serving import app
+
+    submitted: list[str] = []
+
+    def run_many(targets, wait_for_applications_running):
+        submitted.extend(t.name for t in targets)
+        return [SimpleNamespace(deployment_name="scripted") for _ in targets]
+
+    monkeypatch.setattr(app, "start_serve", lambda port: 8000)
+    monkeypatch.setattr(app.serve, "run_many", run_many)
+    monkeypatch.setattr(app, "build_application", lambda spec: spec.id)
+    specs = [ScriptedModel.model_validate({"id": i, "backend": "scripted", "params": {"serve": serve}})
+             for i, serve in (("judge", {"num_gpus": 4}), ("cpu", {"num_cpus": 1}), ("extractor", {"num_gpus": 8}))]
+    endpoints = app.deploy(specs, wait=False, scope="r")
+    assert submitted == ["r--extractor", "r--judge", "r--cpu"] and set(endpoints) == {"judge", "cpu", "extractor"}

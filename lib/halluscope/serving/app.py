@@ -20,6 +20,7 @@ from ray.serve import Application
 
 from halluscope.config.schema import ServedModel
 from halluscope.quiet import quiet_ray
+from halluscope.serving.placement import placement
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,10 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
     the error is raised."""
     if not specs:
         return {}
+    # the largest GPU groups first: replicas are placed in the order the apps are submitted, and a
+    # TP8 group needs a whole free node, which a TP4 one placed before it could take half of (a
+    # resumed run's left-over model app holding half of another node, say)
+    specs = sorted(specs, key=_gpus_per_replica, reverse=True)
     names = [app_name_for(s.id, scope) for s in specs]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
@@ -97,6 +102,11 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
         _delete_apps(names)
         raise
     return endpoints
+
+
+def _gpus_per_replica(spec: ServedModel) -> float:
+    resource, units = placement(spec)
+    return 0.0 if resource == "CPU" else units
 
 
 def _wait_running(specs: Sequence[ServedModel], endpoints: dict[str, ServedEndpoint]) -> None:

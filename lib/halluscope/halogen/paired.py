@@ -17,7 +17,11 @@ from halluscope.contract.metrics import PAIRED
 
 # what the comparison reads of every model's scores, beside model and task
 COMPARE_COLUMNS = ("item_id", "error", "responded", "f", "g")
-FIGURES = ("response_ratio", "hallucination_score", "utility_score")
+# figure -> (its numerator, its denominator; None: one per item) among _grid's values
+_PARTS: dict[str, tuple[str, str | None]] = {"response_ratio": ("responded", None),
+                                             "hallucination_score": ("f", "responded"),
+                                             "utility_score": ("g", None)}
+FIGURES = tuple(_PARTS)
 
 
 def _grid(rows: pa.Table) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
@@ -42,10 +46,8 @@ def _grid(rows: pa.Table) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]
 
 def _pair(values: dict[str, np.ndarray], a: int, b: int, both: np.ndarray) -> dict:
     ones = np.ones(int(both.sum()))
-    parts = {"response_ratio": ("responded", None), "hallucination_score": ("f", "responded"),
-             "utility_score": ("g", None)}
     out: dict = {}
-    for figure, (num, den) in parts.items():
+    for figure, (num, den) in _PARTS.items():
         den_a = ones if den is None else values[den][a, both]
         den_b = ones if den is None else values[den][b, both]
         diff, se = paired_difference(values[num][a, both], den_a, values[num][b, both], den_b)

@@ -13,7 +13,8 @@ from typing import Any, Literal
 # the keys of a record's JSON object that are fields of MetricRecord rather than values
 FIELDS = ("model", "task", "benchmark")
 COSTS_TOTAL = "costs/total"  # the task of the engine's record of what the run cost, beside the benchmarks'
-# a compare hook's record (``Benchmark.compare``), one per task, model "*": ``table`` PAIRED,
+# a compare hook's record (``Benchmark.compare``), one per task, model "*", ``aggregate`` true (it
+# spans models, so a reader of per-model records passes over it as over averages): ``table`` PAIRED,
 # ``figures`` (its figure names), ``pairs`` [{a, b, n (items both answered), <figure>: {diff (a - b),
 # stderr, ci95}}] and ``method``; the plan and `halluscope compare` read them in this shape
 PAIRED = "paired"

@@ -72,6 +72,6 @@ def paired(scores: pa.Table, tasks: list[str]) -> list[dict]:
         for a, b in combinations(range(len(models)), 2):  # models in sorted order
             both = present[a] & present[b]
             pairs.append({"a": models[a], "b": models[b], "n": int(both.sum()), **_pair(values, a, b, both)})
-        out.append({"model": "*", "task": task, "table": PAIRED, "figures": list(FIGURES), "pairs": pairs,
-                    "method": PAIRED_SE})
+        out.append({"model": "*", "task": task, "aggregate": True, "table": PAIRED, "figures": list(FIGURES),
+                    "pairs": pairs, "method": PAIRED_SE})
     return out

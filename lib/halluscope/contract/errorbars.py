@@ -36,11 +36,13 @@ def ratio_se(num: list[float], den: list[float]) -> float | None:
     return math.sqrt(n / (n - 1) * math.fsum((x - r * y) ** 2 for x, y in zip(num, den, strict=True))) / total
 
 
+def interval(value: float | None, se: float | None) -> list[float] | None:
+    """The normal 95% interval of a figure; None where it or its error is."""
+    return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
+
+
 def bars(values: dict[str, float | None], errors: dict[str, float | None], methods: dict[str, str]) -> dict:
     """``stderr``, ``ci95`` and ``method`` of a record's figures (None where a figure or its error is)."""
-    def interval(value: float | None, se: float | None) -> list[float] | None:
-        return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
-
     return {"stderr": errors, "ci95": {k: interval(v, errors.get(k)) for k, v in values.items()}, "method": methods}
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from halluscope.contract.errorbars import PAIRED_SE, Z95, paired_difference
+from halluscope.contract.errorbars import PAIRED_SE, interval, paired_difference
 from halluscope.contract.metrics import PAIRED
 
 # what the comparison reads of every model's scores, beside model and task
@@ -51,8 +51,7 @@ def _pair(values: dict[str, np.ndarray], a: int, b: int, both: np.ndarray) -> di
         den_a = ones if den is None else values[den][a, both]
         den_b = ones if den is None else values[den][b, both]
         diff, se = paired_difference(values[num][a, both], den_a, values[num][b, both], den_b)
-        out[figure] = {"diff": diff, "stderr": se,
-                       "ci95": None if diff is None or se is None else [diff - Z95 * se, diff + Z95 * se]}
+        out[figure] = {"diff": diff, "stderr": se, "ci95": interval(diff, se)}
     return out
 
 

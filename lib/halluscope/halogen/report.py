@@ -267,14 +267,19 @@ def domain_bars(records: list[dict]) -> Section | None:
         "the task's items)."], parts=charts)
 
 
+def _told_apart(difference: dict) -> bool | None:
+    """Whether a paired difference ({diff, stderr}) exceeds its 95% interval; None without an error."""
+    diff, se = _value(difference["diff"]), _value(difference["stderr"])
+    return None if diff is None or se is None else abs(diff) > Z95 * se
+
+
 def separated(a: dict, b: dict, pair: dict | None, key: str = H) -> bool | None:
     """Whether two models' ``key`` differ by more than the 95% interval of their difference: the
     paired one (``pair``: the task's paired record of the two) where the run has it, else their
     errors taken as unpaired (which overstates it: answers to the same items are correlated);
     None when a figure or its error is missing."""
     if pair is not None:
-        diff, se = _value(pair[key]["diff"]), _value(pair[key]["stderr"])
-        return None if diff is None or se is None else abs(diff) > Z95 * se
+        return _told_apart(pair[key])
     va, vb = _value(a.get(key)), _value(b.get(key))
     sa, sb = (_value((r.get("stderr") or {}).get(key)) for r in (a, b))
     if va is None or vb is None or sa is None or sb is None:
@@ -330,9 +335,8 @@ def rank_intervals(paired: list[dict]) -> Table | None:
         lower: Counter[str] = Counter()  # model -> ranked models told apart from it with a lower H
         higher: Counter[str] = Counter()
         for p in defined:
-            diff, se = p[H]["diff"], _value(p[H]["stderr"])
-            if se is not None and abs(diff) > Z95 * se:
-                low, high = (p["a"], p["b"]) if diff < 0 else (p["b"], p["a"])  # diff is a - b
+            if _told_apart(p[H]):
+                low, high = (p["a"], p["b"]) if p[H]["diff"] < 0 else (p["b"], p["a"])  # diff is a - b
                 lower[high] += 1
                 higher[low] += 1
         for m in ranked:

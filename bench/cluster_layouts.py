@@ -30,6 +30,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +47,8 @@ LOAD_S = 2.0
 # when all 4 of its attempts do: 0.9^4, about two rows in three)
 FAULTS = {"error_rate": 0.7, "timeout_rate": 0.2}
 # name -> (nodes, the RayService holds the first ones, cluster.gpus quota)
+# what runs on a layout's cluster after its measured run: a killed driver resubmitted, and an outage
+DRILLS = ("resume", "faults")
 LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),
            "3x8-service": (3, True, None), "4x8-quota-16": (4, True, 16)}
 
@@ -91,7 +94,7 @@ def refused(tmp: Path, layout: str, items: int, models: int) -> str | None:
     return messages[0] if len(messages) == 2 and messages[0] == messages[1] else None
 
 
-def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
+def measure(tmp: Path, layout: str, items: int, models: int, drills: Sequence[str] = DRILLS) -> dict:
     """One run of the layout on a Ray cluster of its own, against its plan."""
     import ray
     from bench.many_models import against_plan
@@ -124,8 +127,8 @@ def measure(tmp: Path, layout: str, items: int, models: int) -> dict:
         store = RunStore(Location.from_url(cfg.storage.root), layout)
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()
-        drill = resume_drill(tmp / "resume", layout, items, models, cluster.address)
-        faults = fault_drill(tmp / "faults", layout, items, models, cluster.address)
+        drill = resume_drill(tmp / "resume", layout, items, models, cluster.address) if "resume" in drills else None
+        faults = fault_drill(tmp / "faults", layout, items, models, cluster.address) if "faults" in drills else None
     finally:
         serve.shutdown()  # Serve keeps its client in the process: the next layout's cluster is another
         ray.shutdown()
@@ -256,14 +259,14 @@ def records(message: str | None, runs: list[dict]) -> list[dict]:
                                  f"status {r['status']}, waves {r['waves']}",
                      "baseline_value": round(r["lower_bound_s"], 1),
                      "ratio": round(r["makespan_s"] / r["lower_bound_s"], 3)})
-    for r in runs:
+    for r in (r for r in runs if r["resume"] is not None):
         d = r["resume"]
         out.append({"name": "resume_redeploys", "value": len(d["redeployed"]), "unit": "models",
                     "baseline": f"{r['layout']}: a driver killed once {', '.join(d['finished_before_kill'])} of "
                                 f"{d['models']} had generated, resubmitted (status {d['status']}; deployed "
                                 f"{', '.join(d['deployed_after']) or 'none'}); none to deploy again",
                     "baseline_value": 0, "ratio": round(len(d["redeployed"]) / len(d["finished_before_kill"]), 3)})
-    for r in runs:
+    for r in (r for r in runs if r["faults"] is not None):
         f = r["faults"]
         out.append({"name": "transient_rows_recovered", "value": f["failed"] - f["without_verdict"], "unit": "rows",
                     "baseline": f"{r['layout']}: rows failed by injected 503s and timeouts"
@@ -289,11 +292,13 @@ def main() -> None:
     p.add_argument("--items", type=int, default=ITEMS, help="code prompts per model")
     p.add_argument("--models", type=int, default=len(MODELS), choices=range(1, len(MODELS) + 1),
                    help="the first N models under test (two TP4 first, then the TP2 ones)")
+    p.add_argument("--drills", nargs="*", default=list(DRILLS), choices=DRILLS,
+                   help="the drills run on each layout's cluster after its measured run (default: both)")
     p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="layouts-") as folder:
         message = refused(Path(folder), "2x8-service", args.items, args.models)
-        runs = [measure(Path(folder) / name, name, args.items, args.models) for name in args.layouts]
+        runs = [measure(Path(folder) / name, name, args.items, args.models, args.drills) for name in args.layouts]
     print(json.dumps({"refused": message, "runs": runs}, indent=1))
     if args.json:
         print(json.dumps(records(message, runs)))

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from halluscope.config.load import default_config, load_config
+    from halluscope.pipeline.calibration import calibrate
     from halluscope.pipeline.runner import default_run_id, run
 
     cfg = load_config(args.config) if args.config else default_config()
@@ -34,7 +35,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg.storage.root = args.storage_root
     run_id = args.run_id or cfg.run_id or default_run_id(cfg)
     try:
-        result = run(cfg, run_id=run_id, progress=not args.quiet, retry_failed=not args.keep_failed)
+        agreement = calibrate(cfg, progress=not args.quiet) if cfg.calibration else []
+        result = run(cfg, run_id=run_id, progress=not args.quiet, retry_failed=not args.keep_failed,
+                     agreement=agreement)
     except StorageError as err:
         if isinstance(err, StorageFull):  # its manifest may be unwritable too: the command, whatever it says
             print(f"halluscope: once space is freed, resume run {run_id} (committed work is kept):\n"
@@ -242,6 +245,26 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from halluscope.config.load import load_config
+    from halluscope.config.schema import CalibrationSpec
+    from halluscope.contract.metrics import MetricRecord
+    from halluscope.pipeline.calibration import calibrate
+    from halluscope.report.agreement import agreement_section
+    from halluscope.report.render import markdown_blocks, render_markdown
+
+    cfg = load_config(args.config)
+    spec = (cfg.calibration or CalibrationSpec()).model_copy(
+        update={k: v for k, v in (("items_per_model", args.items_per_model),) if v is not None})
+    records: list[MetricRecord] = calibrate(cfg, spec, progress=not args.quiet)
+    if args.json:
+        print(json.dumps([r.as_json() for r in records], indent=2))
+        return 0
+    section = agreement_section(records)
+    print(render_markdown("halluscope calibrate", markdown_blocks([section] if section else [])))
+    return 0
+
+
 def _partial_report(loc) -> str:
     """A running (or killed) run: per-model progress and the metrics of what is committed so far."""
     from halluscope.config.load import parse_config
@@ -314,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--model", action="append", help="only this model (repeatable; default: every model of both)")
     cp.add_argument("--json", action="store_true", help="print the rows as JSON")
     cp.set_defaults(fn=_cmd_compare)
+    cb = sub.add_parser("calibrate", help="the judge's agreement with a benchmark's reference judge on its released "
+                                          "models' recorded responses (accuracy, Cohen's kappa)")
+    cb.add_argument("config", help="YAML path or URL: its judge and tasks (settings: its calibration section)")
+    cb.add_argument("--items-per-model", type=int, help="items per task and released model (default: the config's, 2)")
+    cb.add_argument("--quiet", action="store_true", help="no progress bars")
+    cb.add_argument("--json", action="store_true", help="print the records as JSON")
+    cb.set_defaults(fn=_cmd_calibrate)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")
     pl.add_argument("--stats", action="append", metavar="RUN_URI",

@@ -418,6 +418,18 @@ class Concurrency(_Strict):
     generate_actors: int = Field(default=1, gt=0)
 
 
+class CalibrationSpec(_Strict):
+    """A judge's agreement with a benchmark's reference judge (its released models' recorded
+    verdicts), measured before the run scores anything (``halluscope calibrate`` alone)."""
+
+    items_per_model: int = Field(default=2, gt=0, description="items per task and released model: the first N of "
+                                                              "each task, answered by every released model")
+    min_kappa: float = Field(default=0.4, ge=-1.0, le=1.0, description="below this Cohen's kappa on any task, the "
+                                                                       "leaderboard opens with a warning")
+    bootstrap_resamples: int = Field(default=1000, gt=1)
+    seed: int = 0
+
+
 class CacheSpec(_Strict):
     """The content-addressed cache of model calls; shareable across runs."""
 
@@ -584,6 +596,8 @@ class RunConfig(_Strict):
     concurrency: Concurrency = Field(default_factory=Concurrency)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     ray: RaySpec = Field(default_factory=RaySpec)
+    calibration: CalibrationSpec | None = Field(
+        default=None, description="measure the judge's agreement with a reference judge first; None: not measured")
 
     @field_validator("run_id")
     @classmethod

@@ -92,6 +92,9 @@ class Benchmark:
     # model) -> answers, that a ``backend: recorded`` role model names as ``module:function``: the
     # only code a run config may name (None: the benchmark has none)
     recorded_steps: Callable[[Any, str], Any] | None = None
+    # the released models whose responses (``backend: replay``, ``source: recorded``) and recorded
+    # steps a live judge is calibrated against (``halluscope calibrate``); empty: none
+    recorded_models: Sequence[str] = ()
     # what a scripted stand-in extractor answers to this benchmark's role prompts (None: a prompt
     # it does not recognise), so drills and tests run its LLM-verified paths without a model
     stand_in: Callable[[str], str | None] | None = None

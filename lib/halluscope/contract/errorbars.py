@@ -41,6 +41,23 @@ def interval(value: float | None, se: float | None) -> list[float] | None:
     return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
 
 
+def resample_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``resamples`` x ``n`` unit indices drawn with replacement (as ``scipy.stats.bootstrap`` draws them)."""
+    return rng.integers(0, n, (resamples, n))
+
+
+def resampled_sums(sums: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """A cluster bootstrap's resampled totals: ``sums`` holds a row of counts per cluster (a unit
+    whose parts are resampled together); each of ``resamples`` rows of the result sums as many
+    clusters drawn with replacement. One matrix product (resamples x clusters times clusters x
+    counts), so the work grows with the clusters, not with resamples x rows."""
+    n = len(sums)
+    picks = resample_indices(n, resamples, rng)
+    weights = np.zeros((resamples, n))
+    np.add.at(weights, (np.repeat(np.arange(resamples), n), picks.ravel()), 1.0)
+    return weights @ sums
+
+
 def bars(values: dict[str, float | None], errors: dict[str, float | None], methods: dict[str, str]) -> dict:
     """``stderr``, ``ci95`` and ``method`` of a record's figures (None where a figure or its error is)."""
     return {"stderr": errors, "ci95": {k: interval(v, errors.get(k)) for k, v in values.items()}, "method": methods}

@@ -18,6 +18,11 @@ COSTS_TOTAL = "costs/total"  # the task of the engine's record of what the run c
 # ``figures`` (its figure names), ``pairs`` [{a, b, n (items both answered), <figure>: {diff (a - b),
 # stderr, ci95}}] and ``method``; the plan and `halluscope compare` read them in this shape
 PAIRED = "paired"
+# the engine's record of a judge's agreement with a benchmark's reference judge (pipeline/calibration.py),
+# one per task and decision, model the judge's id, no benchmark, ``aggregate`` true: ``table``
+# AGREEMENT, ``decision``, ``decisions``, ``accuracy``, ``kappa`` (with stderr, ci95, method),
+# ``min_kappa`` and ``below_threshold``; the report opens with them
+AGREEMENT = "judge_agreement"
 
 
 @dataclass(frozen=True)

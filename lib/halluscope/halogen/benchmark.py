@@ -14,6 +14,7 @@ from halluscope.halogen.paired import COMPARE_COLUMNS, paired
 from halluscope.halogen.recorded import replies
 from halluscope.halogen.report import sections
 from halluscope.halogen.stand_in import extract
+from halluscope.halogen.steps import RECORDED_FILES
 from halluscope.halogen.tasks import TASKS
 
 
@@ -40,5 +41,6 @@ BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, met
                       compare_columns=COMPARE_COLUMNS, figures=FIGURES,
                       stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
                       recorded_steps=replies,
+                      recorded_models=sorted({m for files in RECORDED_FILES.values() for m in files}),
                       commands=add_attribute_parser,  # halluscope attribute RUN: section 5's analysis
                       description="HALOGEN: nine domains, paper rules and corrected rules")

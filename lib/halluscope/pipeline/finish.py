@@ -9,11 +9,13 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import ray
 
+from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.ledger import cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.shared import service_rows
@@ -23,6 +25,7 @@ from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.workset import WorkPlan
 from halluscope.records import GenerationIds
+from halluscope.report.agreement import agreement_summary
 from halluscope.report.html import RunData, write_report
 from halluscope.report.leaderboard import leaderboard
 from halluscope.report.sections import report_sections
@@ -78,7 +81,8 @@ class Executed:
     late: int = 0  # parts committed after the run's own, removed
 
 
-def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, started: float) -> RunResult:
+def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, started: float,
+           agreement: Sequence[MetricRecord] = ()) -> RunResult:
     cfg, mark = run.cfg, time.time()
     # nothing after the pipeline uses Ray: a local Ray this run started stops (its processes take
     # over a second to) while the results are read back and aggregated. The pipeline's garbage
@@ -90,7 +94,7 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
         gc.collect()
         stopping.start()
     totals = aggregate(cfg, store)
-    metrics = totals.metrics
+    metrics = [*agreement, *totals.metrics]
     root = Location.from_url(cfg.storage.root, cfg.storage)
     costs = ledger(totals.calls, cfg.models, done.deployments, run.prices, extra_rows=[
         *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices),
@@ -110,6 +114,8 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
                 if d.reason and d.status != "requeued"]
     if unserved:
         failure = "; ".join([*unserved, *([failure] if failure else [])])
+    if agreement:
+        opened.manifest["judge_agreement"] = [agreement_summary(r) for r in agreement]
     _close_manifest(store, opened, done, failure, missing)
     logger.info("run %s %s%s", store.run_id, "failed: " if failure else "complete", failure or "")
     write_report(store, RunData(store.run_id, opened.manifest, metrics, costs=costs), built)

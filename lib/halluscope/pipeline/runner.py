@@ -8,11 +8,12 @@ import datetime as dt
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import ray
 
 from halluscope.config.schema import RunConfig
+from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.shared import check_services, record_run_usage
 from halluscope.errors import (
     Interrupted,
@@ -49,7 +50,8 @@ def default_run_id(cfg: RunConfig) -> str:
     return f"{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
 
 
-def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_failed: bool = True) -> RunResult:
+def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_failed: bool = True,
+        agreement: Sequence[MetricRecord] = ()) -> RunResult:
     """Run (or resume) ``cfg`` as ``run_id``. A run that stops on an error or Ctrl-C records
     ``failed`` / ``interrupted`` with the reason in its manifest; one that went through but has
     nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``.
@@ -65,7 +67,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_
     store = RunStore(root, run_id)
     try:
         with RunLog(store) as log, stop_signals() as rearm:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            return _run(cfg, store, progress, retry_failed, rearm, log)
+            return _run(cfg, store, progress, retry_failed, rearm, log, agreement)
     except SystemExit as err:
         # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
         if err.code != signal.SIGTERM:
@@ -98,13 +100,13 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
 
 
 def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, rearm: Callable[[], None],
-         log: RunLog) -> RunResult:
+         log: RunLog, agreement: Sequence[MetricRecord]) -> RunResult:
     started = time.time()
     run = ResolvedRun.of(cfg)
     opened = _open(run, store, retry_failed)
     executed = _pipeline(run, store, opened, progress, log)
     rearm()  # Ray's handler, put in by ray.init, exits the process: the rest of the run records a stop too
-    return finish(run, store, opened, executed, started)
+    return finish(run, store, opened, executed, started, agreement)
 
 
 def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opened:

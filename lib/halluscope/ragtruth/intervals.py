@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from halluscope.contract.errorbars import resampled_sums
 from halluscope.ragtruth.corpus import Record
 from halluscope.ragtruth.metrics import ALL, OVERALL, MetricOptions, response_counts
 from halluscope.ragtruth.spans import Prediction
@@ -40,19 +41,10 @@ def _figures(t: np.ndarray) -> np.ndarray:
     return np.stack(out, axis=1)
 
 
-def resample_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``resamples`` x ``n`` unit indices drawn with replacement (as ``scipy.stats.bootstrap`` draws them)."""
-    return rng.integers(0, n, (resamples, n))
-
-
 def cluster_bootstrap(sums: np.ndarray, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Per figure the standard error and the (2.5, 97.5) percentile interval, resampling the rows of
     ``sums`` (one per source: its responses' counts)."""
-    n = len(sums)
-    picks = resample_indices(n, resamples, rng)
-    weights = np.zeros((resamples, n))
-    np.add.at(weights, (np.repeat(np.arange(resamples), n), picks.ravel()), 1.0)
-    stats = _figures(weights @ sums)
+    stats = _figures(resampled_sums(sums, resamples, rng))
     return stats.std(axis=0, ddof=1), np.percentile(stats, [2.5, 97.5], axis=0).T
 
 

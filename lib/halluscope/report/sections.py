@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
 from halluscope.contract.report import Cell, Chart, Column, Part, Sampled, Section, Table
 from halluscope.errors import DataError
+from halluscope.report.agreement import agreement_section, is_agreement
 from halluscope.task_registry import benchmarks
 
 
@@ -31,7 +32,7 @@ def by_benchmark(records: Sequence[MetricRecord]) -> tuple[dict[str, list[Metric
     groups: dict[str, list[MetricRecord]] = {}
     unplaced = 0
     for r in records:
-        if r.task == COSTS_TOTAL:
+        if r.task == COSTS_TOTAL or is_agreement(r):  # the engine's own: costs, the judge's calibration
             continue
         name = r.benchmark
         if name is None:
@@ -49,11 +50,12 @@ Built = tuple[list[Section], int]
 
 
 def report_sections(records: Sequence[MetricRecord]) -> Built:
-    """Every benchmark's sections in turn, sections of the same title merged; and the count of
-    records of no benchmark."""
+    """The judge's calibration, where there is one, then every benchmark's sections in turn,
+    sections of the same title merged; and the count of records of no benchmark."""
     groups, unplaced = by_benchmark(records)
     known = benchmarks()
-    out: list[Section] = []
+    calibrated = agreement_section(records)
+    out: list[Section] = [calibrated] if calibrated is not None else []
     for name, own in groups.items():
         bench = known.get(name)
         out += list(bench.report(own)) if bench is not None and bench.report is not None else [generic(name, own)]

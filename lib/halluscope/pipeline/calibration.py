@@ -1,0 +1,134 @@
+"""A live judge's agreement with a benchmark's reference judge, before its verdicts are used.
+
+A benchmark that ships its released models' responses and the recorded output of its own
+pipeline's LLM steps (``Benchmark.recorded_models``, ``recorded_steps``) gives a reference: for
+the run's tasks that ask the judge, two small runs score the same responses of every released
+model (the first ``items_per_model`` items of each task, so each model is a stratum of equal
+size), with the reference extractor in both, so both judge the same units: one with the
+reference judge, one with the run's. Their decisions are compared unit by unit
+(``agreement.py``): a fact's verdict where the task's verify stage asks the judge, whether the
+response answered where its abstain stage does. The two runs are ordinary stored runs with ids
+derived from their configs, so a second calibration of the same judge reads them back.
+
+The run's extractor is not measured: its units would differ from the reference's, and comparing
+unit lists needs a matching rule of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from halluscope.config.load import parse_config
+from halluscope.config.schema import CalibrationSpec, RunConfig
+from halluscope.contract.benchmark import Benchmark
+from halluscope.contract.metrics import AGREEMENT, MetricRecord
+from halluscope.errors import ConfigError
+from halluscope.pipeline.agreement import METHOD, Agreement, agreement
+from halluscope.pipeline.runner import run
+from halluscope.storage.fs import Location
+from halluscope.storage.run import RunStore
+from halluscope.task_registry import benchmark_of, get_task
+
+# the task's stage that asks the judge -> the decision compared there
+DECISIONS = {"verify": "supported", "abstain": "responded"}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The two runs of one benchmark's calibration."""
+
+    reference: RunConfig
+    judged: RunConfig
+    tasks: tuple[str, ...]
+    reference_judge: str
+
+
+def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
+    judge = next((m for m in cfg.models if m.role == "judge"), None)
+    if judge is None:
+        raise ConfigError("calibration: the run has no judge to calibrate")
+    by_bench: dict[str, tuple[Benchmark, list[str]]] = {}
+    for task in cfg.tasks:
+        bench = benchmark_of(task)
+        if bench.recorded_steps is None or not bench.recorded_models:
+            continue
+        if any(r.role == "judge" for r in get_task(task).cost_rules()):
+            by_bench.setdefault(bench.name, (bench, []))[1].append(task)
+    if not by_bench:
+        raise ConfigError("calibration: none of the run's tasks asks the judge and has a benchmark's recorded "
+                          f"reference (tasks: {', '.join(cfg.tasks)})")
+    out = []
+    for bench, tasks in by_bench.values():
+        steps = f"{bench.recorded_steps.__module__}:{bench.recorded_steps.__qualname__}"  # type: ignore[union-attr]
+        ref = {role: {"id": f"{bench.name}-recorded-{role}", "role": role, "backend": "recorded",
+                      "params": {"steps": steps}} for role in ("extractor", "judge")}
+        ref_judge = f"{bench.name}-recorded-judge"
+        base = {"storage": cfg.storage.model_dump(mode="json"), "data": cfg.data.model_dump(mode="json"),
+                "cache": cfg.cache.model_dump(mode="json"), "costs": cfg.costs.model_dump(mode="json"),
+                "ray": cfg.ray.model_dump(mode="json"), "cluster": cfg.cluster.model_dump(mode="json"),
+                "concurrency": cfg.concurrency.model_dump(mode="json"), "serve_http_port": cfg.serve_http_port,
+                "benchmarks": cfg.benchmarks, "tasks": tasks, "limits": {"max_items_per_task": spec.items_per_model},
+                "max_error_fraction": 1.0}  # a judge that fails calls disagrees; its run still ends
+        released = [{"id": m, "backend": "replay", "params": {"source": "recorded"}} for m in bench.recorded_models]
+        judged = judge.model_dump(mode="json", exclude_none=True)
+        out.append(Pair(parse_config({**base, "models": [*released, ref["extractor"], ref["judge"]]}, "calibration"),
+                        parse_config({**base, "models": [*released, ref["extractor"], judged]}, "calibration"),
+                        tuple(tasks), ref_judge))
+    return out
+
+
+def run_id_of(cfg: RunConfig) -> str:
+    return f"calibration-{cfg.fingerprint()[:12]}"
+
+
+def calibrate(cfg: RunConfig, spec: CalibrationSpec | None = None, progress: bool = False) -> list[MetricRecord]:
+    """The judge's agreement records, one per task and decision (``contract.metrics.AGREEMENT``)."""
+    spec = spec or cfg.calibration or CalibrationSpec()
+    pairs = _pairs(cfg, spec)
+    judge = next(m.id for m in cfg.models if m.role == "judge")
+    records = []
+    for pair in pairs:
+        stores = []
+        for sub in (pair.reference, pair.judged):
+            result = run(sub, run_id=run_id_of(sub), progress=progress)
+            stores.append(RunStore(Location.from_url(sub.storage.root, sub.storage), result.run_id))
+        for task in pair.tasks:
+            for stage in dict.fromkeys(r.stage for r in get_task(task).cost_rules() if r.role == "judge"):
+                found = agreement(_decisions(stores[0], stores[1], task, stage), spec.bootstrap_resamples, spec.seed)
+                if found is not None:
+                    records.append(_record(judge, task, DECISIONS.get(stage, stage), found, pair, spec, stores))
+    return records
+
+
+def _decisions(reference: RunStore, judged: RunStore, task: str, stage: str) -> list[tuple[str, bool | None,
+                                                                                          bool | None]]:
+    """(response, the reference's decision, the judge's) per unit the reference judge decided at
+    ``stage``: a verdict per fact (verify), or whether a response the judge was asked about
+    answered (abstain). A unit the judge's run left undecided (its row failed) is None."""
+    only: list[tuple[str, str, object]] = [("task", "==", task)]
+    if stage == "verify":
+        cols = ["atom_id", "gen_id", "supported"]
+        ref = reference.read_table("verdicts", cols, only).to_pylist()
+        theirs = {r["atom_id"]: r["supported"] for r in judged.read_table("verdicts", cols, only).to_pylist()}
+        return [(r["gen_id"], r["supported"], theirs.get(r["atom_id"])) for r in ref if r["supported"] is not None]
+    calls = reference.read_table("role_calls", ["gen_id", "stage", "role", "calls", "cached_calls"], only)
+    asked = {r["gen_id"] for r in calls.to_pylist()
+             if r["stage"] == stage and r["role"] == "judge" and r["calls"] + r["cached_calls"] > 0}
+    cols = ["gen_id", "responded", "error"]
+    theirs = {r["gen_id"]: None if r["error"] else r["responded"]
+              for r in judged.read_table("scores", cols, only).to_pylist()}
+    return [(r["gen_id"], r["responded"], theirs.get(r["gen_id"]))
+            for r in reference.read_table("scores", cols, only).to_pylist()
+            if r["gen_id"] in asked and not r["error"]]
+
+
+def _record(judge: str, task: str, decision: str, a: Agreement, pair: Pair, spec: CalibrationSpec,
+            stores: Sequence[RunStore]) -> MetricRecord:
+    return MetricRecord(judge, task, None, {
+        "table": AGREEMENT, "aggregate": True, "decision": decision, "reference": pair.reference_judge,
+        "decisions": a.decisions, "responses": a.responses, "accuracy": a.accuracy, "kappa": a.kappa,
+        "stderr": {"accuracy": a.accuracy_se, "kappa": a.kappa_se},
+        "ci95": {"accuracy": a.accuracy_ci95, "kappa": a.kappa_ci95}, "method": {"accuracy": METHOD, "kappa": METHOD},
+        "confusion": a.confusion, "min_kappa": spec.min_kappa, "below_threshold": a.kappa < spec.min_kappa,
+        "items_per_model": spec.items_per_model, "runs": [s.run_id for s in stores]})

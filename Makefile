@@ -55,7 +55,7 @@ test: venv venv-vllm chromium  ## lint; then types and the integration tests bes
 	$(PY) mk/slowest.py $(SLOWEST) $$d/*.xml; \
 	rm -rf $$d; test $$rc -eq 0
 
-bench: venv  ## writes bench/results.json
+bench: venv venv-vllm  ## writes bench/results.json
 	$(PY) bench/run.py
 
 clean:

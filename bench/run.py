@@ -112,7 +112,11 @@ def main() -> None:
     # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~12 minutes
     layouts = json.loads(subprocess.run([sys.executable, str(HERE / "cluster_layouts.py"), "--json"], check=True,
                                         stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
-    results += [*saturation, *scale, *memory, *many, *reads, *layouts]
+    # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~7 minutes
+    live = json.loads(subprocess.run([str(HERE.parent / ".venv-vllm" / "bin" / "python"), str(HERE / "live_engine.py"),
+                                      "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+                      .splitlines()[-1])
+    results += [*saturation, *scale, *memory, *many, *reads, *layouts, *live]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     _report(results)
 

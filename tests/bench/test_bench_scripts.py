@@ -30,20 +30,33 @@ SMALLEST = {
 }
 
 
+# the scripts that need vLLM: run at their smallest size by the vLLM suite (tests/vllm), in its environment
+IN_VLLM_SUITE = {"live_engine.py": ["--prompts", "4", "--max-tokens", "8", "--json"]}
+
+
 def test_every_bench_script_is_run_here():
-    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMALLEST)
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted({**SMALLEST, **IN_VLLM_SUITE})
+
+
+def run_script(script: str, args: list[str], cwd) -> str:
+    """The script's last line of output, once it has run to its end."""
+    # each script starts the Ray it measures (or none): not one a test session left in the environment
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def assert_records(out: list) -> None:
+    assert out and all({"name", "value", "unit", "baseline", "baseline_value", "ratio"} <= set(r) for r in out)
 
 
 @pytest.mark.parametrize("script", sorted(SMALLEST))
 def test_bench_script_runs_to_its_end(script, tmp_path):
     if script != "filtered_reads.py" and not SHARED_DATA.exists():
         pytest.skip("reads HALOGEN's released data: needs ../shared/data")
-    # each script starts the Ray it measures (or none): not one a test session left in the environment
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run([sys.executable, str(BENCH / script), *SMALLEST[script]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
-    last = done.stdout.strip().splitlines()[-1]
+    last = run_script(script, SMALLEST[script], tmp_path)
     if script == "run.py":  # prints its records a line each
         assert last.startswith("halogen_demo_pipeline_wall_time: ")
         return
@@ -51,4 +64,4 @@ def test_bench_script_runs_to_its_end(script, tmp_path):
     if script == "halogen_rules.py":  # counts per task, not records
         assert out and all(isinstance(c, dict) for c in out.values())
         return
-    assert out and all({"name", "value", "unit", "baseline", "baseline_value", "ratio"} <= set(r) for r in out)
+    assert_records(out)

@@ -308,7 +308,7 @@ def test_model_size_from_the_name(source, billions):
 @pytest.mark.parametrize("model, expected", [
     (LLAMA, ("H100", 2.0)),  # TP 2, one GPU per worker
     ({"id": "m", "backend": "vllm", "params": {"model_source": "x", "pipeline_parallel_size": 2,
-                                               "serve": {"num_cpus": 3}}}, ("CPU", 6.0)),
+                                               "serve": {"num_cpus": 3}}}, ("CPU", 7.0)),  # 2 workers, front end
     ({"id": "m", "backend": "hf", "params": {"model_source": "x", "serve": {"num_gpus": 1}}}, ("GPU", 1.0)),
     ({"id": "m", "backend": "scripted"}, ("CPU", 1.0))])
 def test_placement(model, expected):

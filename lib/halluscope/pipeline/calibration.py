@@ -63,7 +63,6 @@ def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
         steps = f"{bench.recorded_steps.__module__}:{bench.recorded_steps.__qualname__}"  # type: ignore[union-attr]
         ref = {role: {"id": f"{bench.name}-recorded-{role}", "role": role, "backend": "recorded",
                       "params": {"steps": steps}} for role in ("extractor", "judge")}
-        ref_judge = f"{bench.name}-recorded-judge"
         base = {"storage": cfg.storage.model_dump(mode="json"), "data": cfg.data.model_dump(mode="json"),
                 "cache": cfg.cache.model_dump(mode="json"), "costs": cfg.costs.model_dump(mode="json"),
                 "ray": cfg.ray.model_dump(mode="json"), "cluster": cfg.cluster.model_dump(mode="json"),
@@ -74,7 +73,7 @@ def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
         judged = judge.model_dump(mode="json", exclude_none=True)
         out.append(Pair(parse_config({**base, "models": [*released, ref["extractor"], ref["judge"]]}, "calibration"),
                         parse_config({**base, "models": [*released, ref["extractor"], judged]}, "calibration"),
-                        tuple(tasks), ref_judge))
+                        tuple(tasks), str(ref["judge"]["id"])))
     return out
 
 

@@ -29,7 +29,7 @@ def agreement_section(records: Sequence[MetricRecord]) -> Section | None:
     low = [r for r in own if r.values.get("below_threshold")]
     judges = ", ".join(dict.fromkeys(f"'{r.model}'" for r in own))
     first = own[0].values
-    preamble = [f"Before scoring, the judge {judges} decided the units of {first.get('items_per_model')} item(s) per "
+    preamble = [f"The judge {judges} decided the units of {first.get('items_per_model')} item(s) per "
                 f"task of every released model the reference covers, beside the reference judge "
                 f"'{first.get('reference')}' on the same units (the reference extractor in both). Accuracy is the "
                 "share of decisions that match; Cohen's kappa discounts the agreement two judges would "

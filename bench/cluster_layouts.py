@@ -46,9 +46,9 @@ LOAD_S = 2.0
 # the fault drill's outage: shares of calls answered with HTTP 503 and never answered (a row fails
 # when all 4 of its attempts do: 0.9^4, about two rows in three)
 FAULTS = {"error_rate": 0.7, "timeout_rate": 0.2}
-# name -> (nodes, the RayService holds the first ones, cluster.gpus quota)
 # what runs on a layout's cluster after its measured run: a killed driver resubmitted, and an outage
 DRILLS = ("resume", "faults")
+# name -> (nodes, the RayService holds the first ones, cluster.gpus quota)
 LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),
            "3x8-service": (3, True, None), "4x8-quota-16": (4, True, 16)}
 

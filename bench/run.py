@@ -92,33 +92,32 @@ def main() -> None:
     if args.compare_only:
         _report(results)
         return
-    # in a process of its own: it starts a Ray of its own
-    saturation = json.loads(subprocess.run([sys.executable, str(HERE / "saturation.py"), "--json"], check=True,
-                                           capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    # each script in a process of its own: it starts the Ray it measures
+    saturation = _records("saturation.py", stderr=subprocess.PIPE)
     # all nine domains at 10k/50k/140k rows (BENCH_SCALE_SIZES overrides) on S3, the largest run
     # again under faults: the longest part, about an hour on 2 cores
     sizes = os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()
-    scale = json.loads(subprocess.run([sys.executable, str(HERE / "scale.py"), "--json", "--faults", "--sizes", *sizes],
-                                      check=True, stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
+    scale = _records("scale.py", "--faults", "--sizes", *sizes)
     # driver memory and rows/s at ~100k and over 1M generations (recorded models under aliases): ~8 minutes
-    memory = json.loads(subprocess.run([sys.executable, str(HERE / "driver_memory.py"), "--json"], check=True,
-                                       stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
+    memory = _records("driver_memory.py")
     # 12 served models in waves on 16 simulated GPUs: about 13 minutes
-    many = json.loads(subprocess.run([sys.executable, str(HERE / "many_models.py"), "--json"], check=True,
-                                     stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
+    many = _records("many_models.py")
     # FEWL's per-(task, model) reads of a 500-part run, pruned by footers and opening every part: ~15 s
-    reads = json.loads(subprocess.run([sys.executable, str(HERE / "filtered_reads.py"), "--json"], check=True,
-                                      stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
+    reads = _records("filtered_reads.py")
     # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~12 minutes
-    layouts = json.loads(subprocess.run([sys.executable, str(HERE / "cluster_layouts.py"), "--json"], check=True,
-                                        stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1])
-    # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~7 minutes
-    live = json.loads(subprocess.run([str(HERE.parent / ".venv-vllm" / "bin" / "python"), str(HERE / "live_engine.py"),
-                                      "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
-                      .splitlines()[-1])
+    layouts = _records("cluster_layouts.py")
+    # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~3.5 minutes
+    live = _records("live_engine.py", python=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
     results += [*saturation, *scale, *memory, *many, *reads, *layouts, *live]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     _report(results)
+
+
+def _records(script: str, *args: str, python: str = sys.executable, stderr: int | None = None) -> list[dict]:
+    """A bench script's records: the JSON line it prints last with ``--json``."""
+    done = subprocess.run([python, str(HERE / script), "--json", *args], check=True, stdout=subprocess.PIPE,
+                          stderr=stderr, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _report(results: list[dict]) -> None:

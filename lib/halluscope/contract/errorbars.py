@@ -41,18 +41,13 @@ def interval(value: float | None, se: float | None) -> list[float] | None:
     return None if value is None or se is None else [value - Z95 * se, value + Z95 * se]
 
 
-def resample_indices(n: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """``resamples`` x ``n`` unit indices drawn with replacement (as ``scipy.stats.bootstrap`` draws them)."""
-    return rng.integers(0, n, (resamples, n))
-
-
 def resampled_sums(sums: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """A cluster bootstrap's resampled totals: ``sums`` holds a row of counts per cluster (a unit
     whose parts are resampled together); each of ``resamples`` rows of the result sums as many
     clusters drawn with replacement. One matrix product (resamples x clusters times clusters x
     counts), so the work grows with the clusters, not with resamples x rows."""
     n = len(sums)
-    picks = resample_indices(n, resamples, rng)
+    picks = rng.integers(0, n, (resamples, n))  # clusters drawn with replacement, as scipy.stats.bootstrap draws
     weights = np.zeros((resamples, n))
     np.add.at(weights, (np.repeat(np.arange(resamples), n), picks.ravel()), 1.0)
     return weights @ sums

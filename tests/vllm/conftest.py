@@ -1,4 +1,5 @@
-"""A local Ray and a tiny random Llama for the vLLM tests; nothing is fetched from the network.
+"""A local Ray and a real small model for the vLLM tests: SmolLM2-135M-Instruct, from the wheel
+PyPI serves (the package registry, the one network these machines reach), converted once.
 
 The environment is set at import, before any test imports ray or vllm: Ray's processes (and the
 vLLM engines they start) inherit it from this process when ``ray.init`` starts them.
@@ -10,12 +11,11 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from tests.support.tiny_llama import build_tiny_llama
+from tests.support.smollm2 import vllm_params
 
-from halluscope.config.schema import SamplingSpec, ServeOptions, VLLMModel, VLLMParams
+from halluscope.config.schema import VLLMModel
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["VLLM_NO_USAGE_STATS"] = "1"  # vLLM reports usage to its servers by default
@@ -28,19 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(scope="session")
-def tiny_spec(tiny_model: Path) -> VLLMModel:
-    """The tiny model as a run config names it, sized for a 2-core machine."""
-    return VLLMModel(id="tiny-llama", backend="vllm", params=VLLMParams(
-        model_source=str(tiny_model), max_model_len=256,
-        # what a CPU engine needs: no CUDA graphs or torch.compile, and the weights' own float32
-        engine_kwargs={"enforce_eager": True, "dtype": "float32"},
-        sampling=SamplingSpec(max_tokens=16),
-        serve=ServeOptions(max_ongoing_requests=8)))
+def smollm2() -> VLLMModel:
+    """The model as a run config names it: short greedy answers, sized for a 2-core machine."""
+    return VLLMModel.model_validate({"id": "smollm2", "backend": "vllm", "params": vllm_params(24, 8)})
 
 
 @pytest.fixture(scope="session")

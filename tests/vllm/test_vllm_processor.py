@@ -12,11 +12,11 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_installed(), reason="needs vLLM: make test-vllm")]
 
 
-def test_processor_adds_text_and_token_counts(ray_local: None, tiny_spec: VLLMModel) -> None:
+def test_processor_adds_text_and_token_counts(ray_local: None, smollm2: VLLMModel) -> None:
     import ray
 
     items = [{"item_id": f"i{n}", "prompt": f"Question {n}: who wrote Hamlet?"} for n in range(8)]
-    processor = build_processor(tiny_spec, batch_size=4)
+    processor = build_processor(smollm2, batch_size=4)
     rows = sorted(processor(ray.data.from_items(items)).take_all(), key=lambda r: r["item_id"])
 
     assert [(r["item_id"], r["prompt"]) for r in rows] == [(i["item_id"], i["prompt"]) for i in items]
@@ -24,4 +24,4 @@ def test_processor_adds_text_and_token_counts(ray_local: None, tiny_spec: VLLMMo
     for r in rows:
         assert isinstance(r["text"], str)
         assert r["input_tokens"] > 0
-        assert 0 < r["output_tokens"] <= tiny_spec.params.sampling.max_tokens
+        assert 0 < r["output_tokens"] <= smollm2.params.sampling.max_tokens

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.vllm,
 
 
 @pytest.mark.timeout(900)  # an engine start, on 2 cores beside the other suites
-def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local: None, tiny_spec: VLLMModel,
+def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local: None, smollm2: VLLMModel,
                                                                       tmp_path) -> None:
     """Two models under test answer HALOGEN code, its corrected-rule twin (the same prompts, so no
     call of its own) and HalluLens PreciseWikiQA (a test set built from small sources), a scripted
@@ -43,9 +43,9 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
     judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
         "serve": {"num_cpus": 0.25}, "rules": [{"pattern": "is_abstaining", "response": '{"is_abstaining": false}'},
                                                {"pattern": "Judgement:", "response": "INCORRECT"}]}}
-    engine_spec = tiny_spec.model_dump(mode="json") | {"id": "tiny-a"}
+    engine_spec = smollm2.model_dump(mode="json") | {"id": "tiny-a"}
     stand_in = {"id": "tiny-b", "backend": "scripted", "params": {
-        "default": "import numpy", "serve": {"num_cpus": job_of(tiny_spec).units}}}
+        "default": "import numpy", "serve": {"num_cpus": job_of(smollm2).units}}}
     models = [engine_spec, stand_in]
     raw = {"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
            "tasks": ["halogen/code", "halogen/code@corrected", "hallulens/precise_wikiqa"],

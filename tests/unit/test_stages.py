@@ -59,9 +59,10 @@ def test_a_raising_decomposer_fails_its_row_only(monkeypatch):
     monkeypatch.setattr(task, "decompose", flaky)
     out = _evaluate(_batch("halogen/code", ["import os\nimport boom", "import numpy", None],
                            [None, None, "HTTP 503 after 5 attempts"])).to_pylist()
-    assert out[0]["error"] == "decompose failed: ValueError: cannot parse" and out[0]["atoms"] == []
-    assert out[1]["error"] is None and out[1]["atoms"] == ["numpy"] and out[1]["supported"] == [True]
-    assert out[2]["error"] == "HTTP 503 after 5 attempts" and out[2]["responded"] is None
+    assert out[0]["row_error"] == "decompose failed: ValueError: cannot parse" and out[0]["atoms"] == []
+    assert out[0]["error"] is None  # the generation's own: it answered
+    assert out[1]["row_error"] is None and out[1]["atoms"] == ["numpy"] and out[1]["supported"] == [True]
+    assert out[2]["row_error"] == out[2]["error"] == "HTTP 503 after 5 attempts" and out[2]["responded"] is None
     scores = stages.split_tables(pa.Table.from_pylist(out), "r")["scores"].to_pylist()
     assert [s["f"] for s in scores] == [None, 0.0, None]  # failed rows are never scored
 
@@ -70,7 +71,7 @@ def test_a_raising_verifier_leaves_verdicts_undecided(monkeypatch):
     task = get_task("halogen/code")
     monkeypatch.setattr(task, "verify", lambda atoms, text, item, kb, replies=(): 1 / 0)
     out = _evaluate(_batch("halogen/code", ["import os"])).to_pylist()[0]
-    assert out["supported"] == [None] and out["error"].startswith("verify failed: ZeroDivisionError")
+    assert out["supported"] == [None] and out["row_error"].startswith("verify failed: ZeroDivisionError")
 
 
 class _Scripted:
@@ -111,8 +112,8 @@ def test_role_calls_of_a_batch_go_out_together_and_return_to_their_rows():
     assert out[0]["atoms"] == ["Barker hosted the show.", "Barker is 91."]
     assert out[0]["supported"] == [True, None]  # an unreadable judge answer is never "supported"
     assert out[0]["evidence"][1].startswith("unreadable judge answer")
-    assert out[1]["error"] == "decompose failed: RuntimeError: extractor call failed: HTTP 503 after 4 attempts"
-    assert out[2]["error"].startswith("decompose failed: ValueError: unreadable extractor answer")
+    assert out[1]["row_error"] == "decompose failed: RuntimeError: extractor call failed: HTTP 503 after 4 attempts"
+    assert out[2]["row_error"].startswith("decompose failed: ValueError: unreadable extractor answer")
     assert out[3]["responded"] is False and out[3]["atoms"] == []
     assert len(judge_backend.prompts) == 2
     assert [(u["stage"], u["role"], u["calls"], u["failed_calls"]) for u in usage["0"]] == [

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support: free ports, the model's source and engine arguments
 from tests.support.smollm2 import ENGINE, MAX_MODEL_LEN, SOURCE, vllm_params  # noqa: E402
 
+# GiB of KV cache per engine (both sides' processes inherit it): vLLM's CPU default sizes it from
+# the machine's memory, far more than 256 short chats need
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 TASK = "halogen/code"
 JUDGED = "halogen/historical_events@corrected"  # the judge's question: did the two people meet?
 SUBJECT = "llama_2_13b_chat"  # whose recorded answers the judge reads

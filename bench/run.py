@@ -106,7 +106,7 @@ def main() -> None:
     reads = _records("filtered_reads.py")
     # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~12 minutes
     layouts = _records("cluster_layouts.py")
-    # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~3.5 minutes
+    # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~6 minutes
     live = _records("live_engine.py", python=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
     results += [*saturation, *scale, *memory, *many, *reads, *layouts, *live]
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -254,8 +254,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from halluscope.report.render import markdown_blocks, render_markdown
 
     cfg = load_config(args.config)
-    spec = (cfg.calibration or CalibrationSpec()).model_copy(
-        update={k: v for k, v in (("items_per_model", args.items_per_model),) if v is not None})
+    spec = cfg.calibration or CalibrationSpec()
+    if args.items_per_model is not None:
+        spec = spec.model_copy(update={"items_per_model": args.items_per_model})
     records: list[MetricRecord] = calibrate(cfg, spec, progress=not args.quiet)
     if args.json:
         print(json.dumps([r.as_json() for r in records], indent=2))

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from halluscope.config.schema import ModelSpec
 
 
-
 def cpus_of(spec: ModelSpec) -> float:
     """Logical CPUs one replica holds: a vLLM replica's workers' and its front end's
     (``REPLICA_CPUS``, in the first bundle), another model's ``serve.num_cpus``."""

@@ -12,9 +12,16 @@ once into ~/.cache/halluscope/models/) does two loads, each two ways:
   outputs, (a) offline with the same format, and (c) through the run's role path: the judge
   deployed as a run deploys it, its calls sent as the verifying actors send them (``RoleModels``).
 
+Before (b), the served side measures the engine's speed as ``halluscope calibrate --throughput``
+does (its deploy, a prefill and a decode load at the run's concurrency; here on the judge's
+deployment, the same engine, rather than a third one), runs a pilot over the first eighth of the
+prompts (``--pilot-items``), and plans (b) with both, as a user would before paying for a run.
+
 Each side runs in a process of its own (one engine on the machine at a time). Records
-``live_generation_saturation`` (output tokens/s of (b) over (a)) and ``live_role_saturation``
-(judge calls/s of (c) over (a)). Needs vLLM: run it with .venv-vllm's Python (``make bench`` does).
+``live_generation_saturation`` (output tokens/s of (b) over (a)), ``live_role_saturation``
+(judge calls/s of (c) over (a)) and ``live_plan_error`` (the plan's worst relative error on (b)'s
+wall time from deploy to last answer, its prompt tokens and its output tokens). Needs vLLM: run
+it with .venv-vllm's Python (``make bench`` does).
 """
 
 from __future__ import annotations
@@ -27,10 +34,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support: free ports, the model's source and engine arguments
 from tests.support.smollm2 import ENGINE, MAX_MODEL_LEN, SOURCE, vllm_params  # noqa: E402
+
+if TYPE_CHECKING:
+    from halluscope.config.schema import VLLMModel
+    from halluscope.pipeline.engine_speed import EngineSpeed
 
 # GiB of KV cache per engine (both sides' processes inherit it): vLLM's CPU default sizes it from
 # the machine's memory, far more than 256 short chats need
@@ -95,19 +107,22 @@ def offline(n: int, max_tokens: int) -> dict:
     return out
 
 
-def role(n: int) -> dict:
-    """The judge deployed as a run deploys its roles, called as the verifying actors call it."""
+def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
+    """The judge deployed as a run deploys its roles, called as the verifying actors call it; then
+    the engine's speed, measured on that deployment as ``halluscope calibrate --throughput``
+    measures one of its own (the same engine and arguments as the model under test's: sampling is
+    the client's, so the loads are sent with the model under test's ``max_tokens``)."""
     from tests.support.servers import free_port
 
-    from halluscope.config.schema import VLLMModel
+    from halluscope.pipeline.engine_speed import measure_deployed
     from halluscope.pipeline.roles import RoleModels
     from halluscope.runkit import served
 
-    spec = VLLMModel.model_validate({"id": "smollm2-judge", "role": "judge", "backend": "vllm",
-                                     "params": {**vllm_params(JUDGE_MAX_TOKENS, n, num_cpus=1),
-                                                "request_timeout_s": UNHURRIED}})
+    spec = judge_spec(n)
     calls = judge_calls(n)
+    t0 = time.perf_counter()
     with served([spec], free_port(), scope="role-bench") as (endpoints, _):
+        deploy_s = time.perf_counter() - t0
         judge, asked = RoleModels([spec], endpoints, cache=None), {str(k): [c] for k, c in enumerate(calls)}
         # one call first, before the clock, as the offline side: the client finds the deployment's
         # replica (once per verifying actor in a run) and the engine compiles the format's grammar
@@ -115,49 +130,84 @@ def role(n: int) -> dict:
         t0 = time.perf_counter()
         replies = judge.answer(asked, "abstain", {k: [] for k in asked})
         seconds = time.perf_counter() - t0
+        generating = spec.model_copy(update={"params": spec.params.model_copy(update={
+            "sampling": spec.params.sampling.model_copy(update={"max_tokens": max_tokens})})})
+        speed = measure_deployed(generating, endpoints[spec.id], prompts(n), deploy_s)
     answers = [r for rs in replies.values() for r in rs]
     assert len(answers) == len(calls) and not [a for a in answers if a.error], answers[:3]
-    return _rate(seconds, len(answers), sum(a.output_tokens for a in answers))
+    return _rate(seconds, len(answers), sum(a.output_tokens for a in answers)), speed
 
 
-def served(n: int, max_tokens: int, root: Path) -> dict:
-    """halluscope's judge calls, then its generation of the same prompts by the run-served model, in
-    one Ray the run joins (so it is not stopped between the two)."""
+def judge_spec(n: int) -> VLLMModel:
+    from halluscope.config.schema import VLLMModel
+
+    return VLLMModel.model_validate({"id": "smollm2-judge", "role": "judge", "backend": "vllm",
+                                     "params": {**vllm_params(JUDGE_MAX_TOKENS, n, num_cpus=1),
+                                                "request_timeout_s": UNHURRIED}})
+
+
+def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
+    """halluscope's judge calls and the engine's speed; then a pilot run over the first
+    ``pilot_items`` prompts and the plan they give; then the generation of every prompt by the
+    run-served model, in one Ray each run joins (so it is not stopped between them)."""
     import ray
     from tests.support.servers import free_port
 
     from halluscope.config.load import parse_config
+    from halluscope.pipeline.engine_speed import with_measured_row
+    from halluscope.pipeline.estimate import plan
     from halluscope.pipeline.runner import run
+    from halluscope.pipeline.token_stats import TokenStats
+    from halluscope.serving.throughput import PlanOptions
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
-    cfg = parse_config({
-        "storage": {"root": f"file://{root}"}, "tasks": [TASK], "limits": {"max_items_per_task": n},
-        "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": free_port(),
-        "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
-        "models": [{"id": "smollm2", "backend": "vllm",
-                    "params": {**vllm_params(max_tokens, n, num_cpus=1), "request_timeout_s": UNHURRIED}}]})
+    def config(items: int):
+        return parse_config({
+            "storage": {"root": f"file://{root}"}, "tasks": [TASK], "limits": {"max_items_per_task": items},
+            "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": free_port(),
+            "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
+            "models": [{"id": "smollm2", "backend": "vllm",
+                        "params": {**vllm_params(max_tokens, n, num_cpus=1), "request_timeout_s": UNHURRIED}}]})
+
+    cfg = config(n)
+    root_loc = Location.from_url(cfg.storage.root)
+    store = RunStore(root_loc, "live")
     ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
     try:
-        judged = role(n)
+        judged, speed = role(n, max_tokens)
+        assumed = PlanOptions()
+        table = with_measured_row(assumed.table_or_raise(), cfg.models[0], speed, assumed,
+                                  time.strftime("%Y-%m-%d"))
+        if pilot_items:
+            run(config(pilot_items), run_id="pilot", progress=False)
+        stats = TokenStats.measure([RunStore(root_loc, "pilot")]) if pilot_items else None
+        estimate = plan(cfg, None, stats, options=PlanOptions(table=table))
         run(cfg, run_id="live", progress=False)
     finally:
         ray.shutdown()
-    store = RunStore(Location.from_url(cfg.storage.root), "live")
     (d,) = store.read_json("manifest.json")["schedule"]["deployments"]
-    gens = store.read_table("generations", ["output_tokens", "error"]).to_pylist()
+    gens = store.read_table("generations", ["input_tokens", "output_tokens", "error"]).to_pylist()
     assert len(gens) == n and not [g for g in gens if g["error"]], gens[:3]
     tokens = sum(g["output_tokens"] for g in gens)
     seconds = d["generated_at"] - d["ready_at"]
-    return {"role": judged, "generation": {**_rate(seconds, n, tokens), "deploy_s": d["ready_at"] - d["requested_at"]}}
+    (row,) = [r for r in estimate.rows if r.stage == "generate"]
+    return {"role": judged, "generation": {**_rate(seconds, n, tokens), "deploy_s": d["ready_at"] - d["requested_at"]},
+            "plan": {"wall_s": estimate.wall_hours * 3600, "input_tokens": row.input_tokens,
+                     "output_tokens": row.output_tokens, "calibration": {**vars(speed),
+                     "prefill_tokens_per_s": speed.prefill_tokens_per_s,
+                     "decode_tokens_per_s": speed.decode_tokens_per_s}, "pilot_items": pilot_items},
+            "measured": {"wall_s": d["generated_at"] - d["requested_at"],
+                         "input_tokens": sum(g["input_tokens"] for g in gens), "output_tokens": tokens}}
 
 
 RESULT = "live-engine side: "  # before a side's JSON line: vLLM and Ray log to stdout too
 
 
-def _side(name: str, n: int, max_tokens: int) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--side", name, "--prompts", str(n), "--max-tokens",
-                           str(max_tokens)], check=True, stdout=subprocess.PIPE, text=True)
+def _side(name: str, args: argparse.Namespace) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--side", name, "--prompts", str(args.prompts), "--max-tokens",
+                           str(args.max_tokens), "--pilot-items", str(args.pilot_items)],
+                          check=True, stdout=subprocess.PIPE, text=True)
     (line,) = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     return json.loads(line[len(RESULT):])
 
@@ -178,25 +228,48 @@ def records(ceiling: dict, ours: dict, n: int, max_tokens: int) -> list[dict]:
                          f"({judged_top['seconds']:.1f} s; halluscope's role path {judged['seconds']:.1f} s, "
                          "deploy excluded); measured back to back; target 0.9",
              "baseline_value": round(judged_top["calls_per_s"], 2),
-             "ratio": round(judged["calls_per_s"] / judged_top["calls_per_s"], 3)}]
+             "ratio": round(judged["calls_per_s"] / judged_top["calls_per_s"], 3)},
+            plan_error(ours["plan"], ours["measured"])]
+
+
+def plan_error(planned: dict, measured: dict) -> dict:
+    """The plan's worst relative error of wall time, prompt and output tokens against the run's."""
+    errors = {k: abs(planned[k] / measured[k] - 1) for k in ("wall_s", "input_tokens", "output_tokens")}
+    error = max(errors.values())
+    speed = planned["calibration"]
+    return {"name": "live_plan_error", "value": round(error, 4), "unit": "relative error",
+            "baseline": f"halluscope plan after the calibration of the engine's speed (deploy "
+                        f"{speed['deploy_s']:.1f} s, {speed['calls']} calls at once: prefill "
+                        f"{speed['prefill_tokens_per_s']:,.0f} tokens/s, decode {speed['decode_tokens_per_s']:,.0f} "
+                        f"tokens/s) and a pilot run of {planned['pilot_items']} items (--stats), against the run: wall "
+                        f"{planned['wall_s']:.1f} s vs {measured['wall_s']:.1f} s (deploy to last answer), "
+                        f"input tokens {planned['input_tokens']:,} vs {measured['input_tokens']:,}, output tokens "
+                        f"{planned['output_tokens']:,} vs {measured['output_tokens']:,}; measured back to back; "
+                        "target 0.15",
+            "baseline_value": 0.15, "ratio": round(error / 0.15, 3)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--prompts", type=int, default=256)
     p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--pilot-items", type=int, help="the pilot run's prompts, whose token sizes the plan reads "
+                                                   "(default: an eighth of --prompts; 0: none, the plan's own "
+                                                   "size assumptions)")
     p.add_argument("--side", choices=["offline", "served"], help=argparse.SUPPRESS)  # one side, in this process
     p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
     args = p.parse_args()
+    if args.pilot_items is None:
+        args.pilot_items = max(1, args.prompts // 8)
     if args.side == "offline":
         print(RESULT + json.dumps(offline(args.prompts, args.max_tokens)))
         return
     if args.side == "served":
         with tempfile.TemporaryDirectory(prefix="live-engine-") as folder:
-            print(RESULT + json.dumps(served(args.prompts, args.max_tokens, Path(folder))))
+            print(RESULT + json.dumps(served(args.prompts, args.max_tokens, args.pilot_items, Path(folder))))
         return
-    ceiling = _side("offline", args.prompts, args.max_tokens)
-    ours = _side("served", args.prompts, args.max_tokens)
+    ceiling = _side("offline", args)
+    ours = _side("served", args)
     out = records(ceiling, ours, args.prompts, args.max_tokens)
     print(json.dumps({"ceiling": ceiling, "halluscope": ours}, indent=1))
     if args.json:

@@ -111,14 +111,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from halluscope.pipeline.estimate import check_budget, plan
     from halluscope.pipeline.resolved import cache_location, price_table
     from halluscope.pipeline.token_stats import TokenStats
+    from halluscope.serving.throughput import PlanOptions, load_throughput
 
     cfg = load_config(args.config)
     stats = TokenStats.from_runs(args.stats, cfg.storage) if args.stats else None
+    options = PlanOptions(table=load_throughput(args.throughput)) if args.throughput else None
     try:
         cache, skipped = cache_location(cfg), None
     except ConfigError as err:  # a plan writes nothing: storage credentials only let it look in the cache
         cache, skipped = None, f"the call cache was not looked in ({err}): every call is planned as new"
-    estimate = plan(cfg, price_table(cfg), stats, cache=cache)
+    estimate = plan(cfg, price_table(cfg), stats, options=options, cache=cache)
     if skipped and any(not m.replayed for m in cfg.models):
         estimate.notes.insert(0, skipped)
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.table())
@@ -254,6 +256,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from halluscope.report.render import markdown_blocks, render_markdown
 
     cfg = load_config(args.config)
+    if args.throughput:
+        return _calibrate_speed(cfg, args)
     spec = cfg.calibration or CalibrationSpec()
     if args.items_per_model is not None:
         spec = spec.model_copy(update={"items_per_model": args.items_per_model})
@@ -263,6 +267,23 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     section = agreement_section(records)
     print(render_markdown("halluscope calibrate", markdown_blocks([section] if section else [])))
+    return 0
+
+
+def _calibrate_speed(cfg, args: argparse.Namespace) -> int:
+    from halluscope.pipeline.engine_speed import calibrate_speed, write_table
+
+    table, speeds = calibrate_speed(cfg, args.calls)
+    write_table(table, args.throughput)
+    if args.json:
+        print(json.dumps([{**vars(s), "prefill_tokens_per_s": s.prefill_tokens_per_s,
+                           "decode_tokens_per_s": s.decode_tokens_per_s} for s in speeds], indent=2))
+        return 0
+    for s in speeds:
+        print(f"{s.model}: deployed in {s.deploy_s:.1f} s; prefill {s.prefill_tokens_per_s:,.0f} tokens/s "
+              f"({s.prefill_tokens} tokens, {s.calls} calls at once), decode {s.decode_tokens_per_s:,.1f} tokens/s "
+              f"({s.decode_output_tokens} tokens)")
+    print(f"wrote {args.throughput}: plan with it as `halluscope plan --throughput {args.throughput} CONFIG`")
     return 0
 
 
@@ -339,17 +360,26 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", action="store_true", help="print the rows as JSON")
     cp.set_defaults(fn=_cmd_compare)
     cb = sub.add_parser("calibrate", help="the judge's agreement with a benchmark's reference judge on its released "
-                                          "models' recorded responses (accuracy, Cohen's kappa)")
+                                          "models' recorded responses (accuracy, Cohen's kappa); with --throughput, "
+                                          "the served engines' speed")
     cb.add_argument("config", help="YAML path or URL: its judge and tasks (settings: its calibration section)")
     cb.add_argument("--items-per-model", type=int, help="items per task and released model (default: the config's, 2)")
     cb.add_argument("--quiet", action="store_true", help="no progress bars")
     cb.add_argument("--json", action="store_true", help="print the records as JSON")
+    cb.add_argument("--throughput", metavar="FILE",
+                    help="instead, measure each served engine's prefill and decode speed and deploy time here, and "
+                         "write them as a throughput table (cluster/throughput.yaml's form) to FILE")
+    cb.add_argument("--calls", type=int, help="with --throughput: calls per load (default: as many as a "
+                                              "deployment takes at once)")
     cb.set_defaults(fn=_cmd_calibrate)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")
     pl.add_argument("--stats", action="append", metavar="RUN_URI",
                     help="measure call sizes from an earlier run folder (repeatable)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.add_argument("--throughput", metavar="FILE",
+                    help="the throughput table to plan with (default: cluster/throughput.yaml); "
+                         "`halluscope calibrate --throughput FILE` measures one")
     pl.set_defaults(fn=_cmd_plan)
     ts = sub.add_parser("testset", help="build a benchmark's test sets from a job file and print their URIs")
     ts.add_argument("job", help="test-set job YAML (path or URL)")

@@ -31,7 +31,7 @@ SMALLEST = {
 
 
 # the scripts that need vLLM: run at their smallest size by the vLLM suite (tests/vllm), in its environment
-IN_VLLM_SUITE = {"live_engine.py": ["--prompts", "4", "--max-tokens", "8", "--json"]}
+IN_VLLM_SUITE = {"live_engine.py": ["--prompts", "4", "--max-tokens", "8", "--pilot-items", "0", "--json"]}
 
 
 def test_every_bench_script_is_run_here():

@@ -362,7 +362,7 @@ def test_without_a_throughput_table_only_a_served_model_stops_the_plan(data, tmp
     monkeypatch.setattr(throughput, "CHECKOUT", tmp_path)
     assert PlanOptions().throughput == {}
     with pytest.raises(ConfigError, match="cluster/throughput.yaml .* run from the repository"):
-        plan(_cfg(data), None, options=OPTIONS)
+        plan(_cfg(data), None, options=PlanOptions(**OPTIONS.model_dump(exclude={"table"})))
     text = plan(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES).table()  # no served model
     assert "total: $" in text and "throughput table" not in text  # nor a note on what does not apply
 
@@ -398,3 +398,54 @@ def test_the_notes_state_only_the_assumptions_that_apply(data):
     assert "served models" not in api_only and "waves" not in api_only and "API requests 10 output" in api_only
     mixed = assumptions(plan(_cfg(data), PRICES, options=OPTIONS))
     assert "served models: " in mixed and "in waves under the GPU budget" in mixed and "API requests" in mixed
+
+
+# --- a measured table (halluscope calibrate --throughput) ---------------------------------------
+
+def test_a_measured_row_plans_the_load_it_was_measured_on(data, tmp_path, capsys):
+    """The table's row and start-up from an engine's own figures (the inverses of the estimate's
+    rules): planned with them, a load takes what the engine took."""
+    from halluscope.cli import main
+    from halluscope.pipeline.engine_speed import EngineSpeed, with_measured_row, write_table
+    from halluscope.serving.throughput import busy_seconds, startup_seconds
+
+    cfg = _cfg(data, models=(LLAMA,), tasks=("halogen/code",), costs={"price_table": None})
+    (llama,) = cfg.models  # 8B on 2 H100s
+    # an engine that prefilled 12,000 tokens in 2 s and decoded 3,000 in 6 s after 1,200 prompt tokens
+    speed = EngineSpeed("llama", deploy_s=95.0, calls=64, prefill_tokens=12_000, prefill_s=2.0,
+                        decode_input_tokens=1_200, decode_output_tokens=3_000, decode_s=6.2)
+    assert (speed.prefill_tokens_per_s, speed.decode_tokens_per_s) == (6000.0, 500.0)
+    base = PlanOptions()
+    table = with_measured_row(base.table_or_raise(), llama, speed, base, "2026-11-28")
+    assert table.measured["H100"].model == "llama" and table.throughput["A100-80G"] == base.throughput["A100-80G"]
+    measured = PlanOptions(table=table)
+    assert measured.throughput["H100"] == Throughput(prefill_tokens_per_s=3000, decode_tokens_per_s=250)
+    seconds, _ = busy_seconds(llama, 64, 1_200, 3_000, measured)  # GPU-seconds over the 2 GPUs it holds
+    assert math.isclose(seconds / 2, 6.2) and math.isclose(startup_seconds(llama, measured), 95.0)
+    # an engine measured slower on the same resource keeps its row: a budget errs high
+    slower = EngineSpeed("judge", 10.0, 64, 1_000, 1.0, 0, 100, 1.0)
+    assert with_measured_row(table, llama, slower, measured, "2026-11-28").measured["H100"].model == "judge"
+    assert with_measured_row(table, llama, speed, measured, "2026-11-29").measured["H100"].date == "2026-11-28"
+
+    path = tmp_path / "measured.yaml"
+    write_table(table, path)
+    assert path.read_text().startswith("# measured by halluscope calibrate --throughput: H100 on H100 (2026-11-28")
+    assert load_throughput(path) == table
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"tasks": ["halogen/code"], "models": [LLAMA], "costs": {"price_table": None},
+                                      "data": {"dir": str(data), "download": False}}))
+    assert main(["plan", str(config), "--json"]) == 0
+    assumed = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(config), "--json", "--throughput", str(path)]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["wall_hours"] != assumed["wall_hours"]
+    assert math.isclose(planned["wall_hours"] * 3600, 95.0 + (39 / 6000 + 200 / 500))  # 2 prompts, 200 tokens
+    assert any("H100 measured on H100 2026-11-28 (llama)" in n for n in planned["notes"])
+
+
+def test_the_prefill_load_is_the_same_every_time_and_shares_no_prefix():
+    from halluscope.pipeline.engine_speed import prefill_prompts
+
+    first = prefill_prompts(64, 200)
+    assert first == prefill_prompts(64, 200) and len({p.split()[0] for p in first}) == 64
+    assert all(len(p.split()) == 205 for p in first)  # the number, the words, the request

@@ -21,5 +21,5 @@ pytestmark = [pytest.mark.vllm,
 def test_live_engine_bench_runs_to_its_end(tmp_path):
     out = json.loads(run_script("live_engine.py", IN_VLLM_SUITE["live_engine.py"], tmp_path))
     assert_records(out)
-    assert [r["name"] for r in out] == ["live_generation_saturation", "live_role_saturation"]
+    assert [r["name"] for r in out] == ["live_generation_saturation", "live_role_saturation", "live_plan_error"]
     assert all(r["ratio"] > 0 for r in out)

@@ -189,3 +189,25 @@ def _count(tokenizer: Any, text: str) -> int:
 def _metrics(records: list[dict], tasks: list[str]) -> list[str]:
     """The benchmark's records of these tasks (a run's cost records differ: the second paid nothing)."""
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in records if r["task"] in tasks)
+
+
+def test_the_engines_speed_is_measured_as_a_throughput_row(engine: tuple[VLLMModel, ServedEndpoint]) -> None:
+    """`halluscope calibrate --throughput`'s loads on the real engine: as many calls as the
+    deployment takes at once (8), a prefill of distinct long prompts and a decode of the run's
+    prompts, into the CPU row of a table the plan reads."""
+    from halluscope.pipeline.engine_speed import DECODE_TOKENS, measure_deployed, with_measured_row
+    from halluscope.serving.placement import placement
+    from halluscope.serving.throughput import PlanOptions, busy_seconds
+
+    spec, endpoint = engine
+    speed = measure_deployed(spec, endpoint, PROMPTS, deploy_s=30.0)
+    assert speed.calls == 8 and speed.prefill_tokens > 8 * 200  # 200 made-up words each
+    assert 8 <= speed.decode_output_tokens <= 8 * min(DECODE_TOKENS, 24)
+    assert speed.prefill_tokens_per_s > speed.decode_tokens_per_s > 0
+    assumed = PlanOptions()
+    table = with_measured_row(assumed.table_or_raise(), spec, speed, assumed, "2026-11-28")
+    assert table.measured["CPU"].model == "smollm2" and "cores" in table.measured["CPU"].hardware
+    # planned with the row, the decode load takes the time it took: resource-seconds over the units held
+    seconds, _ = busy_seconds(spec, 8, speed.decode_input_tokens, speed.decode_output_tokens, PlanOptions(table=table))
+    _, units = placement(spec)
+    assert abs(seconds / units - speed.decode_s) < 1e-6 * speed.decode_s

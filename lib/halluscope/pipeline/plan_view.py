@@ -85,7 +85,7 @@ class Plan:
     def as_dict(self) -> dict:
         return {"rows": [asdict(r) for r in self.rows], "totals": self.totals(), "wall_hours": self.wall_hours,
                 "schedule": self.schedule_dict(), "detectable": self.detectable, "notes": list(self.notes),
-                "options": self.options.model_dump(mode="json")}
+                "options": self.options.model_dump(mode="json", exclude={"table"})}
 
     def schedule_lines(self) -> list[str]:
         """The served models under test: waves, each model's window, peak GPUs, makespan, GPU-hours."""

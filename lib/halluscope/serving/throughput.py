@@ -10,18 +10,23 @@ from any directory. Unlike the price table it has no "off": the schedule, the wa
 every served model's hours come from it, so a served model's time stops the estimate with the
 places looked in when the table is not found, rather than turning them all into unknowns or
 falling back on a copy in code that would drift from the file. Plans without served models do
-not need it."""
+not need it.
+
+``halluscope calibrate --throughput FILE`` writes a table measured on the cluster it runs on
+(pipeline/engine_speed.py): its rows come from the inverses of the rules here
+(``measured_throughput``, ``measured_startup``) and say what they were measured on
+(``Measured``); ``halluscope plan --throughput FILE`` plans with it (``PlanOptions.table``)."""
 
 from __future__ import annotations
 
 import functools
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from halluscope.config.schema import ModelSpec, ScriptedModel, VLLMModel
+from halluscope.config.schema import ModelSpec, ScriptedModel, ServedModel, VLLMModel
 from halluscope.contract.cost_rules import SizeAssumptions
 from halluscope.cost.prices import read_table
 from halluscope.errors import ConfigError
@@ -52,12 +57,30 @@ class Startup(BaseModel):
     hf_s: float = Field(ge=0, description="an hf deployment")
 
 
+class Measured(BaseModel):
+    """What a measured row of the table came from (``halluscope calibrate --throughput``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str
+    params_b: float = Field(gt=0, description="the size its figures were scaled from")
+    units: float = Field(gt=0, description="resource units the engine held (per replica)")
+    replicas: int = Field(ge=1)
+    hardware: str
+    date: str
+    calls: int = Field(ge=1, description="calls of each load, all sent at once")
+    prefill_tokens_per_s: float = Field(gt=0, description="the engine's own, unscaled")
+    decode_tokens_per_s: float = Field(gt=0, description="the engine's own, unscaled")
+    deploy_s: float = Field(ge=0)
+
+
 class ThroughputTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     schema_version: Literal[1] = 1
     reference_params_b: float = Field(gt=0, description="the dense model size the throughput figures are for")
     throughput: dict[str, Throughput] = Field(description="by Ray accelerator name; 'CPU' per core")
     startup: Startup
+    measured: dict[str, Measured] = Field(default_factory=dict, description="by resource: the rows measured, "
+                                                                            "not assumed")
 
 
 def load_throughput(path: str | Path) -> ThroughputTable:
@@ -93,16 +116,18 @@ def throughput_table() -> ThroughputTable:
     return load_throughput(path)
 
 
-def _table_throughput() -> dict[str, Throughput]:
-    """The table's figures; none without a table (a served model's time then stops the plan)."""
-    return dict(throughput_table().throughput) if find_throughput_table() is not None else {}
+def _found_table() -> ThroughputTable | None:
+    """The table found (``find_throughput_table``); None without one (a served model's time then stops the plan)."""
+    return throughput_table() if find_throughput_table() is not None else None
 
 
 class PlanOptions(SizeAssumptions):
     """The estimate's assumptions; each is printed with the plan."""
 
-    throughput: dict[str, Throughput] = Field(default_factory=_table_throughput,
-                                              description="by accelerator; default: cluster/throughput.yaml")
+    table: ThroughputTable | None = Field(default_factory=_found_table,
+                                          description="start-up and scaling; default: cluster/throughput.yaml")
+    throughput: dict[str, Throughput] = Field(default_factory=dict,
+                                              description="by accelerator; default: the table's")
     params_b: dict[str, float] = Field(default_factory=dict,
                                        description="model id -> billions of parameters, where the name "
                                                    "does not say (e.g. 'Llama-3.1-70B' does)")
@@ -110,6 +135,25 @@ class PlanOptions(SizeAssumptions):
     startup_s: float | None = Field(
         None, ge=0, description="deployment start (pending, weights load, CUDA graphs) of every served model; "
                                 "None: by backend and size (startup_seconds)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _table_throughput(cls, data: Any) -> Any:
+        """Throughput not given is the table's."""
+        if isinstance(data, dict) and "throughput" not in data:
+            table = data["table"] if "table" in data else _found_table()
+            data = {**data, "table": table, "throughput": dict(table.throughput) if table is not None else {}}
+        return data
+
+    def startup_table(self) -> Startup:
+        return self.table_or_raise().startup
+
+    def reference_params_b(self) -> float:
+        return self.table_or_raise().reference_params_b
+
+    def table_or_raise(self) -> ThroughputTable:
+        """The table, or the error that names where it was looked for."""
+        return self.table if self.table is not None else throughput_table()
 
 
 _SIZE = re.compile(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bBmM])(?![a-zA-Z])")
@@ -132,7 +176,7 @@ def startup_seconds(spec: ModelSpec, options: PlanOptions) -> float:
     """How long a served model takes from its deployment to its first answer."""
     if options.startup_s is not None:
         return options.startup_s
-    start = throughput_table().startup
+    start = options.startup_table()
     if isinstance(spec, ScriptedModel):
         return spec.params.load_s + start.serve_s
     if isinstance(spec, VLLMModel):
@@ -143,14 +187,15 @@ def startup_seconds(spec: ModelSpec, options: PlanOptions) -> float:
 
 def served_assumptions(options: PlanOptions) -> str:
     """What a served model's time is estimated from, in words, for the plan's notes."""
-    if find_throughput_table() is None:
+    table = options.table
+    if table is None:
         return f"no throughput table ({DEFAULT_THROUGHPUT_TABLE} not found)"
-    table = throughput_table()
     start = table.startup
     started = f"{options.startup_s:g} s" if options.startup_s is not None else \
         (f"{start.vllm_s:g} s + {start.vllm_load_s_per_b:g} s per billion parameters (vllm), load_s + "
          f"{start.serve_s:g} s (scripted)")
-    return f"throughput per GPU at {table.reference_params_b:g}B scaled by size, started in {started}"
+    measured = "".join(f"; {r} measured on {m.hardware} {m.date} ({m.model})" for r, m in table.measured.items())
+    return f"throughput per GPU at {table.reference_params_b:g}B scaled by size, started in {started}{measured}"
 
 
 def busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
@@ -169,5 +214,32 @@ def busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
     size = params_billions(spec, options)
     if size is None:
         return None, f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']"
-    scale = throughput_table().reference_params_b / size
+    scale = options.reference_params_b() / size
     return tin / (rate.prefill_tokens_per_s * scale) + tout / (rate.decode_tokens_per_s * scale), None
+
+
+def measured_by_table(spec: ModelSpec) -> bool:
+    """Whether the table sizes the model's time: a scripted stand-in's comes from its own params."""
+    return not isinstance(spec, ScriptedModel)
+
+
+def measured_throughput(spec: ServedModel, options: PlanOptions, prefill: float, decode: float) -> Throughput:
+    """The table's row for an engine that does ``prefill`` and ``decode`` tokens/s over all its
+    replicas: per resource unit at the table's reference size (``busy_seconds``, inverted)."""
+    _, units = placement(spec)
+    size = params_billions(spec, options)
+    if size is None:
+        raise ConfigError(f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']")
+    per_unit = size / options.reference_params_b() / (units * spec.params.serve.num_replicas)
+    return Throughput(prefill_tokens_per_s=prefill * per_unit, decode_tokens_per_s=decode * per_unit)
+
+
+def measured_startup(spec: ServedModel, options: PlanOptions, deploy_s: float) -> Startup:
+    """The table's start-up figures with the one ``startup_seconds`` reads for ``spec`` set so that
+    it gives ``deploy_s`` (a vLLM model's weights part kept: it scales with the size)."""
+    start = options.startup_table()
+    if isinstance(spec, VLLMModel):
+        size = params_billions(spec, options)
+        load = start.vllm_load_s_per_b * (size if size is not None else start.vllm_unknown_params_b)
+        return start.model_copy(update={"vllm_s": max(0.0, deploy_s - load)})
+    return start.model_copy(update={"hf_s": deploy_s})

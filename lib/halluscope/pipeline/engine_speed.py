@@ -1,0 +1,204 @@
+"""How fast each served engine of a run config is on the cluster it runs on, written as a
+throughput table (``halluscope calibrate --throughput FILE``) that ``halluscope plan --throughput
+FILE`` plans with, in place of cluster/throughput.yaml's assumptions.
+
+Each model whose time the table sizes is deployed on its own, as a run deploys it (the deploy is
+timed: the table's start-up figure), answers one call off the clock (the client finds its
+replica), then two short loads, each sent the way a run sends its calls, as many at once as the
+deployment takes, so that the engine batches as it will in the run:
+
+- prefill: distinct prompts of ``PREFILL_WORDS`` made-up words, one output token each: the
+  engine's prompt tokens per second;
+- decode: the run's own first prompts for the model, with its own sampling but at most
+  ``DECODE_TOKENS`` per answer: its output tokens per second, once the prefill of those prompts
+  (at the rate just measured) is taken out. This is the rule the estimate applies (a call's time
+  is its prompt at the prefill rate plus its answer at the decode rate), so the plan reproduces
+  the load it was measured on.
+
+Both loads keep the run's concurrency, not its length: an engine's speed depends on how many
+sequences it batches, far less on how long each runs.
+
+The engine's figures become the table's row for its resource by the estimate's own scaling
+(``serving.throughput.measured_throughput``); the table's other rows and figures are kept. Where
+two measured models share a resource the slower row is kept, so a budget errs high. The model is
+removed before the next is deployed: its resources are free again as its measurement ends.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from halluscope.config.schema import RunConfig, SamplingSpec, ServedModel
+from halluscope.errors import ConfigError, RunError
+from halluscope.models.base import GenerationRequest, ModelBackend
+from halluscope.models.registry import Context, client, sampling_of
+from halluscope.pipeline.workset import item_source, models_under_test
+from halluscope.runkit import init_ray, is_served, served
+from halluscope.serving.placement import placement
+from halluscope.serving.throughput import (
+    Measured,
+    PlanOptions,
+    ThroughputTable,
+    measured_by_table,
+    measured_startup,
+    measured_throughput,
+    params_billions,
+)
+
+PREFILL_WORDS = 200
+DECODE_TOKENS = 32
+TEMPLATE = "engine-speed"  # no call cache: a measurement is never answered from it
+_WORDS = ("river stone lantern orchard copper violin harbor meadow glacier compass falcon ember quarry "
+          "tapestry beacon thistle canyon ledger saffron pebble cobalt willow anchor prairie marble "
+          "citadel juniper lagoon sparrow timber velvet summit").split()
+
+
+@dataclass(frozen=True)
+class EngineSpeed:
+    """One engine's measurement: its deploy and its two loads."""
+
+    model: str
+    deploy_s: float
+    calls: int
+    prefill_tokens: int
+    prefill_s: float
+    decode_input_tokens: int
+    decode_output_tokens: int
+    decode_s: float
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prefill_tokens / self.prefill_s
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Output tokens over the decode load's time less its prompts' prefill (at least a
+        twentieth of its time: a load whose prompts took all of it measured no decode)."""
+        generating = self.decode_s - self.decode_input_tokens / self.prefill_tokens_per_s
+        return self.decode_output_tokens / max(generating, self.decode_s / 20)
+
+
+def prefill_prompts(calls: int, words: int) -> list[str]:
+    """Distinct prompts (a seeded draw, so every calibration sends the same load), each unlike the
+    others from its first word, so that no engine answers one from another's cached prefix."""
+    rng = random.Random(0)
+    return [f"{k}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) + "\nRepeat the first word."
+            for k in range(calls)]
+
+
+def _at_once(spec: ServedModel) -> int:
+    return spec.params.serve.max_ongoing_requests * spec.params.serve.num_replicas
+
+
+def _with_max_tokens(spec: ServedModel, max_tokens: int) -> ServedModel:
+    sampling: SamplingSpec = getattr(spec.params, "sampling", SamplingSpec())
+    params = spec.params.model_copy(update={"sampling": sampling.model_copy(update={"max_tokens": max_tokens})})
+    return spec.model_copy(update={"params": params})
+
+
+def _timed(model: ModelBackend, prompts: Sequence[str]) -> tuple[float, int, int]:
+    """Seconds, prompt tokens and output tokens of the prompts sent at once."""
+    requests = [GenerationRequest(TEMPLATE, str(k), p) for k, p in enumerate(prompts)]
+    t0 = time.perf_counter()
+    done = model.generate_batch(requests)
+    seconds = time.perf_counter() - t0
+    failed = [c.error for c in done if c.error or c.input_tokens is None or c.output_tokens is None]
+    if failed:
+        raise RunError(f"calibrating '{model.model_id}': {len(failed)} of {len(done)} calls failed or counted no "
+                       f"tokens (first: {failed[0]})")
+    return seconds, sum(c.input_tokens or 0 for c in done), sum(c.output_tokens or 0 for c in done)
+
+
+def measure(spec: ServedModel, prompts: Sequence[str], http_port: int | None, calls: int | None = None
+            ) -> EngineSpeed:
+    """One model deployed, measured and removed. ``prompts``: the run's prompts for it, in order."""
+    t0 = time.perf_counter()
+    with served([spec], http_port, scope="calibrate") as (endpoints, _):
+        return measure_deployed(spec, endpoints[spec.id], prompts, time.perf_counter() - t0, calls)
+
+
+def measure_deployed(spec: ServedModel, endpoint: Any, prompts: Sequence[str], deploy_s: float,
+                     calls: int | None = None) -> EngineSpeed:
+    """The two loads, sent to ``spec``'s deployment at ``endpoint`` (which took ``deploy_s``)."""
+    n = min(calls or _at_once(spec), _at_once(spec))
+    own = (list(prompts) * (n // max(len(prompts), 1) + 1))[:n]
+    if not own:
+        raise ConfigError(f"calibrating '{spec.id}': the run gives it no prompt to measure its decode on")
+    length = getattr(spec.params, "max_model_len", None)
+    words = min(PREFILL_WORDS, length // 3) if length else PREFILL_WORDS
+    prefilling, decoding = (client(_with_max_tokens(spec, k), Context(endpoint), None, TEMPLATE)
+                            for k in (1, min(DECODE_TOKENS, sampling_of(spec).max_tokens)))
+    for model in (prefilling, decoding):  # off the clock: each client finds the replica
+        _timed(model, ["Say yes."])
+    prefill_s, prefill_tokens, _ = _timed(prefilling, prefill_prompts(n, words))
+    decode_s, tin, tout = _timed(decoding, own)
+    return EngineSpeed(spec.id, deploy_s, n, prefill_tokens, prefill_s, tin, tout, decode_s)
+
+
+def hardware(resource: str) -> str:
+    """What a row was measured on: the accelerator Ray names, or this node's processor and cores."""
+    if resource != "CPU":
+        return resource
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def calibrate_speed(cfg: RunConfig, calls: int | None = None, options: PlanOptions | None = None
+                    ) -> tuple[ThroughputTable, list[EngineSpeed]]:
+    """The table with each served engine's measured row (and start-up), and the measurements."""
+    o = options or PlanOptions()
+    table = o.table_or_raise()
+    specs = [m for m in cfg.models if is_served(m) and measured_by_table(m)]
+    if not specs:
+        raise ConfigError("calibrate --throughput: the config serves no model whose speed the throughput table "
+                          "gives (backend hf or vllm)")
+    items, tested = item_source(cfg), models_under_test(cfg)
+    init_ray(cfg.ray)
+    speeds, today = [], datetime.date.today().isoformat()
+    for spec in specs:
+        # a role model is measured on the prompts of the first model under test (their length, not their words,
+        # is what the load needs)
+        asker = spec if spec.role == "test" else next(iter(tested), spec)
+        prompts = [i.prompt for t in cfg.tasks_of(asker) for i in items.items(t, asker.id)]
+        speed = measure(spec, prompts, cfg.serve_http_port, calls)
+        speeds.append(speed)
+        table = with_measured_row(table, spec, speed, o.model_copy(update={"table": table}), today)
+    return table, speeds
+
+
+def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSpeed, o: PlanOptions,
+                      today: str) -> ThroughputTable:
+    """``table`` with ``speed`` as its row for the resource ``spec`` holds, unless a slower one is there."""
+    resource, units = placement(spec)
+    row = measured_throughput(spec, o, speed.prefill_tokens_per_s, speed.decode_tokens_per_s)
+    if resource in table.measured and table.throughput[resource].decode_tokens_per_s <= row.decode_tokens_per_s:
+        return table  # an earlier model measured this resource slower: its row stays
+    measured = Measured(model=speed.model, params_b=cast(float, params_billions(spec, o)), units=units,
+                        replicas=spec.params.serve.num_replicas, hardware=hardware(resource), date=today,
+                        calls=speed.calls, prefill_tokens_per_s=round(speed.prefill_tokens_per_s, 2),
+                        decode_tokens_per_s=round(speed.decode_tokens_per_s, 2), deploy_s=round(speed.deploy_s, 1))
+    return table.model_copy(update={"throughput": {**table.throughput, resource: row},
+                                    "startup": measured_startup(spec, o, speed.deploy_s),
+                                    "measured": {**table.measured, resource: measured}})
+
+
+def write_table(table: ThroughputTable, path: str | Path) -> None:
+    """The table as YAML, with a first line that says it was measured."""
+    dated = ", ".join(f"{r} on {m.hardware} ({m.date}, {m.model})" for r, m in table.measured.items())
+    body = yaml.safe_dump(table.model_dump(mode="json"), sort_keys=False)
+    Path(path).write_text(f"# measured by halluscope calibrate --throughput: {dated}\n{body}")

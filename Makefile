@@ -35,24 +35,20 @@ demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leade
 # on 2 cores, and more at once costs more than it saves (Ray's processes poll, and time out, when
 # starved: five suites side by side took 13:42 where these two take 9:43), so after lint two lanes
 # run side by side: the type check, then the integration tests (one Ray head on ports the OS hands
-# out) and the cluster-layouts bench script; and, one after another, the unit tests (no Ray) with
-# the other bench scripts at their smallest sizes (each starts what it measures, on ports of its
-# own) and the vLLM suite (a Ray of its own: its temp dir, the default worker ports, Serve on free
-# ports). The cluster-layouts script (~100 s) sits in the first lane to even the two: without it
-# the second took 6:53 + 12:44 against 11:40 (2026-11-28). Each suite's output follows, then the
-# slowest tests.
+# out); and, one after another, the unit tests (no Ray) with the bench scripts at their smallest
+# sizes (each starts what it measures, on ports of its own) and the vLLM suite (a Ray of its own:
+# its temp dir, the default worker ports, Serve on free ports), the longer lane of the two (12:56:
+# 743 s against 703 s). Each suite's output follows, then the slowest tests.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 SLOWEST ?= 15  # how many of the slowest tests `make test` lists
-BESIDE_INTEGRATION := tests/bench/test_bench_scripts.py::test_bench_script_runs_to_its_end[cluster_layouts.py]
 MAKEFLAGS += -j3
 test: venv venv-vllm chromium  ## lint; then types and the integration tests beside the unit+bench and vLLM suites (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs
 	d=$$(mktemp -d); \
 	suite() { name=$$1; shift; "$$@" > $$d/$$name 2>&1; echo $$? > $$d/$$name.rc; }; \
-	(suite unit $(PYTEST) --junitxml=$$d/unit.xml tests/unit tests/bench --deselect '$(BESIDE_INTEGRATION)'; \
+	(suite unit $(PYTEST) --junitxml=$$d/unit.xml tests/unit tests/bench; \
 	 suite vllm $(MAKE) --no-print-directory test-vllm PYTEST_ARGS="--junitxml=$$d/vllm.xml") & \
-	(suite mypy $(VENV)/bin/mypy; \
-	 suite integration $(PYTEST) --junitxml=$$d/integration.xml tests/integration '$(BESIDE_INTEGRATION)'); \
+	(suite mypy $(VENV)/bin/mypy; suite integration $(PYTEST) --junitxml=$$d/integration.xml tests/integration); \
 	wait; rc=0; \
 	for s in mypy unit vllm integration; do \
 		echo "--- $$s"; cat $$d/$$s; rc=$$((rc + $$(cat $$d/$$s.rc))); done; \

@@ -109,13 +109,12 @@ def _prog() -> str:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from halluscope.config.load import load_config
     from halluscope.pipeline.estimate import check_budget, plan
-    from halluscope.pipeline.resolved import cache_location, price_table
+    from halluscope.pipeline.resolved import cache_location, plan_options, price_table
     from halluscope.pipeline.token_stats import TokenStats
-    from halluscope.serving.throughput import PlanOptions, load_throughput
 
     cfg = load_config(args.config)
     stats = TokenStats.from_runs(args.stats, cfg.storage) if args.stats else None
-    options = PlanOptions(table=load_throughput(args.throughput)) if args.throughput else None
+    options = plan_options(cfg, args.throughput)
     try:
         cache, skipped = cache_location(cfg), None
     except ConfigError as err:  # a plan writes nothing: storage credentials only let it look in the cache
@@ -378,8 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure call sizes from an earlier run folder (repeatable)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.add_argument("--throughput", metavar="FILE",
-                    help="the throughput table to plan with (default: cluster/throughput.yaml); "
-                         "`halluscope calibrate --throughput FILE` measures one")
+                    help="the throughput table to plan with (default: the config's costs.throughput_table, else "
+                         "cluster/throughput.yaml); `halluscope calibrate --throughput FILE` measures one")
     pl.set_defaults(fn=_cmd_plan)
     ts = sub.add_parser("testset", help="build a benchmark's test sets from a job file and print their URIs")
     ts.add_argument("job", help="test-set job YAML (path or URL)")

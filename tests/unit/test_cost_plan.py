@@ -22,6 +22,7 @@ from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
 from halluscope.pipeline.estimate import check_budget, plan
+from halluscope.pipeline.resolved import ResolvedRun, plan_options
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.records import GenerationIds, generation_id
 from halluscope.serving import throughput
@@ -441,6 +442,14 @@ def test_a_measured_row_plans_the_load_it_was_measured_on(data, tmp_path, capsys
     assert planned["wall_hours"] != assumed["wall_hours"]
     assert math.isclose(planned["wall_hours"] * 3600, 95.0 + (39 / 6000 + 200 / 500))  # 2 prompts, 200 tokens
     assert any("H100 measured on H100 2026-11-28 (llama)" in n for n in planned["notes"])
+    # a config that names the table: the plan and the run's own estimate (budget gate, waves) read it
+    named = {**yaml.safe_load(config.read_text()), "costs": {"price_table": None, "throughput_table": str(path)}}
+    config.write_text(yaml.safe_dump(named))
+    assert main(["plan", str(config), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["wall_hours"] == planned["wall_hours"]
+    assert ResolvedRun.of(parse_config(named)).plan_options.table == table
+    with pytest.raises(ConfigError, match=f"throughput table not found: {tmp_path / 'none.yaml'}"):
+        plan_options(parse_config(named), str(tmp_path / "none.yaml"))
 
 
 def test_the_prefill_load_is_the_same_every_time_and_shares_no_prefix():

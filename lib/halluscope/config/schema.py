@@ -468,6 +468,9 @@ class CostSpec(_Strict):
     price_table: str | None = Field(
         default=DEFAULT_PRICE_TABLE,
         description="path or URL of the price table; None: tokens only. The default is used when it exists.")
+    throughput_table: str | None = Field(
+        default=None, description="path of the throughput table the estimate (the budget gate, the waves) reads: "
+                                  "one `halluscope calibrate --throughput` measured; None: cluster/throughput.yaml")
     budget_usd: float | None = Field(
         default=None, ge=0,
         description="stop the run before any model starts when `halluscope plan` estimates more; "

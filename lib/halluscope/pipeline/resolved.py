@@ -1,6 +1,7 @@
 """What a run derives from its config, once, in the driver, and hands to every step after it: the
-fingerprint that guards a resume, the price table, the call cache's place and the verifiers'
-knowledge (each benchmark's options are parsed once by the config itself, ``options_for``)."""
+fingerprint that guards a resume, the price table, the estimate's options over the throughput
+table, the call cache's place and the verifiers' knowledge (each benchmark's options are parsed
+once by the config itself, ``options_for``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from halluscope.config.schema import DEFAULT_PRICE_TABLE, RunConfig
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
 from halluscope.pipeline.workset import resolver_for
+from halluscope.serving.throughput import PlanOptions, load_throughput
 from halluscope.storage.fs import Location
 from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
 from halluscope.task_registry import benchmark_of, benchmarks, get_task
@@ -22,12 +24,13 @@ class ResolvedRun:
     cfg: RunConfig
     fingerprint: str
     prices: PriceTable | None
+    plan_options: PlanOptions
     cache: Location | None  # the call cache; None when it is off
     knowledge: Knowledge  # unloaded: each actor loads what its tasks use
 
     @classmethod
     def of(cls, cfg: RunConfig) -> ResolvedRun:
-        return cls(cfg, cfg.fingerprint(), price_table(cfg), cache_location(cfg), knowledge_for(cfg))
+        return cls(cfg, cfg.fingerprint(), price_table(cfg), plan_options(cfg), cache_location(cfg), knowledge_for(cfg))
 
 
 def price_table(cfg: RunConfig) -> PriceTable | None:
@@ -35,6 +38,13 @@ def price_table(cfg: RunConfig) -> PriceTable | None:
     if table is None or (table == DEFAULT_PRICE_TABLE and not Path(table).exists()):
         return None
     return load_prices(table)
+
+
+def plan_options(cfg: RunConfig, throughput_table: str | None = None) -> PlanOptions:
+    """The estimate's options over ``throughput_table`` (`halluscope plan --throughput`), else the
+    config's ``costs.throughput_table``, else the table found in the checkout."""
+    path = throughput_table or cfg.costs.throughput_table
+    return PlanOptions(table=load_throughput(path)) if path else PlanOptions()
 
 
 def cache_location(cfg: RunConfig) -> Location | None:

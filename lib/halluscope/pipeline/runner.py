@@ -126,7 +126,7 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
         kept = store.committed_keys() - redo
         committed = GenerationIds(store.read_table("scores", ["gen_id"], keys=kept).column("gen_id"))
         estimate = estimate_cost(cfg, run.prices, TokenStats.measure([store]) if committed else None,
-                                 cache=run.cache, done=committed)
+                                 options=run.plan_options, cache=run.cache, done=committed)
         if cfg.costs.budget_usd is not None:
             check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()

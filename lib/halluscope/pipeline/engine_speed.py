@@ -42,6 +42,7 @@ from halluscope.config.schema import RunConfig, SamplingSpec, ServedModel
 from halluscope.errors import ConfigError, RunError
 from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.models.registry import Context, client, sampling_of
+from halluscope.pipeline.resolved import plan_options
 from halluscope.pipeline.workset import item_source, models_under_test
 from halluscope.runkit import init_ray, is_served, served
 from halluscope.serving.placement import placement
@@ -158,10 +159,10 @@ def hardware(resource: str) -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
-def calibrate_speed(cfg: RunConfig, calls: int | None = None, options: PlanOptions | None = None
-                    ) -> tuple[ThroughputTable, list[EngineSpeed]]:
-    """The table with each served engine's measured row (and start-up), and the measurements."""
-    o = options or PlanOptions()
+def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[ThroughputTable, list[EngineSpeed]]:
+    """The table with each served engine's measured row (and start-up), and the measurements. The
+    table measured into is the one the config names, else the checkout's: its other rows are kept."""
+    o = plan_options(cfg)
     table = o.table_or_raise()
     specs = [m for m in cfg.models if is_served(m) and measured_by_table(m)]
     if not specs:

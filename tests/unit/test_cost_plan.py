@@ -423,10 +423,9 @@ def test_a_measured_row_plans_the_load_it_was_measured_on(data, tmp_path, capsys
     assert measured.throughput["H100"] == Throughput(prefill_tokens_per_s=3000, decode_tokens_per_s=250)
     seconds, _ = busy_seconds(llama, 64, 1_200, 3_000, measured)  # GPU-seconds over the 2 GPUs it holds
     assert math.isclose(seconds / 2, 6.2) and math.isclose(startup_seconds(llama, measured), 95.0)
-    # an engine measured slower on the same resource keeps its row: a budget errs high
+    # measured again, the row is the new measurement's
     slower = EngineSpeed("judge", 10.0, 64, 1_000, 1.0, 0, 100, 1.0)
-    assert with_measured_row(table, llama, slower, measured, "2026-11-28").measured["H100"].model == "judge"
-    assert with_measured_row(table, llama, speed, measured, "2026-11-29").measured["H100"].date == "2026-11-28"
+    assert with_measured_row(table, llama, slower, measured, "2026-11-29").measured["H100"].model == "judge"
 
     path = tmp_path / "measured.yaml"
     write_table(table, path)
@@ -458,3 +457,27 @@ def test_the_prefill_load_is_the_same_every_time_and_shares_no_prefix():
     first = prefill_prompts(64, 200)
     assert first == prefill_prompts(64, 200) and len({p.split()[0] for p in first}) == 64
     assert all(len(p.split()) == 205 for p in first)  # the number, the words, the request
+
+
+def test_a_calibration_keeps_the_slower_of_two_engines_on_one_resource(data, monkeypatch):
+    """Two engines on H100s measured in one calibration: the slower row stays (a budget errs high),
+    whichever is measured first; the deploys and loads are replaced by their figures here."""
+    from halluscope.pipeline import engine_speed
+
+    judge = {**JUDGE, "params": {**JUDGE["params"], "model_source": "org/Judge-8B"}}
+    figures = {"llama": (4_000, 400), "judge": (6_000, 300)}  # prefill, decode tokens/s of each engine
+    asked: dict[str, list[str]] = {}
+
+    def measure(spec, prompts, http_port, calls=None):
+        asked[spec.id] = prompts
+        prefill, decode = figures[spec.id]
+        return engine_speed.EngineSpeed(spec.id, 60.0, 8, prefill, 1.0, 0, decode, 1.0)
+
+    monkeypatch.setattr(engine_speed, "measure", measure)
+    monkeypatch.setattr(engine_speed, "init_ray", lambda spec: False)
+    for order in ((LLAMA, judge), (judge, LLAMA)):
+        cfg = _cfg(data, models=order, tasks=("halogen/code",), costs={"price_table": None})
+        table, speeds = engine_speed.calibrate_speed(cfg)
+        assert [s.model for s in speeds] == [m["id"] for m in order]
+        assert table.measured["H100"].model == "judge" and table.measured["H100"].decode_tokens_per_s == 300
+    assert asked["judge"] == asked["llama"] == CODE_PROMPTS  # a role is measured on the run's prompts

@@ -20,7 +20,7 @@ sequences it batches, far less on how long each runs.
 
 The engine's figures become the table's row for its resource by the estimate's own scaling
 (``serving.throughput.measured_throughput``); the table's other rows and figures are kept. Where
-two measured models share a resource the slower row is kept, so a budget errs high. The model is
+two models of one calibration share a resource the slower row is kept, so a budget errs high. The model is
 removed before the next is deployed: its resources are free again as its measurement ends.
 """
 
@@ -170,7 +170,7 @@ def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[Throughpu
                           "gives (backend hf or vllm)")
     items, tested = item_source(cfg), models_under_test(cfg)
     init_ray(cfg.ray)
-    speeds, today = [], datetime.date.today().isoformat()
+    speeds, today, measured = [], datetime.date.today().isoformat(), set()
     for spec in specs:
         # a role model is measured on the prompts of the first model under test (their length, not their words,
         # is what the load needs)
@@ -178,17 +178,19 @@ def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[Throughpu
         prompts = [i.prompt for t in cfg.tasks_of(asker) for i in items.items(t, asker.id)]
         speed = measure(spec, prompts, cfg.serve_http_port, calls)
         speeds.append(speed)
-        table = with_measured_row(table, spec, speed, o.model_copy(update={"table": table}), today)
+        resource = placement(spec)[0]
+        # a resource this calibration measured already keeps the slower of its rows: a budget errs high
+        if resource not in measured or speed.decode_tokens_per_s < table.measured[resource].decode_tokens_per_s:
+            table = with_measured_row(table, spec, speed, o.model_copy(update={"table": table}), today)
+        measured.add(resource)
     return table, speeds
 
 
 def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSpeed, o: PlanOptions,
                       today: str) -> ThroughputTable:
-    """``table`` with ``speed`` as its row for the resource ``spec`` holds, unless a slower one is there."""
+    """``table`` with ``speed`` as its row (and start-up) for the resource ``spec`` holds."""
     resource, units = placement(spec)
     row = measured_throughput(spec, o, speed.prefill_tokens_per_s, speed.decode_tokens_per_s)
-    if resource in table.measured and table.throughput[resource].decode_tokens_per_s <= row.decode_tokens_per_s:
-        return table  # an earlier model measured this resource slower: its row stays
     measured = Measured(model=speed.model, params_b=cast(float, params_billions(spec, o)), units=units,
                         replicas=spec.params.serve.num_replicas, hardware=hardware(resource), date=today,
                         calls=speed.calls, prefill_tokens_per_s=round(speed.prefill_tokens_per_s, 2),

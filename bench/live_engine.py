@@ -114,7 +114,7 @@ def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
     the client's, so the loads are sent with the model under test's ``max_tokens``)."""
     from tests.support.servers import free_port
 
-    from halluscope.pipeline.engine_speed import measure_deployed
+    from halluscope.pipeline.engine_speed import measure_deployed, with_max_tokens
     from halluscope.pipeline.roles import RoleModels
     from halluscope.runkit import served
 
@@ -130,9 +130,7 @@ def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
         t0 = time.perf_counter()
         replies = judge.answer(asked, "abstain", {k: [] for k in asked})
         seconds = time.perf_counter() - t0
-        generating = spec.model_copy(update={"params": spec.params.model_copy(update={
-            "sampling": spec.params.sampling.model_copy(update={"max_tokens": max_tokens})})})
-        speed = measure_deployed(generating, endpoints[spec.id], prompts(n), deploy_s)
+        speed = measure_deployed(with_max_tokens(spec, max_tokens), endpoints[spec.id], prompts(n), deploy_s)
     answers = [r for rs in replies.values() for r in rs]
     assert len(answers) == len(calls) and not [a for a in answers if a.error], answers[:3]
     return _rate(seconds, len(answers), sum(a.output_tokens for a in answers)), speed
@@ -194,9 +192,7 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     (row,) = [r for r in estimate.rows if r.stage == "generate"]
     return {"role": judged, "generation": {**_rate(seconds, n, tokens), "deploy_s": d["ready_at"] - d["requested_at"]},
             "plan": {"wall_s": estimate.wall_hours * 3600, "input_tokens": row.input_tokens,
-                     "output_tokens": row.output_tokens, "calibration": {**vars(speed),
-                     "prefill_tokens_per_s": speed.prefill_tokens_per_s,
-                     "decode_tokens_per_s": speed.decode_tokens_per_s}, "pilot_items": pilot_items},
+                     "output_tokens": row.output_tokens, "calibration": speed.as_dict(), "pilot_items": pilot_items},
             "measured": {"wall_s": d["generated_at"] - d["requested_at"],
                          "input_tokens": sum(g["input_tokens"] for g in gens), "output_tokens": tokens}}
 

@@ -275,8 +275,7 @@ def _calibrate_speed(cfg, args: argparse.Namespace) -> int:
     table, speeds = calibrate_speed(cfg, args.calls)
     write_table(table, args.throughput)
     if args.json:
-        print(json.dumps([{**vars(s), "prefill_tokens_per_s": s.prefill_tokens_per_s,
-                           "decode_tokens_per_s": s.decode_tokens_per_s} for s in speeds], indent=2))
+        print(json.dumps([s.as_dict() for s in speeds], indent=2))
         return 0
     for s in speeds:
         print(f"{s.model}: deployed in {s.deploy_s:.1f} s; prefill {s.prefill_tokens_per_s:,.0f} tokens/s "

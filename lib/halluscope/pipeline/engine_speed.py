@@ -32,7 +32,7 @@ import platform
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,8 +40,10 @@ import yaml
 
 from halluscope.config.schema import RunConfig, SamplingSpec, ServedModel
 from halluscope.errors import ConfigError, RunError
-from halluscope.models.base import GenerationRequest, ModelBackend
-from halluscope.models.registry import Context, client, sampling_of
+from halluscope.models.base import GenerationRequest
+from halluscope.models.model import Model
+from halluscope.models.provider import RemoteProvider
+from halluscope.models.registry import Context, provider, sampling_of
 from halluscope.pipeline.resolved import plan_options
 from halluscope.pipeline.workset import item_source, models_under_test
 from halluscope.runkit import init_ray, is_served, served
@@ -58,7 +60,7 @@ from halluscope.serving.throughput import (
 
 PREFILL_WORDS = 200
 DECODE_TOKENS = 32
-TEMPLATE = "engine-speed"  # no call cache: a measurement is never answered from it
+TEMPLATE = "engine-speed"  # the requests' task name
 _WORDS = ("river stone lantern orchard copper violin harbor meadow glacier compass falcon ember quarry "
           "tapestry beacon thistle canyon ledger saffron pebble cobalt willow anchor prairie marble "
           "citadel juniper lagoon sparrow timber velvet summit").split()
@@ -88,6 +90,11 @@ class EngineSpeed:
         generating = self.decode_s - self.decode_input_tokens / self.prefill_tokens_per_s
         return self.decode_output_tokens / max(generating, self.decode_s / 20)
 
+    def as_dict(self) -> dict:
+        """The measurement and the two rates it gives, for JSON."""
+        return {**asdict(self), "prefill_tokens_per_s": self.prefill_tokens_per_s,
+                "decode_tokens_per_s": self.decode_tokens_per_s}
+
 
 def prefill_prompts(calls: int, words: int) -> list[str]:
     """Distinct prompts (a seeded draw, so every calibration sends the same load), each unlike the
@@ -97,17 +104,20 @@ def prefill_prompts(calls: int, words: int) -> list[str]:
             for k in range(calls)]
 
 
-def _at_once(spec: ServedModel) -> int:
-    return spec.params.serve.max_ongoing_requests * spec.params.serve.num_replicas
+def _at_once(model: Model) -> int:
+    """The prompts the run's client of the deployment keeps in flight: its provider's own limits."""
+    limits = cast(RemoteProvider, model.provider).limits
+    return limits.calls_in_flight * limits.prompts_per_call
 
 
-def _with_max_tokens(spec: ServedModel, max_tokens: int) -> ServedModel:
+def with_max_tokens(spec: ServedModel, max_tokens: int) -> ServedModel:
+    """The model's config answering at most ``max_tokens`` (sampling is the client's: the same deployment)."""
     sampling: SamplingSpec = getattr(spec.params, "sampling", SamplingSpec())
     params = spec.params.model_copy(update={"sampling": sampling.model_copy(update={"max_tokens": max_tokens})})
     return spec.model_copy(update={"params": params})
 
 
-def _timed(model: ModelBackend, prompts: Sequence[str]) -> tuple[float, int, int]:
+def _timed(model: Model, prompts: Sequence[str]) -> tuple[float, int, int]:
     """Seconds, prompt tokens and output tokens of the prompts sent at once."""
     requests = [GenerationRequest(TEMPLATE, str(k), p) for k, p in enumerate(prompts)]
     t0 = time.perf_counter()
@@ -131,14 +141,14 @@ def measure(spec: ServedModel, prompts: Sequence[str], http_port: int | None, ca
 def measure_deployed(spec: ServedModel, endpoint: Any, prompts: Sequence[str], deploy_s: float,
                      calls: int | None = None) -> EngineSpeed:
     """The two loads, sent to ``spec``'s deployment at ``endpoint`` (which took ``deploy_s``)."""
-    n = min(calls or _at_once(spec), _at_once(spec))
+    prefilling, decoding = (Model(provider(with_max_tokens(spec, k), Context(endpoint)))
+                            for k in (1, min(DECODE_TOKENS, sampling_of(spec).max_tokens)))
+    n = min(calls or _at_once(decoding), _at_once(decoding))
     own = (list(prompts) * (n // max(len(prompts), 1) + 1))[:n]
     if not own:
         raise ConfigError(f"calibrating '{spec.id}': the run gives it no prompt to measure its decode on")
     length = getattr(spec.params, "max_model_len", None)
     words = min(PREFILL_WORDS, length // 3) if length else PREFILL_WORDS
-    prefilling, decoding = (client(_with_max_tokens(spec, k), Context(endpoint), None, TEMPLATE)
-                            for k in (1, min(DECODE_TOKENS, sampling_of(spec).max_tokens)))
     for model in (prefilling, decoding):  # off the clock: each client finds the replica
         _timed(model, ["Say yes."])
     prefill_s, prefill_tokens, _ = _timed(prefilling, prefill_prompts(n, words))

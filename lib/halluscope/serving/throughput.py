@@ -118,7 +118,8 @@ def throughput_table() -> ThroughputTable:
 
 def _found_table() -> ThroughputTable | None:
     """The table found (``find_throughput_table``); None without one (a served model's time then stops the plan)."""
-    return throughput_table() if find_throughput_table() is not None else None
+    path = find_throughput_table()
+    return load_throughput(path) if path is not None else None
 
 
 class PlanOptions(SizeAssumptions):

@@ -8,9 +8,13 @@ once into ~/.cache/halluscope/models/) does two loads, each two ways:
   (engine start excluded), and (b) as the model under test of a run that serves it on Ray Serve
   (backend vllm), over the deployment's generating window (ready to generated: its start excluded);
 - judge calls: the meeting question of HALOGEN's historical-events task (corrected rules) about
-  the first N recorded answers of one released model, held to "Yes" or "No" by vLLM's structured
+  the first 2N recorded answers of one released model, held to "Yes" or "No" by vLLM's structured
   outputs, (a) offline with the same format, and (c) through the run's role path: the judge
   deployed as a run deploys it, its calls sent as the verifying actors send them (``RoleModels``).
+  The calls are dealt alternately into two loads of distinct prompts, sent one after the other
+  right after the engine's start and one call off the clock; each side is timed by its faster
+  load, so one side's record does not hang on a swing of this machine's speed (seen past 20%
+  within minutes) that the other side did not meet.
 
 Before (b), the served side measures the engine's speed as ``halluscope calibrate --throughput``
 does (its deploy, a prefill and a decode load at the run's concurrency; here on the judge's
@@ -42,7 +46,9 @@ from tests.support.smollm2 import ENGINE, MAX_MODEL_LEN, SOURCE, vllm_params  # 
 
 if TYPE_CHECKING:
     from halluscope.config.schema import VLLMModel
+    from halluscope.contract.roles import RoleCall
     from halluscope.pipeline.engine_speed import EngineSpeed
+    from halluscope.pipeline.roles import RoleModels
 
 # GiB of KV cache per engine (both sides' processes inherit it): vLLM's CPU default sizes it from
 # the machine's memory, far more than 256 short chats need
@@ -65,7 +71,14 @@ def prompts(n: int) -> list[str]:
     return [i.prompt for i in items]
 
 
-def judge_calls(n: int) -> list:
+def judge_loads(n: int) -> tuple[RoleCall, tuple[list[RoleCall], list[RoleCall]]]:
+    """The judge's calls about the first 2n recorded answers (those no abstention phrase settles):
+    the first, sent off the clock, and the others dealt alternately into two loads of like size."""
+    first, *calls = judge_calls(2 * n)
+    return first, (calls[0::2], calls[1::2])
+
+
+def judge_calls(n: int) -> list[RoleCall]:
     """The judge's calls about the first n recorded answers (those no abstention phrase settles)."""
     from halluscope.config.schema import ReplayModel
     from halluscope.models.replay import load_replay
@@ -83,8 +96,14 @@ def _rate(seconds: float, calls: int, output_tokens: int) -> dict:
             "tokens_per_s": output_tokens / seconds}
 
 
+def _faster(loads: list[dict]) -> dict:
+    """The faster of a side's judge loads, with every load's seconds."""
+    return {**max(loads, key=lambda r: r["calls_per_s"]), "loads_s": [r["seconds"] for r in loads]}
+
+
 def offline(n: int, max_tokens: int) -> dict:
-    """The ceiling: every prompt of a load handed to the engine at once."""
+    """The ceiling: every prompt of a load handed to the engine at once; the judge's loads first,
+    as on the served side (right after the engine's start and one call off the clock)."""
     from vllm.sampling_params import StructuredOutputsParams
 
     from halluscope.models.answer_formats import structured_outputs
@@ -92,19 +111,18 @@ def offline(n: int, max_tokens: int) -> dict:
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=str(materialize(PackagedFile.parse(SOURCE))), max_model_len=MAX_MODEL_LEN, **ENGINE)
-    out = {}
-    calls = judge_calls(n)
-    for load, chats, params in (
-            ("generation", prompts(n), SamplingParams(max_tokens=max_tokens, temperature=0.0)),
-            ("role", [c.prompts[0] for c in calls], SamplingParams(
-                max_tokens=JUDGE_MAX_TOKENS, temperature=0.0,
-                structured_outputs=StructuredOutputsParams(**structured_outputs(calls[0].answer_format))))):
-        if load == "role":  # as the role path's first call: the format's grammar compiled before the clock
-            llm.chat([[{"role": "user", "content": chats[0]}]], params, use_tqdm=False)
+    first, loads = judge_loads(n)
+    judging = SamplingParams(max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, structured_outputs=StructuredOutputsParams(
+        **structured_outputs(first.answer_format)))
+
+    def timed(chats: list[str], params: SamplingParams) -> dict:
         t0 = time.perf_counter()
         outs = llm.chat([[{"role": "user", "content": c}] for c in chats], params, use_tqdm=False)
-        out[load] = _rate(time.perf_counter() - t0, len(outs), sum(len(o.outputs[0].token_ids) for o in outs))
-    return out
+        return _rate(time.perf_counter() - t0, len(outs), sum(len(o.outputs[0].token_ids) for o in outs))
+
+    timed(first.prompts, judging)  # as the role path's first call: the format's grammar compiled off the clock
+    judged = _faster([timed([c.prompts[0] for c in load], judging) for load in loads])
+    return {"role": judged, "generation": timed(prompts(n), SamplingParams(max_tokens=max_tokens, temperature=0.0))}
 
 
 def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
@@ -117,23 +135,32 @@ def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
     from halluscope.pipeline.engine_speed import measure_deployed, with_max_tokens
     from halluscope.pipeline.roles import RoleModels
     from halluscope.runkit import served
+    from halluscope.serving.app import start_serve
 
-    spec = judge_spec(n)
-    calls = judge_calls(n)
+    spec, port = judge_spec(n), free_port()
+    first, loads = judge_loads(n)
+    start_serve(port)  # before the clock, as calibrate and a run start it
     t0 = time.perf_counter()
-    with served([spec], free_port(), scope="role-bench") as (endpoints, _):
+    with served([spec], port, scope="role-bench") as (endpoints, _):
         deploy_s = time.perf_counter() - t0
-        judge, asked = RoleModels([spec], endpoints, cache=None), {str(k): [c] for k, c in enumerate(calls)}
-        # one call first, before the clock, as the offline side: the client finds the deployment's
-        # replica (once per verifying actor in a run) and the engine compiles the format's grammar
-        judge.answer({"first": [calls[0]]}, "abstain", {"first": []})
-        t0 = time.perf_counter()
-        replies = judge.answer(asked, "abstain", {k: [] for k in asked})
-        seconds = time.perf_counter() - t0
+        judge = RoleModels([spec], endpoints, cache=None)
+        # one call first, as the offline side: the client finds the deployment's replica (once per
+        # verifying actor in a run) and the engine compiles the format's grammar
+        _judged(judge, [first])
+        judged = _faster([_judged(judge, load) for load in loads])
         speed = measure_deployed(with_max_tokens(spec, max_tokens), endpoints[spec.id], prompts(n), deploy_s)
+    return judged, speed
+
+
+def _judged(judge: RoleModels, calls: list[RoleCall]) -> dict:
+    """One load of judge calls, all sent at once as a verifying actor sends a batch's."""
+    asked = {str(k): [c] for k, c in enumerate(calls)}
+    t0 = time.perf_counter()
+    replies = judge.answer(asked, "abstain", {k: [] for k in asked})
+    seconds = time.perf_counter() - t0
     answers = [r for rs in replies.values() for r in rs]
     assert len(answers) == len(calls) and not [a for a in answers if a.error], answers[:3]
-    return _rate(seconds, len(answers), sum(a.output_tokens for a in answers)), speed
+    return _rate(seconds, len(answers), sum(a.output_tokens for a in answers))
 
 
 def judge_spec(n: int) -> VLLMModel:
@@ -220,12 +247,18 @@ def records(ceiling: dict, ours: dict, n: int, max_tokens: int) -> list[dict]:
              "ratio": round(gen["tokens_per_s"] / top["tokens_per_s"], 3)},
             {"name": "live_role_saturation", "value": round(judged["calls_per_s"], 2), "unit": "judge calls/s",
              "baseline": f"vLLM's offline LLM.chat with the same structured output (Yes or No), after one call each: "
-                         f"{judged_top['calls']} {JUDGED} meeting questions about {SUBJECT}'s recorded answers "
-                         f"({judged_top['seconds']:.1f} s; halluscope's role path {judged['seconds']:.1f} s, "
-                         "deploy excluded); measured back to back; target 0.9",
+                         f"two loads of {JUDGED} meeting questions about {SUBJECT}'s recorded answers, the faster "
+                         f"of each side ({judged_top['calls']} calls in {judged_top['seconds']:.1f} s, loads "
+                         f"{_seconds(judged_top)}; halluscope's role path {judged['calls']} calls in "
+                         f"{judged['seconds']:.1f} s, loads {_seconds(judged)}, deploy excluded); measured back to "
+                         "back; target 0.9",
              "baseline_value": round(judged_top["calls_per_s"], 2),
              "ratio": round(judged["calls_per_s"] / judged_top["calls_per_s"], 3)},
             plan_error(ours["plan"], ours["measured"])]
+
+
+def _seconds(judged: dict) -> str:
+    return " and ".join(f"{s:.1f} s" for s in judged["loads_s"])
 
 
 def plan_error(planned: dict, measured: dict) -> dict:

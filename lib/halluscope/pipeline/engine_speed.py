@@ -132,7 +132,12 @@ def _timed(model: Model, prompts: Sequence[str]) -> tuple[float, int, int]:
 
 def measure(spec: ServedModel, prompts: Sequence[str], http_port: int | None, calls: int | None = None
             ) -> EngineSpeed:
-    """One model deployed, measured and removed. ``prompts``: the run's prompts for it, in order."""
+    """One model deployed, measured and removed. ``prompts``: the run's prompts for it, in order.
+    Serve is started before the clock, as a run starts it before its first deploy: the deploy
+    timed is the window a run's schedule records for the model."""
+    from halluscope.serving.app import start_serve
+
+    start_serve(http_port)
     t0 = time.perf_counter()
     with served([spec], http_port, scope="calibrate") as (endpoints, _):
         return measure_deployed(spec, endpoints[spec.id], prompts, time.perf_counter() - t0, calls)

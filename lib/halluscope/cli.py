@@ -33,6 +33,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config) if args.config else default_config()
     if args.storage_root:
         cfg.storage.root = args.storage_root
+    if args.max_items_per_task:  # a pilot of the config: its own run, whose manifest records the limit
+        cfg.limits.max_items_per_task = args.max_items_per_task
     run_id = args.run_id or cfg.run_id or default_run_id(cfg)
     try:
         agreement = calibrate(cfg, progress=not args.quiet) if cfg.calibration else []
@@ -90,7 +92,8 @@ def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
 
 def _resume_command(args: argparse.Namespace, run_id: str) -> str:
     return shlex.join([_prog(), "run", *([args.config] if args.config else []), "--run-id", run_id,
-                       *(["--storage-root", args.storage_root] if args.storage_root else [])])
+                       *(["--storage-root", args.storage_root] if args.storage_root else []),
+                       *(["--max-items-per-task", str(args.max_items_per_task)] if args.max_items_per_task else [])])
 
 
 def _prog() -> str:
@@ -304,6 +307,13 @@ def _partial_report(loc) -> str:
     return "\n".join(lines)
 
 
+def _positive(value: str) -> int:
+    """An argparse type for a count of at least 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {value!r}")
+    return int(value)
+
+
 def _arg(problem: Callable[[str], str | None]) -> Callable[[str], str]:
     """An argparse type that refuses a value ``problem`` finds fault with, saying why."""
     def check(value: str) -> str:
@@ -322,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", type=_arg(run_id_problem),
                    help=f"resume or name a run; the same id continues where it stopped ({RUN_ID_RULE})")
     r.add_argument("--storage-root", type=_arg(root_problem), help="override storage.root")
+    r.add_argument("--max-items-per-task", type=_positive, metavar="N",
+                   help="override limits.max_items_per_task: a pilot of the config, whose token sizes "
+                        "`halluscope plan --stats` reads")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.add_argument("--keep-failed", action="store_true",
                    help="resuming, keep the rows that failed on a transient error (a call out of retries) as they "
@@ -361,14 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
                                           "models' recorded responses (accuracy, Cohen's kappa); with --throughput, "
                                           "the served engines' speed")
     cb.add_argument("config", help="YAML path or URL: its judge and tasks (settings: its calibration section)")
-    cb.add_argument("--items-per-model", type=int, help="items per task and released model (default: the config's, 2)")
+    cb.add_argument("--items-per-model", type=_positive,
+                    help="items per task and released model (default: the config's, 2)")
     cb.add_argument("--quiet", action="store_true", help="no progress bars")
     cb.add_argument("--json", action="store_true", help="print the records as JSON")
     cb.add_argument("--throughput", metavar="FILE",
                     help="instead, measure each served engine's prefill and decode speed and deploy time here, and "
                          "write them as a throughput table (cluster/throughput.yaml's form) to FILE")
-    cb.add_argument("--calls", type=int, help="with --throughput: calls per load (default: as many as a "
-                                              "deployment takes at once)")
+    cb.add_argument("--calls", type=_positive,
+                    help="with --throughput: calls per load (default: as many as a deployment takes at once)")
     cb.set_defaults(fn=_cmd_calibrate)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")
     pl.add_argument("config", help="YAML path or URL")

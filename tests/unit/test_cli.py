@@ -1,6 +1,6 @@
 import pytest
 
-from halluscope.cli import main
+from halluscope.cli import _resume_command, build_parser, main
 
 
 def test_tasks_lists_every_task(capsys):
@@ -182,3 +182,20 @@ def test_the_manifest_names_the_config_file_and_the_sha256_of_its_bytes(tmp_path
     assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0
     manifest = json.loads((tmp_path / "runs" / "r1" / "manifest.json").read_text())
     assert manifest["config_source"] == {"uri": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def test_a_pilot_is_the_config_at_fewer_items_and_resumes_as_one(tmp_path, capsys, monkeypatch):
+    """`run --max-items-per-task N`: the run the plan's --stats reads before the full run is paid for."""
+    import json
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    path = _replay_config(tmp_path, ["p0", "p1", "p2"])
+    assert main(["run", str(path), "--run-id", "pilot", "--max-items-per-task", "2", "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "runs" / "pilot" / "manifest.json").read_text())
+    assert manifest["config"]["limits"]["max_items_per_task"] == 2
+    assert "2 generations processed" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", str(path), "--max-items-per-task", "0"])
+    assert "argument --max-items-per-task: a whole number of at least 1, not '0'" in capsys.readouterr().err
+    args = build_parser().parse_args(["run", str(path), "--max-items-per-task", "2"])
+    assert _resume_command(args, "pilot").endswith(f"run {path} --run-id pilot --max-items-per-task 2")

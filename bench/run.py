@@ -81,39 +81,58 @@ def compare(max_items: int | None = None) -> list[dict]:
     ]
 
 
+def scripts() -> dict[str, tuple[list[str], str, int | None]]:
+    """Each bench script after the comparison, in the order they run (each in a process of its
+    own: it starts the Ray it measures): its arguments, Python and stderr."""
+    vllm_python = str(HERE.parent / ".venv-vllm" / "bin" / "python")
+    return {
+        "saturation.py": ([], sys.executable, subprocess.PIPE),
+        # all nine domains at 10k/50k/140k rows (BENCH_SCALE_SIZES overrides) on S3, the largest run
+        # again under faults: the longest part, about an hour on 2 cores
+        "scale.py": (["--faults", "--sizes", *os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()],
+                     sys.executable, None),
+        # driver memory and rows/s at ~100k and over 1M generations (recorded models under aliases): ~8 minutes
+        "driver_memory.py": ([], sys.executable, None),
+        # 12 served models in waves on 16 simulated GPUs: about 13 minutes
+        "many_models.py": ([], sys.executable, None),
+        # FEWL's per-(task, model) reads of a 500-part run, pruned by footers and opening every part: ~15 s
+        "filtered_reads.py": ([], sys.executable, None),
+        # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~12 minutes
+        "cluster_layouts.py": ([], sys.executable, None),
+        # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~12 minutes
+        "live_engine.py": ([], vllm_python, None),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--compare-only", action="store_true",
                    help="only the pipeline beside the loop (seconds), not the hour of saturation and scale benches")
     p.add_argument("--max-items", type=int,
                    help="with --compare-only: at most this many items per task (a quick check of this script)")
+    p.add_argument("--only", nargs="+", choices=list(scripts()), metavar="SCRIPT",
+                   help="run only these bench scripts, and replace their records in bench/results.json, keeping "
+                        f"the others (one of: {', '.join(scripts())})")
     args = p.parse_args()
+    out = HERE / "results.json"
+    if args.only:
+        fresh = [r for name in args.only for r in _records(name, *scripts()[name])]
+        renewed = {r["name"] for r in fresh}
+        kept = [r for r in json.loads(out.read_text()) if r["name"] not in renewed] if out.exists() else []
+        out.write_text(json.dumps(kept + fresh, indent=2) + "\n")
+        _report(fresh)
+        return
     results = compare(args.max_items)
     if args.compare_only:
         _report(results)
         return
-    # each script in a process of its own: it starts the Ray it measures
-    saturation = _records("saturation.py", stderr=subprocess.PIPE)
-    # all nine domains at 10k/50k/140k rows (BENCH_SCALE_SIZES overrides) on S3, the largest run
-    # again under faults: the longest part, about an hour on 2 cores
-    sizes = os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()
-    scale = _records("scale.py", "--faults", "--sizes", *sizes)
-    # driver memory and rows/s at ~100k and over 1M generations (recorded models under aliases): ~8 minutes
-    memory = _records("driver_memory.py")
-    # 12 served models in waves on 16 simulated GPUs: about 13 minutes
-    many = _records("many_models.py")
-    # FEWL's per-(task, model) reads of a 500-part run, pruned by footers and opening every part: ~15 s
-    reads = _records("filtered_reads.py")
-    # the RayService's GPUs placed first on simulated 8-GPU nodes: a refusal and three layouts, ~12 minutes
-    layouts = _records("cluster_layouts.py")
-    # SmolLM2 through vLLM offline and through a run that serves it, in the vLLM environment: ~6 minutes
-    live = _records("live_engine.py", python=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
-    results += [*saturation, *scale, *memory, *many, *reads, *layouts, *live]
-    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    for name, how in scripts().items():
+        results += _records(name, *how)
+    out.write_text(json.dumps(results, indent=2) + "\n")
     _report(results)
 
 
-def _records(script: str, *args: str, python: str = sys.executable, stderr: int | None = None) -> list[dict]:
+def _records(script: str, args: list[str], python: str, stderr: int | None) -> list[dict]:
     """A bench script's records: the JSON line it prints last with ``--json``."""
     done = subprocess.run([python, str(HERE / script), "--json", *args], check=True, stdout=subprocess.PIPE,
                           stderr=stderr, text=True)

@@ -273,10 +273,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _calibrate_speed(cfg, args: argparse.Namespace) -> int:
-    from halluscope.pipeline.engine_speed import calibrate_speed, write_table
+    from halluscope.pipeline.engine_speed import calibrate_speed, table_path, write_table
 
+    out = table_path(args.throughput)
     table, speeds = calibrate_speed(cfg, args.calls)
-    write_table(table, args.throughput)
+    write_table(table, out)
     if args.json:
         print(json.dumps([s.as_dict() for s in speeds], indent=2))
         return 0

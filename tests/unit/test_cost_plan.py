@@ -481,3 +481,29 @@ def test_a_calibration_keeps_the_slower_of_two_engines_on_one_resource(data, mon
         assert [s.model for s in speeds] == [m["id"] for m in order]
         assert table.measured["H100"].model == "judge" and table.measured["H100"].decode_tokens_per_s == 300
     assert asked["judge"] == asked["llama"] == CODE_PROMPTS  # a role is measured on the run's prompts
+
+
+def test_calibrate_writes_its_table_into_a_new_folder_and_refuses_a_path_it_cannot_write_before_measuring(
+        data, tmp_path, monkeypatch, capsys):
+    from halluscope.cli import main
+    from halluscope.pipeline import engine_speed
+
+    measured: list[str] = []
+
+    def calibrate_speed(cfg, calls=None):
+        measured.append(cfg.models[0].id)
+        speed = engine_speed.EngineSpeed("llama", 60.0, 8, 4_000, 1.0, 0, 400, 1.0)
+        return engine_speed.with_measured_row(PlanOptions().table_or_raise(), cfg.models[0], speed, PlanOptions(),
+                                              "2026-11-29"), [speed]
+
+    monkeypatch.setattr(engine_speed, "calibrate_speed", calibrate_speed)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"tasks": ["halogen/code"], "models": [LLAMA], "costs": {"price_table": None},
+                                      "data": {"dir": str(data), "download": False}}))
+    out = tmp_path / "runs-new" / "cpu.yaml"  # a folder a fresh checkout does not have
+    assert main(["calibrate", str(config), "--throughput", str(out)]) == 0
+    assert load_throughput(out).measured["H100"].model == "llama" and measured == ["llama"]
+    capsys.readouterr()
+    assert main(["calibrate", str(config), "--throughput", str(tmp_path)]) == 2  # a folder: refused, nothing measured
+    assert f"--throughput {tmp_path}: not a file this process can write" in capsys.readouterr().err
+    assert measured == ["llama"]

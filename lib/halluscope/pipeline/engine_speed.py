@@ -215,6 +215,19 @@ def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSp
                                     "measured": {**table.measured, resource: measured}})
 
 
+def table_path(path: str | Path) -> Path:
+    """Where ``calibrate --throughput`` will write, its folder made and checked before minutes of
+    deploys and loads are spent on a measurement that could not be kept."""
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--throughput {path}: cannot make its folder ({err.strerror})") from err
+    if out.is_dir() or not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise ConfigError(f"--throughput {path}: not a file this process can write")
+    return out
+
+
 def write_table(table: ThroughputTable, path: str | Path) -> None:
     """The table as YAML, with a first line that says it was measured."""
     dated = ", ".join(f"{r} on {m.hardware} ({m.date}, {m.model})" for r, m in table.measured.items())

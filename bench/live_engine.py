@@ -8,10 +8,10 @@ once into ~/.cache/halluscope/models/) does two loads, each two ways:
   (engine start excluded), and (b) as the model under test of a run that serves it on Ray Serve
   (backend vllm), over the deployment's generating window (ready to generated: its start excluded);
 - judge calls: the meeting question of HALOGEN's historical-events task (corrected rules) about
-  the first 2N recorded answers of one released model, held to "Yes" or "No" by vLLM's structured
+  the first 3N recorded answers of one released model, held to "Yes" or "No" by vLLM's structured
   outputs, (a) offline with the same format, and (c) through the run's role path: the judge
   deployed as a run deploys it, its calls sent as the verifying actors send them (``RoleModels``).
-  The calls are dealt alternately into two loads of distinct prompts, sent one after the other
+  The calls are dealt in turn into three loads of distinct prompts, sent one after the other
   right after the engine's start and one call off the clock; each side is timed by its faster
   load, so one side's record does not hang on a swing of this machine's speed (seen past 20%
   within minutes) that the other side did not meet.
@@ -57,6 +57,9 @@ TASK = "halogen/code"
 JUDGED = "halogen/historical_events@corrected"  # the judge's question: did the two people meet?
 SUBJECT = "llama_2_13b_chat"  # whose recorded answers the judge reads
 JUDGE_MAX_TOKENS = 4  # "Yes" or "No"
+# judge loads per side, each timed alone: on 2 cores one load's time varied by up to 8% between
+# loads of one engine minutes apart, more than the role path's own cost
+LOADS = 3
 # every prompt is in flight at once, so the last answer comes when the whole load is done: on 2
 # cores 256 answers of 128 tokens took 60-90 s, past the default deadline (60 + max_tokens / 5 s)
 UNHURRIED = 900.0
@@ -71,11 +74,11 @@ def prompts(n: int) -> list[str]:
     return [i.prompt for i in items]
 
 
-def judge_loads(n: int) -> tuple[RoleCall, tuple[list[RoleCall], list[RoleCall]]]:
-    """The judge's calls about the first 2n recorded answers (those no abstention phrase settles):
-    the first, sent off the clock, and the others dealt alternately into two loads of like size."""
-    first, *calls = judge_calls(2 * n)
-    return first, (calls[0::2], calls[1::2])
+def judge_loads(n: int) -> tuple[RoleCall, list[list[RoleCall]]]:
+    """The judge's calls about the first ``LOADS`` * n recorded answers (those no abstention phrase
+    settles): the first, sent off the clock, and the others dealt in turn into loads of like size."""
+    first, *calls = judge_calls(LOADS * n)
+    return first, [calls[k::LOADS] for k in range(LOADS)]
 
 
 def judge_calls(n: int) -> list[RoleCall]:
@@ -125,19 +128,17 @@ def offline(n: int, max_tokens: int) -> dict:
     return {"role": judged, "generation": timed(prompts(n), SamplingParams(max_tokens=max_tokens, temperature=0.0))}
 
 
-def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
+def role(n: int, max_tokens: int, port: int) -> tuple[dict, EngineSpeed]:
     """The judge deployed as a run deploys its roles, called as the verifying actors call it; then
     the engine's speed, measured on that deployment as ``halluscope calibrate --throughput``
     measures one of its own (the same engine and arguments as the model under test's: sampling is
     the client's, so the loads are sent with the model under test's ``max_tokens``)."""
-    from tests.support.servers import free_port
-
     from halluscope.pipeline.engine_speed import measure_deployed, with_max_tokens
     from halluscope.pipeline.roles import RoleModels
     from halluscope.runkit import served
     from halluscope.serving.app import start_serve
 
-    spec, port = judge_spec(n), free_port()
+    spec = judge_spec(n)
     first, loads = judge_loads(n)
     start_serve(port)  # before the clock, as calibrate and a run start it
     t0 = time.perf_counter()
@@ -187,10 +188,12 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
+    port = free_port()  # Serve's, started once for the judge and the runs
+
     def config(items: int):
         return parse_config({
             "storage": {"root": f"file://{root}"}, "tasks": [TASK], "limits": {"max_items_per_task": items},
-            "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": free_port(),
+            "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": port,
             "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
             "models": [{"id": "smollm2", "backend": "vllm",
                         "params": {**vllm_params(max_tokens, n, num_cpus=1), "request_timeout_s": UNHURRIED}}]})
@@ -200,7 +203,7 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     store = RunStore(root_loc, "live")
     ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
     try:
-        judged, speed = role(n, max_tokens)
+        judged, speed = role(n, max_tokens, port)
         assumed = PlanOptions()
         table = with_measured_row(assumed.table_or_raise(), cfg.models[0], speed, assumed,
                                   time.strftime("%Y-%m-%d"))
@@ -247,7 +250,7 @@ def records(ceiling: dict, ours: dict, n: int, max_tokens: int) -> list[dict]:
              "ratio": round(gen["tokens_per_s"] / top["tokens_per_s"], 3)},
             {"name": "live_role_saturation", "value": round(judged["calls_per_s"], 2), "unit": "judge calls/s",
              "baseline": f"vLLM's offline LLM.chat with the same structured output (Yes or No), after one call each: "
-                         f"two loads of {JUDGED} meeting questions about {SUBJECT}'s recorded answers, the faster "
+                         f"{LOADS} loads of {JUDGED} meeting questions about {SUBJECT}'s recorded answers, the faster "
                          f"of each side ({judged_top['calls']} calls in {judged_top['seconds']:.1f} s, loads "
                          f"{_seconds(judged_top)}; halluscope's role path {judged['calls']} calls in "
                          f"{judged['seconds']:.1f} s, loads {_seconds(judged)}, deploy excluded); measured back to "

@@ -192,9 +192,9 @@ def served_assumptions(options: PlanOptions) -> str:
     if table is None:
         return f"no throughput table ({DEFAULT_THROUGHPUT_TABLE} not found)"
     start = table.startup
-    started = f"{options.startup_s:g} s" if options.startup_s is not None else \
-        (f"{start.vllm_s:g} s + {start.vllm_load_s_per_b:g} s per billion parameters (vllm), load_s + "
-         f"{start.serve_s:g} s (scripted)")
+    started = f"{options.startup_s:.4g} s" if options.startup_s is not None else \
+        (f"{start.vllm_s:.4g} s + {start.vllm_load_s_per_b:.4g} s per billion parameters (vllm), load_s + "
+         f"{start.serve_s:.4g} s (scripted)")
     measured = "".join(f"; {r} measured on {m.hardware} {m.date} ({m.model})" for r, m in table.measured.items())
     return f"throughput per GPU at {table.reference_params_b:g}B scaled by size, started in {started}{measured}"
 

@@ -12,7 +12,7 @@ once into ~/.cache/halluscope/models/) does two loads, each two ways:
   outputs, (a) offline with the same format, and (c) through the run's role path: the judge
   deployed as a run deploys it, its calls sent as the verifying actors send them (``RoleModels``).
   The calls are dealt in turn into three loads of distinct prompts, sent one after the other
-  right after the engine's start and one call off the clock; each side is timed by its faster
+  right after the engine's start and one call off the clock; each side is timed by its fastest
   load, so one side's record does not hang on a swing of this machine's speed (seen past 20%
   within minutes) that the other side did not meet.
 
@@ -99,8 +99,8 @@ def _rate(seconds: float, calls: int, output_tokens: int) -> dict:
             "tokens_per_s": output_tokens / seconds}
 
 
-def _faster(loads: list[dict]) -> dict:
-    """The faster of a side's judge loads, with every load's seconds."""
+def _fastest(loads: list[dict]) -> dict:
+    """The fastest of a side's judge loads, with every load's seconds."""
     return {**max(loads, key=lambda r: r["calls_per_s"]), "loads_s": [r["seconds"] for r in loads]}
 
 
@@ -124,7 +124,7 @@ def offline(n: int, max_tokens: int) -> dict:
         return _rate(time.perf_counter() - t0, len(outs), sum(len(o.outputs[0].token_ids) for o in outs))
 
     timed(first.prompts, judging)  # as the role path's first call: the format's grammar compiled off the clock
-    judged = _faster([timed([c.prompts[0] for c in load], judging) for load in loads])
+    judged = _fastest([timed([c.prompts[0] for c in load], judging) for load in loads])
     return {"role": judged, "generation": timed(prompts(n), SamplingParams(max_tokens=max_tokens, temperature=0.0))}
 
 
@@ -148,7 +148,7 @@ def role(n: int, max_tokens: int, port: int) -> tuple[dict, EngineSpeed]:
         # one call first, as the offline side: the client finds the deployment's replica (once per
         # verifying actor in a run) and the engine compiles the format's grammar
         _judged(judge, [first])
-        judged = _faster([_judged(judge, load) for load in loads])
+        judged = _fastest([_judged(judge, load) for load in loads])
         speed = measure_deployed(with_max_tokens(spec, max_tokens), endpoints[spec.id], prompts(n), deploy_s)
     return judged, speed
 
@@ -250,7 +250,7 @@ def records(ceiling: dict, ours: dict, n: int, max_tokens: int) -> list[dict]:
              "ratio": round(gen["tokens_per_s"] / top["tokens_per_s"], 3)},
             {"name": "live_role_saturation", "value": round(judged["calls_per_s"], 2), "unit": "judge calls/s",
              "baseline": f"vLLM's offline LLM.chat with the same structured output (Yes or No), after one call each: "
-                         f"{LOADS} loads of {JUDGED} meeting questions about {SUBJECT}'s recorded answers, the faster "
+                         f"{LOADS} loads of {JUDGED} meeting questions about {SUBJECT}'s recorded answers, the fastest "
                          f"of each side ({judged_top['calls']} calls in {judged_top['seconds']:.1f} s, loads "
                          f"{_seconds(judged_top)}; halluscope's role path {judged['calls']} calls in "
                          f"{judged['seconds']:.1f} s, loads {_seconds(judged)}, deploy excluded); measured back to "

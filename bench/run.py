@@ -110,13 +110,14 @@ def main() -> None:
                    help="only the pipeline beside the loop (seconds), not the hour of saturation and scale benches")
     p.add_argument("--max-items", type=int,
                    help="with --compare-only: at most this many items per task (a quick check of this script)")
-    p.add_argument("--only", nargs="+", choices=list(scripts()), metavar="SCRIPT",
+    table = scripts()
+    p.add_argument("--only", nargs="+", choices=list(table), metavar="SCRIPT",
                    help="run only these bench scripts, and replace their records in bench/results.json, keeping "
-                        f"the others (one of: {', '.join(scripts())})")
+                        f"the others (one of: {', '.join(table)})")
     args = p.parse_args()
     out = HERE / "results.json"
     if args.only:
-        fresh = [r for name in args.only for r in _records(name, *scripts()[name])]
+        fresh = [r for name in args.only for r in _records(name, *table[name])]
         renewed = {r["name"] for r in fresh}
         kept = [r for r in json.loads(out.read_text()) if r["name"] not in renewed] if out.exists() else []
         out.write_text(json.dumps(kept + fresh, indent=2) + "\n")
@@ -126,7 +127,7 @@ def main() -> None:
     if args.compare_only:
         _report(results)
         return
-    for name, how in scripts().items():
+    for name, how in table.items():
         results += _records(name, *how)
     out.write_text(json.dumps(results, indent=2) + "\n")
     _report(results)

@@ -308,7 +308,7 @@ def _partial_report(loc) -> str:
     return "\n".join(lines)
 
 
-def _positive(value: str) -> int:
+def _count(value: str) -> int:
     """An argparse type for a count of at least 1."""
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {value!r}")
@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", type=_arg(run_id_problem),
                    help=f"resume or name a run; the same id continues where it stopped ({RUN_ID_RULE})")
     r.add_argument("--storage-root", type=_arg(root_problem), help="override storage.root")
-    r.add_argument("--max-items-per-task", type=_positive, metavar="N",
+    r.add_argument("--max-items-per-task", type=_count, metavar="N",
                    help="override limits.max_items_per_task: a pilot of the config, whose token sizes "
                         "`halluscope plan --stats` reads")
     r.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -375,14 +375,14 @@ def build_parser() -> argparse.ArgumentParser:
                                           "models' recorded responses (accuracy, Cohen's kappa); with --throughput, "
                                           "the served engines' speed")
     cb.add_argument("config", help="YAML path or URL: its judge and tasks (settings: its calibration section)")
-    cb.add_argument("--items-per-model", type=_positive,
+    cb.add_argument("--items-per-model", type=_count,
                     help="items per task and released model (default: the config's, 2)")
     cb.add_argument("--quiet", action="store_true", help="no progress bars")
     cb.add_argument("--json", action="store_true", help="print the records as JSON")
     cb.add_argument("--throughput", metavar="FILE",
                     help="instead, measure each served engine's prefill and decode speed and deploy time here, and "
                          "write them as a throughput table (cluster/throughput.yaml's form) to FILE")
-    cb.add_argument("--calls", type=_positive,
+    cb.add_argument("--calls", type=_count,
                     help="with --throughput: calls per load (default: as many as a deployment takes at once)")
     cb.set_defaults(fn=_cmd_calibrate)
     pl = sub.add_parser("plan", help="estimate a run's calls, tokens, GPU-hours and dollars before it starts")

@@ -13,7 +13,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from halluscope.errors import ConfigError, HalluscopeError, Interrupted, StorageError, StorageFull, user_error
+from halluscope.errors import (
+    ConfigError,
+    HalluscopeError,
+    Interrupted,
+    OverBudget,
+    StorageError,
+    StorageFull,
+    user_error,
+)
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.quiet import native_lines_to_log
 from halluscope.report.escape import terminal
@@ -86,8 +94,9 @@ def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
         return None
     if not manifest or manifest.get("status") not in ("failed", "interrupted", "over_budget"):
         return None
+    first = " raise costs.budget_usd in its config, then" if manifest["status"] == "over_budget" else ""
     return (f"halluscope: run {run_id} is recorded as {manifest['status']}; to resume it (committed work is "
-            f"kept):\n  {_resume_command(args, run_id)}")
+            f"kept),{first}:\n  {_resume_command(args, run_id)}")
 
 
 def _resume_command(args: argparse.Namespace, run_id: str) -> str:
@@ -419,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         if cause is None:
             raise
         print(f"halluscope: error: {terminal(cause)}", file=sys.stderr)
-        return 2
+        return OverBudget.EXIT_CODE if isinstance(cause, OverBudget) else 2
 
 
 def _environment_error(err: BaseException) -> str | None:

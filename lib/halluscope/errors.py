@@ -31,8 +31,11 @@ class StorageFull(StorageError):
 
 
 class OverBudget(HalluscopeError):
-    """What a running run has spent crossed ``costs.budget_usd``: it stops, its committed work kept,
-    and resumes under a raised budget."""
+    """What a run has spent, over all its attempts, crossed ``costs.budget_usd``: it stops, its
+    committed work kept, and resumes under a raised budget. The command exits ``EXIT_CODE``, and
+    a retry under the same budget stops again before it starts anything."""
+
+    EXIT_CODE = 3
 
 
 class RunError(HalluscopeError):

@@ -196,3 +196,38 @@ def test_a_run_over_its_budget_stops_before_anything_is_written(tmp_path):
     with pytest.raises(RunError, match="exceeds costs.budget_usd"):
         run(cfg, run_id="over", progress=False)
     assert not (tmp_path / "over").exists()
+
+
+def test_what_an_earlier_attempts_deployments_held_counts_against_the_budget_and_in_the_ledger(tmp_path):
+    """A stopped attempt's GPU time was billed: the next attempt of the run counts it before it
+    starts anything, and the ledger bills it beside its own; a held part edited since is not believed."""
+    import os
+
+    from halluscope.cost.nodes import Interval
+    from halluscope.pipeline.resolved import ResolvedRun
+    from halluscope.pipeline.spend import HELD_TABLE, deployment_rows, held_by_attempts, record_held, spent_before
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    run = ResolvedRun.of(parse_config({
+        "storage": {"root": f"file://{tmp_path}"}, "tasks": ["halogen/code"],
+        "costs": {"price_table": str(REPO / "cluster" / "prices.yaml")},
+        "models": [{"id": "m", "backend": "scripted", "params": {"default": "import numpy"}}]}))
+    root = Location.from_url(f"file://{tmp_path}")
+    first = RunStore(root, "r")
+    first.claim()
+    record_held(first, [Interval(0.0, 1800.0, "H100", 8, "m")])
+    record_held(first, [Interval(0.0, 3600.0, "H100", 8, "m")])  # as it grows: the part is replaced
+    assert len(first.parts(HELD_TABLE)[first.attempt]) == 1
+    second = RunStore(root, "r")
+    second.claim()
+    record_held(second, [Interval(7200.0, 9000.0, "H100", 8, "m")])
+    (before, _) = spent_before(run, second, set())
+    assert before.calls_usd == 0 and before.held_usd == pytest.approx(8 * 6.88)  # the first attempt's hour
+    assert deployment_rows(held_by_attempts(second)) == [
+        {"model": "m", "resource": "H100", "resource_seconds": 8 * 3600.0 + 8 * 1800.0}]
+    (name,) = first.parts(HELD_TABLE)[first.attempt]
+    path = tmp_path / "r" / HELD_TABLE / name
+    os.chmod(path, 0o600)
+    path.write_bytes(path.read_bytes()[:-8] + b"00000000")
+    assert spent_before(run, second, set())[0].held_usd == 0.0

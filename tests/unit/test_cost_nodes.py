@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.nodes import Interval, stranded_rows
 from halluscope.cost.prices import PriceTable
 
 PRICES = PriceTable.model_validate({
@@ -14,7 +14,7 @@ PRICES = PriceTable.model_validate({
 
 def test_gpus_held_by_no_deployment_on_billed_nodes_are_charged_once():
     # 6 GPUs for 10 s, 4 more from 5 s: one node, then two nodes holding 10 GPUs
-    (row,) = stranded_rows([(0, 10, "H100", 6), (5, 10, "H100", 4), (0, 10, "L40S", 3)], PRICES)
+    (row,) = stranded_rows([Interval(0, 10, "H100", 6), Interval(5, 10, "H100", 4), Interval(0, 10, "L40S", 3)], PRICES)
     assert row["resource"] == "H100" and row["stage"] == "nodes"
     assert row["resource_seconds"] == pytest.approx(2 * 5 + 6 * 5)
     # the bill: 1 node x 5 s + 2 nodes x 5 s at $56/h, less the 6 x 10 + 4 x 5 GPU-seconds at $6/h
@@ -22,7 +22,7 @@ def test_gpus_held_by_no_deployment_on_billed_nodes_are_charged_once():
 
 
 def test_nothing_beyond_the_gpus_when_billed_per_gpu_or_without_prices():
-    assert stranded_rows([(0, 10, "L40S", 3)], PRICES) == []
-    assert stranded_rows([(0, 10, "H100", 3)], None) == []
-    (full,) = stranded_rows([(0, 10, "H100", 8)], PRICES)
+    assert stranded_rows([Interval(0, 10, "L40S", 3)], PRICES) == []
+    assert stranded_rows([Interval(0, 10, "H100", 3)], None) == []
+    (full,) = stranded_rows([Interval(0, 10, "H100", 8)], PRICES)
     assert full["resource_seconds"] == 0 and full["usd"] == pytest.approx((56 - 48) * 10 / 3600)

@@ -67,10 +67,11 @@ def _slow_writes(monkeypatch) -> list[str]:
     written: list[str] = []
     original = RunStore.write_batch
 
-    def slow(self: RunStore, key: str, tables: dict) -> None:
+    def slow(self: RunStore, key: str, tables: dict) -> dict[str, str]:
         time.sleep(0.05)
-        original(self, key, tables)
+        parts = original(self, key, tables)
         written.append(key)
+        return parts
 
     monkeypatch.setattr(RunStore, "write_batch", slow)
     return written
@@ -262,6 +263,51 @@ def test_a_run_whose_spend_crosses_its_budget_stops_there_and_resumes_under_a_ra
     assert resumed.failure is None and resumed.processed == 12 - stopped_at
     ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()
     assert len(ids) == len(set(ids)) == 12
+
+
+def test_a_run_over_budget_resubmitted_as_the_jobs_retry_policy_would_spends_its_budget_once(
+        tmp_path, monkeypatch, capsys):
+    """KubeRay's backoffLimit retries a failed Ray job: the same command, the same run id, the same
+    budget, twice more. The first attempt stops once its spend crosses the budget (exit 3); each
+    retry counts what the earlier attempts spent, starts nothing and makes no call; over the three,
+    the spend is at most the budget and one batch."""
+    import yaml
+    from tests.support.openai_server import OpenAIStubServer
+
+    from halluscope.cli import main
+    from halluscope.errors import OverBudget
+    from halluscope.pipeline.spend import spent_before, tally_of
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("as_of: '2026-01-01'\nsource: test prices\n"
+                      "api_usd_per_million_tokens: {stub: {input: 10000.0, output: 10000.0}}\n")  # a cent a token
+    with OpenAIStubServer() as server:
+        config = tmp_path / "run.yaml"
+        config.write_text(yaml.safe_dump({
+            "storage": {"root": f"file://{tmp_path}/runs"}, "tasks": ["halogen/code"],
+            "limits": {"max_items_per_task": 12}, "concurrency": {"batch_size": 2, "generate_batch_size": 2},
+            "costs": {"price_table": str(prices), "budget_usd": 5.0},
+            "models": [{"id": "stub", "backend": "openai",  # the plan assumes one-token answers: it passes
+                        "params": {"base_url": server.base_url, "sampling": {"max_tokens": 1}}}]}))
+        codes, calls = [], []
+        for _ in range(3):
+            codes.append(main(["run", str(config), "--run-id", "b", "--quiet"]))
+            calls.append(server.calls)
+    err = capsys.readouterr().err
+    assert codes == [OverBudget.EXIT_CODE] * 3, err
+    assert calls[0] > 0 and calls[1] == calls[2] == calls[0]  # the retries asked the endpoint nothing
+    assert "earlier attempts of this run spent" in err and "nothing was started" in err
+    store = RunStore(Location.from_url(f"file://{tmp_path}/runs"), "b")
+    manifest = store.read_json("manifest.json")
+    assert manifest["status"] == "over_budget" and manifest["attempts_refused"] == 2
+    run_ = ResolvedRun.of(parse_config(yaml.safe_load(config.read_text())))
+    keys = store.committed_keys()
+    (spent, _) = spent_before(run_, store, keys)
+    batch_usd = max(spent_before(run_, store, {k})[0].usd for k in keys)
+    assert 5.0 < spent.usd <= 5.0 + batch_usd, (spent, batch_usd)
+    # every call the endpoint answered was committed and counted: no spend escaped the tally
+    assert sum(a["calls"] for a in tally_of(run_, store, keys).acc.values()) == calls[0]
 
 
 def test_show_prints_a_response_its_units_and_each_verdict(tmp_path, monkeypatch, capsys):

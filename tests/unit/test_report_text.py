@@ -202,7 +202,10 @@ def test_run_summary_on_screen_gives_the_quarantine_counts_and_folder(tmp_path, 
 def test_status_shows_each_models_rows_its_deployment_and_the_spend():
     from halluscope.report.status import status_doc, status_text
 
-    progress = {"updated_at": "2026-11-27T10:00:00+00:00", "elapsed_s": 42.0, "spend_so_far_usd": 3.5,
+    progress = {"updated_at": "2026-11-27T10:00:00+00:00", "elapsed_s": 1800.0,
+                "spend": {"earlier_attempts_usd": 2.0, "calls_usd": 0.5, "deployments_usd": 1.0, "total_usd": 3.5,
+                          "budget_usd": 10.0},
+                "planned": {"usd": 4.0, "wall_s": 7200.0},
                 "log": "s3://b/runs/r1/logs/driver-a1.log", "models": {"big": {"done": 8, "failed": 1, "total": 40}, "api": {"done": 40, "total": 40}},
                 "deployments": [{"model": "big", "status": "generating", "wave": 1, "staged_rows": 24,
                                  "reason": None}]}
@@ -211,7 +214,10 @@ def test_status_shows_each_models_rows_its_deployment_and_the_spend():
         "status": "generating", "wave": 1, "staged_rows": 24, "reason": None}}
     assert doc["models"]["api"] == {"evaluated": 40, "failed": 0, "total": 40}  # a progress.json of before
     text = status_text(doc)
-    assert text.splitlines()[0] == "run r1: running" and "spent so far: $3.50" in text
+    assert text.splitlines()[0] == "run r1: running"
+    assert ("spent so far: $3.50 of costs.budget_usd $10.00: this attempt's calls $0.50 (as of its last commit) "
+            "and deployments $1.00, earlier attempts $2.00") in text
+    assert "planned for this attempt: $4.00; $2.50 of it left; 2.00 h, 1.50 h of it left" in text
     assert "wave 1: generating, 24 generated" in text
     assert "this attempt's log: s3://b/runs/r1/logs/driver-a1.log" in text
     assert status_doc("r2", None, None)["status"] == "not started"

@@ -14,10 +14,27 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from halluscope.cost.prices import PriceTable
 
-Interval = tuple[float, float, str, float]  # start, end (seconds), resource, GPUs held
+
+class Interval(NamedTuple):
+    """A deployment's time on the cluster: from its request to its release (``time.time()``
+    seconds, or seconds into a plan), on ``units`` of ``resource``."""
+
+    start: float
+    end: float
+    resource: str
+    units: float
+    model: str = "*"
+
+
+def held_usd(prices: PriceTable | None, intervals: Iterable[Interval]) -> float:
+    """The dollars of ``intervals`` at the price table's hourly rates (unpriced resources left out)."""
+    if prices is None:
+        return 0.0
+    return math.fsum(prices.hours_usd(i.resource, (i.end - i.start) * i.units) or 0.0 for i in intervals)
 
 
 def stranded_rows(intervals: Iterable[Interval], prices: PriceTable | None) -> list[dict]:
@@ -26,7 +43,7 @@ def stranded_rows(intervals: Iterable[Interval], prices: PriceTable | None) -> l
     if prices is None:
         return []
     events: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for start, end, resource, units in intervals:
+    for start, end, resource, units, _ in intervals:
         billing = prices.accelerators.get(resource)
         if billing is not None and billing.billing == "node" and end > start:
             events[resource] += [(start, units), (end, -units)]

@@ -44,7 +44,7 @@ from halluscope.config.schema import ModelSpec, RunConfig, ServedModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
-from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.nodes import Interval, stranded_rows
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
 from halluscope.errors import RunError
@@ -232,9 +232,10 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
             + max(known, default=0.0))
     rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in served if not scheduled(m) or m.id in windows]
     rows += _shared_rows(cfg, prices, wall_s)
-    held = [(w.start_s, w.end_s, w.resource, w.units) for w in sched.windows if math.isfinite(w.end_s)]
-    held += [(0.0, wall_s, j.resource, j.units) for m in served if not scheduled(m) for j in [job_of(m)]] \
-        if wall_s is not None else []
+    held = [Interval(w.start_s, w.end_s, w.resource, w.units, w.model) for w in sched.windows
+            if math.isfinite(w.end_s)]
+    held += [Interval(0.0, wall_s, j.resource, j.units, m.id) for m in served if not scheduled(m)
+             for j in [job_of(m)]] if wall_s is not None else []
     rows += [PlanRow(r["model"], r["role"], "*", "nodes", 0, 0, 0, 0, 0, r["resource"], r["resource_seconds"] / 3600,
                      r["usd"], "estimated", r["note"]) for r in stranded_rows(held, prices)]
     rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))

@@ -19,6 +19,7 @@ import pyarrow as pa
 import ray
 
 from halluscope.config.schema import ModelSpec, RunConfig
+from halluscope.cost.nodes import Interval, held_usd
 from halluscope.cost.prices import PriceTable
 from halluscope.models.registry import cached_prompts
 from halluscope.pipeline import stages
@@ -61,6 +62,7 @@ class StageInputs:
     estimate: Plan | None = None  # the run's, made once when it opened: the waves' jobs
     deployments: list[Deployment] = field(default_factory=list)  # the waves', as they happen
     on_commit: Callable[[str, dict[str, str]], None] | None = None  # each committed batch: key, parts (spend)
+    earlier_usd: float = 0.0  # what the run's earlier attempts spent: the budget is the run's
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
@@ -164,7 +166,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
                   lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
                   layout=layout(cfg),
-                  allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}))
+                  allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}, w.earlier_usd))
     w.deployments = waves.deployments
     staged = StagedRows(w.store.loc)
     w.tracker.views.append(lambda: {"deployments": [{**d.as_dict(), "staged_rows": staged.of(d.model)}
@@ -215,13 +217,14 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
 
 
 def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],
-         now: float | None = None) -> list[tuple[float, float, str, float]]:
+         now: float | None = None) -> list[Interval]:
     """What the run's deployments held when: the waves' models from request to release (to
     ``now`` for those not released yet), the roles it served for the pipeline's time."""
-    out = [(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units) for d in schedule]
+    out = [Interval(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units, d.model)
+           for d in schedule]
     start, end = window
     if start is not None and end is not None:
-        out += [(start, end, j.resource, j.units) for m in cfg.models
+        out += [Interval(start, end, j.resource, j.units, m.id) for m in cfg.models
                 if m.served and not scheduled(m) for j in [job_of(m)]]
     return out
 
@@ -233,8 +236,7 @@ def spend_so_far(cfg: RunConfig, prices: PriceTable | None, schedule: list[Deplo
     if prices is None or started is None:
         return None
     now = time.time()
-    return round(math.fsum(prices.hours_usd(resource, (to - frm) * units) or 0.0
-                           for frm, to, resource, units in held(cfg, list(schedule), (started, now), now)), 4)
+    return round(held_usd(prices, held(cfg, list(schedule), (started, now), now)), 4)
 
 
 def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
@@ -259,11 +261,11 @@ def _to_deploy(w: StageInputs, specs: dict[str, ModelSpec], blocks: dict[str, li
     return [m for m in left if m not in cached]
 
 
-def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,
-                 jobs: dict[str, Job]) -> Callable[[Job, list[Deployment]], str | None] | None:
+def _dollar_gate(cfg: RunConfig, prices: PriceTable | None, jobs: dict[str, Job],
+                 earlier_usd: float = 0.0) -> Callable[[Job, list[Deployment]], str | None] | None:
     """Holds back a model whose estimated time would take the run's served models past
-    ``costs.budget_usd`` (what they held so far, the estimate of those still held, and its own);
-    the run then stops before it, and resumes under a raised budget."""
+    ``costs.budget_usd`` (what earlier attempts spent, what they held so far, the estimate of
+    those still held, and its own); the run then stops before it, and resumes under a raised budget."""
     budget = cfg.costs.budget_usd
     if budget is None or prices is None:
         return None
@@ -272,14 +274,14 @@ def _dollar_gate(cfg: RunConfig, prices: PriceTable | None,
         return prices.hours_usd(resource, seconds) or 0.0
 
     def allowed(job: Job, deployments: list[Deployment]) -> str | None:
-        spent = math.fsum(usd(d.resource, d.units * (d.held_s if d.released_at else
-                                                     max(d.held_s, jobs[d.model].seconds or 0.0)))
-                          for d in deployments)
+        spent = earlier_usd + math.fsum(usd(d.resource, d.units * (d.held_s if d.released_at else
+                                                                   max(d.held_s, jobs[d.model].seconds or 0.0)))
+                                        for d in deployments)
         need = usd(job.resource, job.units * (job.seconds or 0.0))
         if spent + need <= budget:
             return None
         return (f"costs.budget_usd ${budget:,.2f} would be crossed: model '{job.model}' is estimated at "
-                f"${need:,.2f} beside ${spent:,.2f} of served models so far; raise the budget and resume the run")
+                f"${need:,.2f} beside ${spent:,.2f} spent so far; raise the budget and resume the run")
 
     return allowed
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import ray
 
 from halluscope.contract.metrics import MetricRecord
-from halluscope.cost.ledger import cost_record, ledger
+from halluscope.cost.ledger import CallTally, cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
-from halluscope.pipeline.execute import held
+from halluscope.pipeline.spend import Spent, deployment_rows, held_by_attempts
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.workset import WorkPlan
@@ -63,17 +63,18 @@ class Opened:
     manifest: dict
     timings: dict[str, float]
     estimate: Plan | None  # for a budget or served models under test: the gate's and the waves' one estimate
+    spent: tuple[Spent, CallTally]  # what earlier attempts spent, and their calls' tally the run goes on from
     redone: int = 0  # committed batches taken back for a row that failed transiently
 
 
 @dataclass
 class Executed:
-    """What the pipeline did: generations and keys committed, deployments and what they held."""
+    """What the pipeline did: generations and keys committed, the waves' deployments (what every
+    attempt's deployments held is in the run's ``held/`` table: ``pipeline.spend``)."""
 
     processed: int = 0
     mine: set[str] = field(default_factory=set)
     schedule: list[Deployment] = field(default_factory=list)
-    deployments: list[dict] = field(default_factory=list)  # resource seconds of every deployment
     window: tuple[float | None, float | None] = (None, None)  # the pipeline's time: shared services' charge
     stalls: list[str] = field(default_factory=list)
     budget: dict[str, float] = field(default_factory=dict)
@@ -96,9 +97,10 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     totals = aggregate(cfg, store)
     metrics = [*agreement, *totals.metrics]
     root = Location.from_url(cfg.storage.root, cfg.storage)
-    costs = ledger(totals.calls, cfg.models, done.deployments, run.prices, extra_rows=[
+    intervals = held_by_attempts(store)  # every attempt's deployments: each one's GPUs were billed
+    costs = ledger(totals.calls, cfg.models, deployment_rows(intervals), run.prices, extra_rows=[
         *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices),
-        *stranded_rows(held(cfg, done.schedule, done.window), run.prices)])
+        *stranded_rows(intervals, run.prices)])
     store.write_costs(costs)
     metrics.append(cost_record(costs))
     built = report_sections(metrics)  # once, for leaderboard.md and report.html

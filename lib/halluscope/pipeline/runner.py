@@ -27,13 +27,14 @@ from halluscope.errors import (
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
-from halluscope.pipeline.execute import StageInputs, in_process, in_waves, ray_budget, spend_so_far
+from halluscope.pipeline.execute import StageInputs, held, in_process, in_waves, ray_budget, spend_so_far
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
+from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
 from halluscope.pipeline.run_log import RunLog, ray_log_folder
 from halluscope.pipeline.schedule import budget_source, check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
-from halluscope.pipeline.spend import BudgetWatch
+from halluscope.pipeline.spend import SpendWatch, check_spent, record_held, spent_before
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
 from halluscope.pipeline.workset import plan_work
@@ -82,8 +83,10 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_
 
 def _record_stop(store: RunStore, err: BaseException) -> None:
     """Without this, a stopped run's manifest reads `running` forever. Not written when the run
-    was never claimed (it stopped before writing anything) or another attempt owns it now."""
-    if store.attempt is None:
+    was never claimed (it stopped before writing anything) or another attempt owns it now; an
+    attempt refused for the budget its earlier ones spent is counted (``attempts_refused``)."""
+    refused = store.attempt is None and isinstance(err, OverBudget)  # a retry of a run that spent its budget
+    if store.attempt is None and not refused:
         return
     interrupted = isinstance(err, KeyboardInterrupt)
     why = str(err) if isinstance(err, Interrupted) else "interrupted (Ctrl-C)"
@@ -91,6 +94,10 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
     try:
         store.check_owner()
         manifest = store.read_json("manifest.json") or {"run_id": store.run_id}
+        if refused:
+            if not manifest.get("config_fingerprint"):
+                return  # no attempt of this run ever started
+            manifest["attempts_refused"] = int(manifest.get("attempts_refused") or 0) + 1
         manifest.update(status=status,
                         reason=why if interrupted else error_summary(err),
                         finished_at=dt.datetime.now(dt.UTC).isoformat())
@@ -121,13 +128,17 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
                        "use a new run id")
     redo = _to_redo(store) if previous and retry_failed else set()
     estimate = None
+    kept = store.committed_keys() - redo
+    spent = spent_before(run, store, kept)  # the run's spend is counted over all its attempts
     if cfg.costs.budget_usd is not None or any(scheduled(m) for m in cfg.models):
         # once, before anything is written or started: the budget gate and the waves' schedule
-        kept = store.committed_keys() - redo
         committed = GenerationIds(store.read_table("scores", ["gen_id"], keys=kept).column("gen_id"))
         estimate = estimate_cost(cfg, run.prices, TokenStats.measure([store]) if committed else None,
                                  options=run.plan_options, cache=run.cache, done=committed)
         if cfg.costs.budget_usd is not None:
+            # the budget is the run's: what earlier attempts spent counts, and an attempt that
+            # would cross it starts nothing (a retry of an over-budget run ends here, in seconds)
+            check_spent(spent[0], cfg.costs.budget_usd, estimate.total_usd)
             check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()
     work = plan_work(cfg, store)
@@ -149,7 +160,7 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
     store.write_json("manifest.json", manifest)
     logger.info("run %s, attempt %s: %d generations, %d committed before; code %s", store.run_id, store.attempt,
                 work.total, len(done), manifest["code_version"])
-    return Opened(work, done, done_counts, snapshot, removed, manifest, timings, estimate, len(redo))
+    return Opened(work, done, done_counts, snapshot, removed, manifest, timings, estimate, spent, len(redo))
 
 
 def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool, log: RunLog) -> Executed:
@@ -170,15 +181,17 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
     if len(done) < work.total:
         out.window = (time.time(), None)
         record_run_usage(root, services, cfg.models, store.run_id, out.window[0])
+        w = StageInputs(run, store, work, done, {}, tracker, opened.estimate,
+                        earlier_usd=opened.spent[0].usd)
         try:
             # the roles are held for the whole run; served models under test in waves (in_waves)
             roles = [m for m in cfg.models if not scheduled(m)]
-            with served(roles, cfg.serve_http_port, scope=store.run_id) as (endpoints, out.deployments):
-                w = StageInputs(run, store, work, done, endpoints, tracker, opened.estimate)
-                held_usd = lambda: spend_so_far(cfg, run.prices, w.deployments, out.window[0])  # noqa: E731
-                tracker.views.append(lambda: {"spend_so_far_usd": held_usd()})
-                if cfg.costs.budget_usd is not None:
-                    w.on_commit = BudgetWatch(run, store, cfg.costs.budget_usd, held_usd).committed
+            with served(roles, cfg.serve_http_port, scope=store.run_id) as (w.endpoints, _):
+                watch = SpendWatch(run, store, cfg.costs.budget_usd, *opened.spent,
+                                   lambda: spend_so_far(cfg, run.prices, w.deployments, out.window[0]),
+                                   lambda: held(cfg, w.deployments, (out.window[0], time.time()), time.time()))
+                w.on_commit = watch.committed
+                tracker.views.append(lambda: {"spend": watch.view(), **_planned(opened.estimate)})
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog, \
                         tracker.written_meanwhile():
                     out.processed, out.mine, out.schedule = in_waves(w, watchdog, out.budget, here)
@@ -186,14 +199,22 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
         finally:
             out.window = (out.window[0], time.time())
             record_run_usage(root, services, cfg.models, store.run_id, *out.window)
-        out.deployments += [{"model": d.model, "resource": d.resource, "resource_seconds": d.units * d.held_s}
-                            for d in out.schedule]
+            # what this attempt's deployments held, for a later attempt's budget and for the ledger
+            record_held(store, held(cfg, out.schedule or w.deployments, out.window, out.window[1]))
     tracker.flush(final=True)
     out.late = store.prune(BATCH_TABLES, opened.snapshot | out.mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)
     logger.info("pipeline (%s): %d generations committed in %.1f s", opened.manifest["execution"], out.processed,
                 timings["pipeline_s"])
     return out
+
+
+def _planned(estimate: Plan | None) -> dict:
+    """What the plan the attempt opened with expects of it, for ``status``'s time and money left."""
+    if estimate is None:
+        return {}
+    return {"planned": {"usd": None if estimate.unpriced else round(estimate.total_usd, 4),
+                        "wall_s": None if estimate.wall_hours is None else round(estimate.wall_hours * 3600, 1)}}
 
 
 def _start_ray(cfg: RunConfig) -> tuple[bool, dict[str, float]]:

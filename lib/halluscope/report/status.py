@@ -21,7 +21,7 @@ def status_doc(run_id: str, manifest: dict | None, progress: dict | None) -> dic
                             if d else {})}
     return {"run_id": run_id, "status": (manifest or {}).get("status", "not started"),
             "reason": (manifest or {}).get("reason"), "updated_at": progress.get("updated_at"),
-            "elapsed_s": progress.get("elapsed_s"), "spend_so_far_usd": progress.get("spend_so_far_usd"),
+            "elapsed_s": progress.get("elapsed_s"), "spend": progress.get("spend"), "planned": progress.get("planned"),
             "log": progress.get("log"), "models": models}
 
 
@@ -29,9 +29,11 @@ def status_text(doc: dict[str, Any]) -> str:
     lines = [f"run {doc['run_id']}: {doc['status']}" + (f" ({doc['reason']})" if doc["reason"] else "")]
     if doc["updated_at"]:
         lines.append(f"as of {doc['updated_at']}, {doc['elapsed_s']:g} s in")
-    if doc["spend_so_far_usd"] is not None:
-        lines.append(f"spent so far: ${doc['spend_so_far_usd']:,.2f} (deployments' held time; API calls are "
-                     "priced when the run ends)")
+    spend, planned = doc["spend"], doc["planned"] or {}
+    if spend:
+        lines.append(_spend_line(spend))
+    if planned:
+        lines.append(_planned_line(planned, doc["elapsed_s"], spend))
     if doc["log"]:
         lines.append(f"this attempt's log: {doc['log']}")
     width = max([len(m) for m in doc["models"]] + [5])
@@ -43,3 +45,28 @@ def status_text(doc: dict[str, Any]) -> str:
             where += f" ({d['reason']})"
         lines.append(f"{model:<{width}}  {m['evaluated']:>7,}/{m['total']:<7,}  {m['failed']:>7,}  {where}")
     return terminal("\n".join(lines))
+
+
+def _usd(x: float | None) -> str:
+    return "unpriced" if x is None else f"${x:,.2f}"
+
+
+def _spend_line(spend: dict) -> str:
+    """Every line of the spend so far, over all the run's attempts (calls as of the last commit)."""
+    budget = f" of costs.budget_usd {_usd(spend['budget_usd'])}" if spend.get("budget_usd") is not None else ""
+    return (f"spent so far: {_usd(spend['total_usd'])}{budget}: this attempt's calls {_usd(spend['calls_usd'])} "
+            f"(as of its last commit) and deployments {_usd(spend['deployments_usd'])}, earlier attempts "
+            f"{_usd(spend['earlier_attempts_usd'])}")
+
+
+def _planned_line(planned: dict, elapsed_s: float | None, spend: dict | None) -> str:
+    """What the attempt's plan expects beside where it is: the time and money left by the plan."""
+    parts = [f"planned for this attempt: {_usd(planned.get('usd'))}"]
+    if planned.get("usd") is not None and spend:
+        parts.append(f"{_usd(max(0.0, planned['usd'] - spend['calls_usd'] - (spend['deployments_usd'] or 0.0)))} "
+                     "of it left")
+    wall = planned.get("wall_s")
+    if wall is not None:
+        parts.append(f"{wall / 3600:,.2f} h" + ("" if elapsed_s is None else
+                                                 f", {max(0.0, wall - elapsed_s) / 3600:,.2f} h of it left"))
+    return "; ".join(parts)

@@ -9,6 +9,7 @@ A run is a folder ``<root>/<run_id>/``::
     metrics.json, leaderboard.md
     attempt.json         the driver attempt that owns the run now
     logs/                each attempt's log (pipeline/run_log.py)
+    held/part-<attempt>.<sha256>.parquet  what each attempt's deployments held (pipeline/spend.py)
 
 The pipeline writes every batch as one part per table under the same key, the ``scores`` part
 last. A part's name carries its batch's key and the sha256 of its bytes, and it is read only if
@@ -242,8 +243,8 @@ class RunStore:
 
     def read_table(self, table: str, columns: list[str] | None = None,
                    filters: list[tuple[str, str, object]] | None = None, keys: set[str] | None = None) -> pa.Table:
-        """All committed rows of a table (an empty table with the schema if none), or those of
-        the batches ``keys`` names; ``columns`` and ``filters`` (pyarrow's) keep the rest from
+        """All committed rows of a table (an empty table with the schema if none; ``pa.table({})``
+        for a table records.TABLES does not name), or those of the batches ``keys`` names; ``columns`` and ``filters`` (pyarrow's) keep the rest from
         ever being decoded. A filter on a part's model or task skips, by its footer, every part
         that holds none of the values asked for, and is not applied to one that holds only them
         (see ``_KEYED``): a read per model and task opens that model's and task's parts alone."""
@@ -251,8 +252,8 @@ class RunStore:
         listed = self.parts(table)
         if table in TABLES:
             ordered = sorted(set(listed) & (self.committed_keys() if keys is None else keys))
-        else:
-            ordered = sorted(listed)
+        else:  # a table outside the batches' commit protocol: every part, or those ``keys`` names
+            ordered = sorted(set(listed) if keys is None else set(listed) & keys)
         wanted = _keyed_filters(filters) if schema is not None else {}
 
         def read(key: str) -> pa.Table | None:

@@ -20,9 +20,9 @@ from halluscope.cost.ledger import CallTally, cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
 from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
-from halluscope.pipeline.spend import Spent, deployment_rows, held_by_attempts
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
+from halluscope.pipeline.spend import Spent, deployment_rows, held_by_attempts
 from halluscope.pipeline.workset import WorkPlan
 from halluscope.records import GenerationIds
 from halluscope.report.agreement import agreement_summary

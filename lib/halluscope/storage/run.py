@@ -244,10 +244,11 @@ class RunStore:
     def read_table(self, table: str, columns: list[str] | None = None,
                    filters: list[tuple[str, str, object]] | None = None, keys: set[str] | None = None) -> pa.Table:
         """All committed rows of a table (an empty table with the schema if none; ``pa.table({})``
-        for a table records.TABLES does not name), or those of the batches ``keys`` names; ``columns`` and ``filters`` (pyarrow's) keep the rest from
-        ever being decoded. A filter on a part's model or task skips, by its footer, every part
-        that holds none of the values asked for, and is not applied to one that holds only them
-        (see ``_KEYED``): a read per model and task opens that model's and task's parts alone."""
+        for a table records.TABLES does not name), or those of the batches ``keys`` names;
+        ``columns`` and ``filters`` (pyarrow's) keep the rest from ever being decoded. A filter on
+        a part's model or task skips, by its footer, every part that holds none of the values
+        asked for, and is not applied to one that holds only them (see ``_KEYED``): a read per
+        model and task opens that model's and task's parts alone."""
         schema = TABLES.get(table)
         listed = self.parts(table)
         if table in TABLES:

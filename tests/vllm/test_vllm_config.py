@@ -16,10 +16,23 @@ def _spec(**params) -> VLLMModel:
 
 
 def test_engine_kwargs_merge_typed_fields():
-    spec = _spec(tensor_parallel_size=2, max_model_len=512, revision="abc",
+    spec = _spec(tensor_parallel_size=2, max_model_len=512, revision="abc", accelerator_type="H100",
                  engine_kwargs={"enforce_eager": True})
     assert hv.engine_kwargs(spec) == {"enforce_eager": True, "tensor_parallel_size": 2,
                                       "pipeline_parallel_size": 1, "max_model_len": 512, "revision": "abc"}
+
+
+@pytest.mark.parametrize(("native", "given", "dtype"), [
+    ("bfloat16", None, "bfloat16"), ("float32", None, "float32"),  # what the processor computes natively
+    ("float32", "bfloat16", "bfloat16"),  # the config's own choice stands, with a warning
+    (None, None, None)])  # off x86: vLLM's choice
+def test_a_cpu_engine_computes_in_its_processors_native_dtype(monkeypatch, caplog, native, given, dtype):
+    hv.native_cpu_dtype.cache_clear()
+    monkeypatch.setattr(hv, "native_cpu_dtype", lambda: native)
+    kwargs = hv.engine_kwargs(_spec(engine_kwargs={"dtype": given} if given else {}))
+    assert kwargs.get("dtype") == dtype
+    assert ("emulated" in caplog.text) == (given == "bfloat16" and native == "float32")
+    assert "dtype" not in hv.engine_kwargs(_spec(accelerator_type="H100"))  # a GPU engine: vLLM's auto
 
 
 @pytest.mark.parametrize("key", ["max_model_len", "tensor_parallel_size", "model", "served_model_name"])

@@ -30,6 +30,7 @@ import datetime
 import os
 import platform
 import random
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -96,11 +97,14 @@ class EngineSpeed:
                 "decode_tokens_per_s": self.decode_tokens_per_s}
 
 
-def prefill_prompts(calls: int, words: int) -> list[str]:
+def prefill_prompts(calls: int, words: int, salt: str) -> list[str]:
     """Distinct prompts (a seeded draw, so every calibration sends the same load), each unlike the
-    others from its first word, so that no engine answers one from another's cached prefix."""
+    others from its first word, so that no engine answers one from another's cached prefix; and,
+    by ``salt`` (a calibration's own), unlike an earlier calibration's: an engine measured again
+    (a long-lived service, the judge's deployment) answered those from its prefix cache, at 8,000
+    prompt tokens/s where it prefills 700."""
     rng = random.Random(0)
-    return [f"{k}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) + "\nRepeat the first word."
+    return [f"{salt}-{k}: " + " ".join(rng.choice(_WORDS) for _ in range(words)) + "\nRepeat the first word."
             for k in range(calls)]
 
 
@@ -156,7 +160,7 @@ def measure_deployed(spec: ServedModel, endpoint: Any, prompts: Sequence[str], d
     words = min(PREFILL_WORDS, length // 3) if length else PREFILL_WORDS
     for model in (prefilling, decoding):  # off the clock: each client finds the replica
         _timed(model, ["Say yes."])
-    prefill_s, prefill_tokens, _ = _timed(prefilling, prefill_prompts(n, words))
+    prefill_s, prefill_tokens, _ = _timed(prefilling, prefill_prompts(n, words, secrets.token_hex(4)))
     decode_s, tin, tout = _timed(decoding, own)
     return EngineSpeed(spec.id, deploy_s, n, prefill_tokens, prefill_s, tin, tout, decode_s)
 

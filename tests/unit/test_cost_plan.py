@@ -127,22 +127,26 @@ def test_hand_computed_plan(data):
     # 16B judge: half the 8B throughput (500 / 50 per GPU)
     assert math.isclose(judge.resource_hours * 3600, judge.input_tokens / 500 + 20 / 50)
     assert ("judge", "halogen/code", "abstain") not in rows  # code calls no role model
-    # held: startup 100 s + the busiest model, the API: 200 output tokens / 10 per s / 4 at once = 5 s
-    assert math.isclose(p.wall_hours * 3600, 105)
+    # held: startup 100 s + the busiest model, the API: 200 output tokens / 10 per s / 4 at once = 5 s;
+    # then the evaluation of the last batch: all 8 generations are one batch, so the judge's whole
+    # work on its 4 GPUs follows the last generation
+    tail = judge.resource_hours * 3600 / 4
+    wall = 105 + tail
+    assert math.isclose(p.wall_hours * 3600, wall)
     idle = rows[("llama", "*", "idle")]
     # the model under test is held from its deployment to its last answer: startup 100 s + its work
     # on 2 GPUs, (2.039 + 2.026) / 2 s; the judge, a role, for the whole run
     held = 2 * (100 + (2.039 + 2.026) / 2)
     assert math.isclose(idle.resource_hours * 3600, held - 2.039 - 2.026)  # TP 2 x 1 replica
-    assert math.isclose(rows[("judge", "*", "idle")].usd + judge.usd, 105 * 4 * 0.001)  # TP 4: 420 GPU-s
-    # total: API $0.000465 + llama 204.065 GPU-s + judge 420 GPU-s at $0.001
-    assert math.isclose(p.total_usd, 0.000465 + held / 1000 + 0.42) and not p.unpriced
-    assert p.totals()["resource_hours"] == {"H100": pytest.approx((held + 420) / 3600)}
+    assert math.isclose(rows[("judge", "*", "idle")].usd + judge.usd, wall * 4 * 0.001)  # TP 4
+    # total: API $0.000465 + llama 204.065 GPU-s + judge 4 x wall GPU-s at $0.001
+    assert math.isclose(p.total_usd, 0.000465 + held / 1000 + wall * 4 / 1000) and not p.unpriced
+    assert p.totals()["resource_hours"] == {"H100": pytest.approx((held + wall * 4) / 3600)}
     schedule = p.as_dict()["schedule"]
     assert schedule["waves"] == [["llama"]] and schedule["peak_gpus"] == 2
     assert schedule["makespan_s"] == pytest.approx(held / 2, abs=1e-3)
     text = p.table()
-    assert "halogen/historical_events" in text and "idle" in text and "total: $0.6245" in text
+    assert "halogen/historical_events" in text and "idle" in text and f"total: ${p.total_usd:,.4f}" in text
     assert "wave 1: llama" in text and "peak GPUs 2" in text
     assert json.loads(json.dumps(p.as_dict()))["totals"]["calls"] == 2 + 2 + 2 + 2 + 4
 
@@ -153,7 +157,7 @@ def test_budget(data):
     with pytest.raises(RunError) as err:
         check_budget(p, 0.5)
     msg = str(err.value)
-    assert "estimated cost $0.62 exceeds costs.budget_usd $0.50" in msg
+    assert f"estimated cost ${p.total_usd:,.2f} exceeds costs.budget_usd $0.50" in msg
     assert "judge (judge) * idle $0.42" in msg and "llama (test) * idle $0.20" in msg  # the largest first
 
 
@@ -510,3 +514,33 @@ def test_calibrate_writes_its_table_into_a_new_folder_and_refuses_a_path_it_cann
     assert main(["calibrate", str(config), "--throughput", str(tmp_path)]) == 2  # a folder: refused, nothing measured
     assert f"--throughput {tmp_path}: not a file this process can write" in capsys.readouterr().err
     assert measured == ["llama"]
+
+
+def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
+    """The judge a shared RayService serves (serve/judge-llama-3.1-70b.yaml: 70B, TP4, one replica
+    held): its calls' input and output tokens at the engine's prefill and decode rates, the table's
+    8B figures scaled to 70B; the run waits on it; the service is billed for the run's wall time,
+    the engine's busy hours and the rest held idle as lines of their own."""
+    judge = {"id": "judge", "role": "judge", "backend": "openai",
+             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "llama-3.1-70b-instruct"}}
+    cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
+               costs={"shared_services": [{"name": "svc", "gpus": 8, "resource": "H100", "models": ["judge"]}]},
+               cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
+                        "service": ["serve/judge-llama-3.1-70b.yaml"]})
+    p = plan(cfg, PRICES, options=OPTIONS)
+    rows = _rows(p)
+    calls = rows[("judge", "halogen/historical_events", "abstain")]
+    scale = 8 / 70  # the table's reference size over the engine's
+    gpu_s = calls.input_tokens / (1000 * scale) + calls.output_tokens / (100 * scale)
+    assert calls.resource == "H100" and math.isclose(calls.resource_hours * 3600, gpu_s)
+    assert calls.usd == 0.0  # priced by the service's time
+    engine_s = gpu_s / 4  # TP4, one replica
+    api = rows[("api", "halogen/historical_events", "generate")]
+    api_s = api.output_tokens / 10 / 4  # the model under test: output tokens / rate / at once
+    generations = api.generations
+    wall = max(api_s, engine_s) + engine_s * min(1.0, cfg.concurrency.batch_size / generations)
+    assert math.isclose(p.wall_hours * 3600, wall)
+    busy, idle = rows[("svc", "*", "shared")], rows[("svc", "*", "idle")]
+    rate = 8 * 3.6  # 8 GPUs at $3.60 an hour
+    assert math.isclose(busy.usd, rate * engine_s / 3600) and math.isclose(idle.usd, rate * (wall - engine_s) / 3600)
+    assert "busy" in busy.note and "from their load" in busy.note and "idle" in idle.note

@@ -523,6 +523,11 @@ class ServiceHold(_Strict):
     gpus: int = Field(ge=1, description="GPUs per replica (tensor x pipeline parallel)")
     replicas: int = Field(default=1, ge=1, description="replicas held at all times (the autoscaler's minimum)")
     accelerator: str | None = None
+    model_source: str | None = Field(default=None, description=(
+        "the engine's weights (e.g. meta-llama/Llama-3.1-70B-Instruct): its size sizes the time the run's "
+        "calls keep it busy in the plan"))
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="its vLLM engine arguments (dtype, "
+                                                                           "quantization)")
 
 
 class ClusterSpec(_Strict):

@@ -40,7 +40,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import ModelSpec, RunConfig, ServedModel
+from halluscope.config.schema import ModelSpec, RunConfig, ServedModel, ServiceHold, VLLMModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
@@ -51,6 +51,7 @@ from halluscope.errors import RunError
 from halluscope.knowledge.specs import evidence_words
 from halluscope.models.registry import cached_prompts, predicted, sampling_of
 from halluscope.models.replay import load_replay, replay_source
+from halluscope.pipeline.nodes import service_holds
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
 from halluscope.pipeline.schedule import Window, job_of, layout, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
@@ -211,7 +212,8 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     specs = {m.id: m for m in cfg.models}
     shared = {m: s.name for s in cfg.costs.shared_services for m in s.models}
     busy_wall: dict[str, float | None] = defaultdict(float)  # model -> seconds of work per held unit
-    rows = [_priced(specs[model], task, stage, a, prices, o, shared, busy_wall)
+    service = _ServiceLoad(_service_engines(cfg))
+    rows = [_priced(specs[model], task, stage, a, prices, o, shared, busy_wall, service)
             for (model, task, stage), a in acc.items()]
     served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
     jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
@@ -227,11 +229,16 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     windows = {w.model: w for w in sched.windows}
     others = [s for m, s in busy_wall.items() if m not in windows]
     known = [s for s in others if s is not None]
-    wall_s = None if len(known) < len(others) or not math.isfinite(sched.makespan_s) else \
+    service_s = service.wall_s()
+    wall_s = None if len(known) < len(others) or service_s is None or not math.isfinite(sched.makespan_s) else \
         max(sched.makespan_s, max((startup_seconds(m, o) for m in served if not scheduled(m)), default=0.0)
-            + max(known, default=0.0))
+            + max(known, default=0.0), service_s)
+    if wall_s is not None:  # the last batch's evaluation comes after the last generation
+        roles_s = max([service_s or 0.0, *(s or 0.0 for m, s in busy_wall.items() if specs[m].role != "test")])
+        generated = sum(a.generations for (_, _, stage), a in acc.items() if stage == "generate")
+        wall_s += roles_s * min(1.0, cfg.concurrency.batch_size / max(generated, 1))
     rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in served if not scheduled(m) or m.id in windows]
-    rows += _shared_rows(cfg, prices, wall_s)
+    rows += _shared_rows(cfg, prices, wall_s, service)
     held = [Interval(w.start_s, w.end_s, w.resource, w.units, w.model) for w in sched.windows
             if math.isfinite(w.end_s)]
     held += [Interval(0.0, wall_s, j.resource, j.units, m.id) for m in served if not scheduled(m)
@@ -245,9 +252,10 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
 
 
 def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable | None, o: PlanOptions,
-            shared: dict[str, str], busy_wall: dict[str, float | None]) -> PlanRow:
+            shared: dict[str, str], busy_wall: dict[str, float | None], service: _ServiceLoad) -> PlanRow:
     """The row of one (model, task, stage)'s calls, priced; adds the seconds they keep the model
-    busy to ``busy_wall`` (None once a model's time is unknown)."""
+    busy to ``busy_wall`` (None once a model's time is unknown), or, for a model a shared
+    service's engine serves, to that engine's load (``service``)."""
     model = spec.id
     calls, tin, tout = _count(a.calls), _count(a.tin), _count(a.tout)
     basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
@@ -266,8 +274,15 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
             row.usd = prices.tokens_usd(spec.api_model, tin, tout)
             if row.usd is None:
                 row.note = f"no price for API model '{spec.api_model}' in the price table"
-        out_s = tout / o.api_tokens_per_s / spec.api_concurrency
-        busy_wall[model] = (busy_wall[model] or 0.0) + out_s
+        engine = service.engines.get(spec.api_model) if spec.id in shared else None
+        if engine is None:
+            out_s = tout / o.api_tokens_per_s / spec.api_concurrency
+            busy_wall[model] = (busy_wall[model] or 0.0) + out_s
+        else:  # its input and output tokens at the service engine's prefill and decode rates
+            row.resource = engine.hold.accelerator
+            seconds, why = service.add(engine, calls, tin, tout, o)
+            row.resource_hours = None if seconds is None else seconds / 3600
+            row.note = why or row.note
     else:
         served = cast(ServedModel, spec)
         row.resource, units = placement(served)
@@ -308,19 +323,88 @@ def _idle(m: ServedModel, window: Window | None, wall_s: float | None, rows: lis
 _STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4, "shared": 5, "nodes": 6}
 
 
-def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None) -> list[PlanRow]:
-    """A row per shared service the run calls, at its full rate for the run's wall time: the run's
-    share (split with the runs that overlap it, ``cost.shared``) is at most that."""
+def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None,
+                 service: _ServiceLoad) -> list[PlanRow]:
+    """Two rows per shared service the run calls, at its full rate for the run's wall time (the
+    run's share, split with the runs that overlap it, ``cost.shared``, is at most that): the time
+    its engines are busy with the run's calls ("shared"; the busiest engine's, where
+    ``cluster.service`` describes them, else the whole window), and the rest of the window it
+    holds them idle ("idle")."""
     out = []
     for s in services_of(cfg.costs.shared_services, cfg.models):
         rate, why = service_rate(s, prices)
-        row = PlanRow(s.name, "service", "*", "shared", 0, 0, 0, 0, 0, None, None, None, "estimated", why)
+        busy = PlanRow(s.name, "service", "*", "shared", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
+        idle = PlanRow(s.name, "service", "*", "idle", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
         if wall_s is None:
-            row.note = "the run's wall time is unknown: a model's busy time could not be estimated"
-        elif rate is not None:
-            row.usd = rate * wall_s / 3600
-        out.append(row)
+            busy.note = "the run's wall time is unknown: a model's busy time could not be estimated"
+        else:
+            busy_s = min(wall_s, service.busy_s(s.name) if s.name in service.services() else wall_s)
+            busy.note = why or (f"its engines busy {busy_s / 3600:,.3g} h with the run's calls, from their load"
+                                if s.name in service.services() else
+                                "busy for the run's wall time: cluster.service does not describe its engines")
+            idle.note = why or "the rest of the run's wall time, held idle"
+            if rate is not None:
+                busy.usd, idle.usd = rate * busy_s / 3600, rate * (wall_s - busy_s) / 3600
+        out += [busy, idle]
     return out
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """A shared service's engine (``cluster.service``): the model it serves, sized as a vLLM model."""
+
+    service: str
+    hold: ServiceHold
+    spec: VLLMModel
+
+
+def _service_engines(cfg: RunConfig) -> dict[str, _Engine]:
+    """The engines of the run's shared services by the model name they serve (``api_model``),
+    where ``cluster.service`` describes them and a shared service lists a model they serve."""
+    by_api = {m.api_model: s.name for s in cfg.costs.shared_services for m in cfg.models
+              if m.id in s.models and m.billing == "tokens"}
+    out = {}
+    for hold in service_holds(cfg.cluster) if cfg.cluster.service else []:
+        if hold.name in by_api:
+            spec = VLLMModel.model_validate({"id": hold.name, "backend": "vllm", "params": {
+                "model_source": hold.model_source or hold.name, "accelerator_type": hold.accelerator,
+                "tensor_parallel_size": hold.gpus, "engine_kwargs": hold.engine_kwargs,
+                "serve": {"num_replicas": hold.replicas}}})
+            out[hold.name] = _Engine(by_api[hold.name], hold, spec)
+    return out
+
+
+@dataclass
+class _ServiceLoad:
+    """The run's calls on each shared service's engines: seconds of each engine's time (``None``
+    once one cannot be sized). Its replicas share the load: the service's minimum, which it holds."""
+
+    engines: dict[str, _Engine]
+    seconds: dict[str, float | None] = field(default_factory=dict)  # engine -> wall seconds
+
+    def add(self, engine: _Engine, calls: int, tin: int, tout: int, o: PlanOptions) -> tuple[float | None, str | None]:
+        """GPU-seconds of the calls on ``engine`` (or why unknown); adds their wall seconds."""
+        gpu_s, why = busy_seconds(engine.spec, calls, tin, tout, o)
+        name = engine.hold.name
+        if gpu_s is None:
+            self.seconds[name] = None
+        elif self.seconds.get(name, 0.0) is not None:
+            self.seconds[name] = cast(float, self.seconds.get(name, 0.0)) + gpu_s / (engine.hold.gpus *
+                                                                                     engine.hold.replicas)
+        return gpu_s, why
+
+    def services(self) -> set[str]:
+        return {self.engines[e].service for e in self.seconds}
+
+    def busy_s(self, service: str) -> float:
+        """How long the service's busiest engine works for the run (its engines work side by side)."""
+        return max((s or 0.0 for e, s in self.seconds.items() if self.engines[e].service == service), default=0.0)
+
+    def wall_s(self) -> float | None:
+        """How long the run waits on the shared services' engines; None when one could not be sized."""
+        if any(s is None for s in self.seconds.values()):
+            return None
+        return max((cast(float, s) for s in self.seconds.values()), default=0.0)
 
 
 def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,

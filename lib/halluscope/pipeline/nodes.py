@@ -193,6 +193,9 @@ def _found(path: Path) -> Path:
     return CHECKOUT / path if (CHECKOUT / path).exists() else path
 
 
+_SIZING_KEYS = ("dtype", "quantization")  # the engine arguments its time depends on, besides parallelism
+
+
 def serve_config_holds(path: Path) -> list[ServiceHold]:
     """The engines a Ray Serve config (``serve/*.yaml``) keeps up: per ``ray.serve.llm`` LLM config,
     tensor x pipeline parallel GPUs times its minimum replicas."""
@@ -211,7 +214,9 @@ def serve_config_holds(path: Path) -> list[ServiceHold]:
             gpus = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
             if replicas:
                 out.append(ServiceHold(name=str(name), gpus=gpus, replicas=int(replicas),
-                                       accelerator=llm.get("accelerator_type")))
+                                       accelerator=llm.get("accelerator_type"),
+                                       model_source=(llm.get("model_loading_config") or {}).get("model_source"),
+                                       engine_kwargs={k: v for k, v in engine.items() if k in _SIZING_KEYS}))
     if not out:
         raise ConfigError(f"cluster.service: {path} names no ray.serve.llm engine (applications[].args.llm_configs)")
     return out

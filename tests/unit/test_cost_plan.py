@@ -15,6 +15,7 @@ from halluscope import records
 from halluscope.config.load import parse_config
 from halluscope.contract.completion import Completion
 from halluscope.contract.cost_rules import Shape
+from halluscope.cost.overheads import HEAD
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError, DataError, RunError
 from halluscope.halogen import prompts
@@ -544,3 +545,31 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     rate = 8 * 3.6  # 8 GPUs at $3.60 an hour
     assert math.isclose(busy.usd, rate * engine_s / 3600) and math.isclose(idle.usd, rate * (wall - engine_s) / 3600)
     assert "busy" in busy.note and "from their load" in busy.note and "idle" in idle.note
+
+
+def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release(data):
+    """costs.overheads as the k8s manifests set them: each served model's fresh node boots (300 s),
+    pulls a 15 GB image at 0.25 GB/s (60 s) and downloads its 16-bit weights into its pod at
+    0.5 GB/s, before it starts; the head (8 cores, 600 s past the end) and 16 CPU worker cores
+    for the wall; the last wave's GPUs until the autoscaler removes their node (300 s)."""
+    overheads = {"head_cpus": 8, "cpu_worker_cpus": 16, "node_boot_s": 300, "image_gb": 15, "pull_gb_per_s": 0.25,
+                 "weights_gb_per_s": 0.5, "weights_cache": "per_pod", "scale_down_s": 300, "after_finish_s": 600}
+    prices = PRICES.model_copy(update={"gpu_hour_usd": {"H100": 3.6, "CPU": 0.036}})  # $0.00001 a core-second
+    before = plan(_cfg(data), prices, options=OPTIONS)
+    p = plan(_cfg(data, costs={"overheads": overheads}), prices, options=OPTIONS)
+    rows = _rows(p)
+    llama_cold = 300 + 15 / 0.25 + 8 * 2 / 0.5  # 8B x 2 bytes: 392 s
+    judge_cold = 300 + 15 / 0.25 + 16 * 2 / 0.5  # 16B: 424 s
+    assert math.isclose(rows[("llama", "*", "cold_start")].resource_hours * 3600, 2 * llama_cold)  # TP2
+    assert math.isclose(rows[("judge", "*", "cold_start")].resource_hours * 3600, 4 * judge_cold)  # TP4
+    # the judge, held for the whole run, starts last: the wall waits its cold start
+    assert math.isclose(p.wall_hours * 3600, before.wall_hours * 3600 + judge_cold)
+    wall = p.wall_hours * 3600
+    pods = rows[(HEAD, "*", "pods")]
+    assert math.isclose(pods.resource_hours * 3600, 8 * 600 + (8 + 16) * wall)
+    assert math.isclose(pods.usd, (8 * 600 + 24 * wall) * 0.00001)
+    tail = rows[("*", "*", "after_release")]
+    assert math.isclose(tail.resource_hours * 3600, 2 * 300) and math.isclose(tail.usd, 0.6)  # llama's 2 GPUs
+    # a model's window grows by its cold start; its idle time does not: the cold start is a line of its own
+    assert math.isclose(rows[("llama", "*", "idle")].resource_hours, _rows(before)[("llama", "*", "idle")].resource_hours)
+    assert not p.unpriced

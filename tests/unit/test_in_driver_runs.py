@@ -4,6 +4,7 @@ under aliases are answered by the recorded steps of the model they replay."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -382,3 +383,30 @@ def test_a_row_its_judge_failed_keeps_its_generation_and_is_billed_as_an_answere
     assert gens == [{"text": answer, "error": None}] * 3
     (generate,) = [r for r in store.read_table_file("costs.parquet").to_pylist() if r["stage"] == "generate"]
     assert (generate["calls"], generate["failed_calls"]) == (3, 0)
+
+
+def test_the_ledger_bills_the_head_and_cpu_pods_of_every_attempt_as_measured(tmp_path, monkeypatch):
+    """costs.overheads' pods are billed for each attempt's pipeline as the run measured it, and the
+    head's time after the end as assumed; a second attempt's time adds to the first's."""
+    import pyarrow.parquet as pq
+
+    from halluscope.cost.overheads import HEAD
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("as_of: '2026-01-01'\nsource: test prices\ngpu_hour_usd: {CPU: 0.036}\n")
+    cfg = parse_config(_config(f"file://{tmp_path}", costs={
+        "price_table": str(prices), "overheads": {"head_cpus": 8, "cpu_worker_cpus": 16, "after_finish_s": 600}}))
+    run(cfg, run_id="r", progress=False)
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "r")
+    first = json.loads((tmp_path / "r" / "manifest.json").read_text())["timings"]["pipeline_s"]
+    (pods,) = [r for r in pq.read_table(tmp_path / "r" / "costs.parquet").to_pylist() if r["stage"] == "pods"]
+    assert pods["model"] == HEAD and pods["resource"] == "CPU" and "measured" in pods["note"]
+    measured = pods["resource_seconds"] - 8 * 600
+    assert 0 < measured <= 24 * (first + 1.0)  # the pipeline's time, measured: within the manifest's timing
+    assert math.isclose(pods["usd"], pods["resource_seconds"] * 0.00001)
+    names = next(iter(store.parts("scores").values()))  # one batch undone: a second attempt does it again
+    store.part_file("scores", names[0]).remove()
+    run(cfg, run_id="r", progress=False)
+    (again,) = [r for r in pq.read_table(tmp_path / "r" / "costs.parquet").to_pylist() if r["stage"] == "pods"]
+    assert again["resource_seconds"] > pods["resource_seconds"]  # both attempts' pipelines

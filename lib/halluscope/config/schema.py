@@ -437,6 +437,32 @@ class CacheSpec(_Strict):
     root: str | None = Field(default=None, description="fsspec URL; default <storage.root>/_cache/calls")
 
 
+class Overheads(_Strict):
+    """What a cloud bills around the served models' own work: the pods a Ray cluster keeps up for
+    a run, and a GPU node's time before its engine starts and after it is given back. The
+    defaults bill none of it (a machine of one's own); jobs/configs give the k8s manifests' values."""
+
+    head_cpus: float = Field(default=0.0, ge=0, description=(
+        "cores of the run's head pod (k8s/base/rayjob.yaml: 8), billed at the price table's CPU rate from "
+        "the run's start to after_finish_s past its end"))
+    cpu_worker_cpus: float = Field(default=0.0, ge=0, description=(
+        "cores of the CPU workers the run keeps up (the cpu-worker group: 16 a pod) for its wall time"))
+    node_boot_s: float = Field(default=0.0, ge=0, description=(
+        "a GPU node's time from its request to a pod running on it (the autoscaler's and the cloud's)"))
+    image_gb: float = Field(default=0.0, ge=0, description="the cluster image a fresh node pulls (10-20 GB)")
+    pull_gb_per_s: float = Field(default=0.2, gt=0, description="how fast a node pulls the image")
+    weights_gb_per_s: float = Field(default=0.5, gt=0, description=(
+        "how fast a pod downloads weights it does not find in its cache"))
+    weights_cache: Literal["none", "per_pod", "shared"] = Field(default="none", description=(
+        "where a deployment finds its weights: none (a warm local cache: no download), per_pod (an "
+        "emptyDir: every replica downloads them, on every run) or shared (a shared volume: once per model)"))
+    scale_down_s: float = Field(default=0.0, ge=0, description=(
+        "a GPU node's time after its pods are given back until the autoscaler removes it "
+        "(rayjob.yaml's idleTimeoutSeconds: 300)"))
+    after_finish_s: float = Field(default=0.0, ge=0, description=(
+        "the head pod's time after the run ends (rayjob.yaml's ttlSecondsAfterFinished: 600)"))
+
+
 class CostSpec(_Strict):
     class SharedService(_Strict):
         """A long-running deployment many runs call (the RayService `halluscope-serve`), billed by
@@ -479,6 +505,8 @@ class CostSpec(_Strict):
         default_factory=list,
         description="shared deployments this run's models call; their time is charged to the runs that "
                     "used them, and calls to them are not priced by tokens")
+    overheads: Overheads = Field(default_factory=Overheads, description=(
+        "the cluster's time around the served models' own: head and CPU pods, cold starts, scale-down"))
 
     @field_validator("shared_services")
     @classmethod

@@ -40,11 +40,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import ModelSpec, RunConfig, ServedModel, ServiceHold, VLLMModel
+from halluscope.config.schema import ModelSpec, Overheads, RunConfig, ServedModel, ServiceHold, VLLMModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
 from halluscope.cost.nodes import Interval, stranded_rows
+from halluscope.cost.overheads import HEAD, after_release_s, cold_start_s, pods_cpus, weights_gb
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
 from halluscope.errors import RunError
@@ -53,14 +54,21 @@ from halluscope.models.registry import cached_prompts, predicted, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.nodes import service_holds
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
-from halluscope.pipeline.schedule import Window, job_of, layout, scheduled, simulate
+from halluscope.pipeline.schedule import Schedule, Window, job_of, layout, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
 from halluscope.runkit import is_served
 from halluscope.serving.placement import placement
-from halluscope.serving.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
+from halluscope.serving.throughput import (
+    PlanOptions,
+    busy_seconds,
+    measured_by_table,
+    params_billions,
+    served_assumptions,
+    startup_seconds,
+)
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
 
@@ -216,7 +224,11 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     rows = [_priced(specs[model], task, stage, a, prices, o, shared, busy_wall, service)
             for (model, task, stage), a in acc.items()]
     served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
-    jobs = [job_of(m, startup_seconds(m, o), busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
+    oh = cfg.costs.overheads
+    cold = {m.id: cold_start_s(oh, weights_gb(params_billions(m, o), m), m.params.serve.num_replicas)
+            for m in served if measured_by_table(m)}
+    start = {m.id: startup_seconds(m, o) + cold.get(m.id, 0.0) for m in served}
+    jobs = [job_of(m, start[m.id], busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
                              cfg.cluster.cpus or (cfg.ray.num_cpus if cfg.ray.address is None else None))
     # a model under test with no call left (its rows done, or every answer in the call cache) is
@@ -231,14 +243,17 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     known = [s for s in others if s is not None]
     service_s = service.wall_s()
     wall_s = None if len(known) < len(others) or service_s is None or not math.isfinite(sched.makespan_s) else \
-        max(sched.makespan_s, max((startup_seconds(m, o) for m in served if not scheduled(m)), default=0.0)
+        max(sched.makespan_s, max((start[m.id] for m in served if not scheduled(m)), default=0.0)
             + max(known, default=0.0), service_s)
     if wall_s is not None:  # the last batch's evaluation comes after the last generation
         roles_s = max([service_s or 0.0, *(s or 0.0 for m, s in busy_wall.items() if specs[m].role != "test")])
         generated = sum(a.generations for (_, _, stage), a in acc.items() if stage == "generate")
         wall_s += roles_s * min(1.0, cfg.concurrency.batch_size / max(generated, 1))
-    rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in served if not scheduled(m) or m.id in windows]
+    deployed = [m for m in served if not scheduled(m) or m.id in windows]
+    rows += [_cold_start(m, cold[m.id], prices) for m in deployed if cold.get(m.id)]
+    rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in deployed]
     rows += _shared_rows(cfg, prices, wall_s, service)
+    rows += _pod_rows(oh, wall_s, sched, prices)
     held = [Interval(w.start_s, w.end_s, w.resource, w.units, w.model) for w in sched.windows
             if math.isfinite(w.end_s)]
     held += [Interval(0.0, wall_s, j.resource, j.units, m.id) for m in served if not scheduled(m)
@@ -320,7 +335,44 @@ def _idle(m: ServedModel, window: Window | None, wall_s: float | None, rows: lis
     return idle
 
 
-_STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "idle": 4, "shared": 5, "nodes": 6}
+_STAGE_ORDER = {"generate": 0, "abstain": 1, "decompose": 2, "verify": 3, "cold_start": 4, "idle": 5, "shared": 6,
+                "nodes": 7, "pods": 8, "after_release": 9}
+
+
+def _cold_start(m: ServedModel, seconds: float, prices: PriceTable | None) -> PlanRow:
+    """A deployment's GPUs held while its fresh node boots, pulls the image and downloads the
+    weights (``costs.overheads``): part of its window, carved out of its idle time."""
+    resource, units = placement(m)
+    row = PlanRow(m.id, m.role, "*", "cold_start", 0, 0, 0, 0, 0, resource,
+                  seconds * units * m.params.serve.num_replicas / 3600, None, "estimated")
+    row.usd, row.note = _hours_usd(prices, resource, cast(float, row.resource_hours) * 3600, None)
+    return row
+
+
+def _pod_rows(oh: Overheads, wall_s: float | None, sched: Schedule, prices: PriceTable | None) -> list[PlanRow]:
+    """The head and CPU worker pods for the wall (the head until ``after_finish_s`` past it), and
+    the last wave's GPUs still billed after their release (``costs.overheads``)."""
+    rows = []
+    pods_s = oh.head_cpus * oh.after_finish_s + pods_cpus(oh) * (wall_s or 0.0)
+    if pods_s:
+        row = PlanRow(HEAD, "cluster", "*", "pods", 0, 0, 0, 0, 0, "CPU", pods_s / 3600, None, "estimated")
+        row.usd, row.note = _hours_usd(prices, "CPU", pods_s, None)
+        if wall_s is None:
+            row.usd, row.note = None, "the run's wall time is unknown: a model's busy time could not be estimated"
+        rows.append(row)
+    last = max((w.wave for w in sched.windows), default=None)
+    tail: dict[str, float] = defaultdict(float)
+    for w in sched.windows:
+        if w.wave == last:
+            tail[w.resource] += w.units * after_release_s(oh)
+    for resource, gpu_s in sorted(tail.items()):
+        if gpu_s:
+            row = PlanRow("*", "cluster", "*", "after_release", 0, 0, 0, 0, 0, resource, gpu_s / 3600, None,
+                          "estimated")
+            row.usd, row.note = _hours_usd(prices, resource, gpu_s, None)
+            row.note = row.note or "the last wave's GPUs until the autoscaler or the cluster's deletion removes them"
+            rows.append(row)
+    return rows
 
 
 def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None,

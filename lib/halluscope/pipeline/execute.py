@@ -20,6 +20,7 @@ import ray
 
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.cost.nodes import Interval, held_usd
+from halluscope.cost.overheads import HEAD, pods_cpus
 from halluscope.cost.prices import PriceTable
 from halluscope.models.registry import cached_prompts
 from halluscope.pipeline import stages
@@ -219,13 +220,16 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
 def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],
          now: float | None = None) -> list[Interval]:
     """What the run's deployments held when: the waves' models from request to release (to
-    ``now`` for those not released yet), the roles it served for the pipeline's time."""
+    ``now`` for those not released yet), the roles it served and its head and CPU pods
+    (``costs.overheads``) for the pipeline's time."""
     out = [Interval(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units, d.model)
            for d in schedule]
     start, end = window
     if start is not None and end is not None:
         out += [Interval(start, end, j.resource, j.units, m.id) for m in cfg.models
                 if m.served and not scheduled(m) for j in [job_of(m)]]
+        if pods_cpus(cfg.costs.overheads):  # the head and CPU worker pods (costs.overheads)
+            out.append(Interval(start, end, "CPU", pods_cpus(cfg.costs.overheads), HEAD))
     return out
 
 

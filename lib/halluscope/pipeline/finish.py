@@ -18,6 +18,7 @@ import ray
 from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.ledger import CallTally, cost_record, ledger
 from halluscope.cost.nodes import stranded_rows
+from halluscope.cost.overheads import ledger_rows as overhead_rows
 from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
 from halluscope.pipeline.plan_view import Plan
@@ -98,9 +99,12 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     metrics = [*agreement, *totals.metrics]
     root = Location.from_url(cfg.storage.root, cfg.storage)
     intervals = held_by_attempts(store)  # every attempt's deployments: each one's GPUs were billed
+    last = max((d.wave for d in done.schedule), default=None)
     costs = ledger(totals.calls, cfg.models, deployment_rows(intervals), run.prices, extra_rows=[
         *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices),
-        *stranded_rows(intervals, run.prices)])
+        *stranded_rows(intervals, run.prices),
+        *overhead_rows(cfg.costs.overheads, intervals, [(d.resource, d.units) for d in done.schedule
+                                                         if d.wave == last], run.prices)])
     store.write_costs(costs)
     metrics.append(cost_record(costs))
     built = report_sections(metrics)  # once, for leaderboard.md and report.html

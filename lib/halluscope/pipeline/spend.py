@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from halluscope.cost.ledger import CallTally, calls_usd
 from halluscope.cost.nodes import Interval, held_usd
+from halluscope.cost.overheads import HEAD
 from halluscope.errors import OverBudget
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.storage.run import RunStore
@@ -60,7 +61,8 @@ def deployment_rows(intervals: Sequence[Interval]) -> list[dict]:
     """The ledger's deployments (``cost.ledger.ledger``): each model's resource-seconds over every attempt."""
     seconds: dict[tuple[str, str], float] = defaultdict(float)
     for i in intervals:
-        seconds[(i.model, i.resource)] += (i.end - i.start) * i.units
+        if i.model != HEAD:  # the pods' own rows: cost.overheads.ledger_rows
+            seconds[(i.model, i.resource)] += (i.end - i.start) * i.units
     return [{"model": m, "resource": r, "resource_seconds": s} for (m, r), s in sorted(seconds.items())]
 
 

@@ -33,8 +33,11 @@ from halluscope.serving.throughput import (
     PlanOptions,
     Throughput,
     find_throughput_table,
+    ModelSize,
+    busy_seconds,
     load_throughput,
-    params_billions,
+    model_size,
+    startup_seconds,
 )
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
@@ -297,13 +300,63 @@ def test_a_task_with_roles_and_no_cost_rules_stops_the_plan(data, monkeypatch):
 
 
 @pytest.mark.parametrize("source, billions", [
-    ("meta-llama/Llama-3.1-70B-Instruct", 70.0), ("mistralai/Mixtral-8x7B-Instruct-v0.1", 56.0),
-    ("meta-llama/Llama-3.1-405B-Instruct-FP8", 405.0), ("HuggingFaceTB/SmolLM-135M", 0.135),
-    ("Qwen/Qwen2.5-0.5B-Instruct", 0.5), ("/models/tiny", None)])
+    ("meta-llama/Llama-3.1-70B-Instruct", (70.0, 70.0, 2.0)),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", (46.7, 12.9, 2.0)),  # the table's experts, not 8 x 7
+    ("mistralai/Mixtral-8x22B-Instruct-v0.1", (141.0, 39.0, 2.0)),
+    ("meta-llama/Llama-3.1-405B-Instruct-FP8", (405.0, 405.0, 1.0)), ("HuggingFaceTB/SmolLM-135M", (0.135, 0.135, 2.0)),
+    ("Qwen/Qwen2.5-0.5B-Instruct", (0.5, 0.5, 2.0)), ("Qwen/Qwen2.5-72B-Instruct-AWQ", (72.0, 72.0, 0.5))])
 def test_model_size_from_the_name(source, billions):
     spec = parse_config({"tasks": ["halogen/code"], "models": [
         {"id": "m", "backend": "vllm", "params": {"model_source": source}}]}).models[0]
-    assert params_billions(spec, PlanOptions()) == billions
+    size = model_size(spec, PlanOptions())
+    assert isinstance(size, ModelSize) and (size.total_b, size.active_b, size.bytes_per_param) == billions
+
+
+def _vllm(source, **params):
+    return parse_config({"tasks": ["halogen/code"], "models": [
+        {"id": "m", "backend": "vllm", "params": {"model_source": source, **params}}]}).models[0]
+
+
+def test_an_unknown_mixture_of_experts_is_not_multiplied_out_but_sized_by_the_options():
+    spec = _vllm("acme/Blend-16x3B-Instruct")
+    why = model_size(spec, PlanOptions())
+    assert isinstance(why, str) and "mixture of experts (16x3B)" in why and "active_params_b['m']" in why
+    assert busy_seconds(spec, 1, 10, 10, PlanOptions()) == (None, why)
+    sized = PlanOptions(params_b={"m": 30.0}, active_params_b={"m": 6.0})
+    assert model_size(spec, sized) == ModelSize(30.0, 6.0, 2.0, "plan options, 16-bit, assumed")
+
+
+def test_a_mixture_of_experts_computes_with_its_active_parameters_and_loads_all():
+    """Mixtral-8x22B: 141B loaded, 39B per token. At 8B an H100 prefills 25,000 and decodes 5,000
+    tokens/s (cluster/throughput.yaml); 8x22B on it: 25,000 x 8/39 and 5,000 x 8/39."""
+    o = PlanOptions()
+    spec = _vllm("mistralai/Mixtral-8x22B-Instruct-v0.1", accelerator_type="H100")
+    seconds, _ = busy_seconds(spec, 100, 39_000, 7_800, o)
+    assert seconds is not None and math.isclose(seconds, 39_000 / (25_000 * 8 / 39) + 7_800 / (5_000 * 8 / 39))
+    assert math.isclose(seconds, 7.605 + 7.605)  # 39,000 x 39 / 200,000 and 7,800 x 39 / 40,000
+    assert math.isclose(startup_seconds(spec, o), 60 + 2.5 * 141)  # vllm_s + 2.5 s per billion, all 141B
+
+
+def test_fp8_weights_decode_and_load_at_their_bytes_and_prefill_at_the_16_bit_rate():
+    """Llama-3.1-405B in FP8 reads 1 byte per weight where 16 bits read 2: decode twice as fast,
+    load in half the time; prefill as in 16 bits. On H100 (25,000 / 5,000 tokens/s at 8B):
+    prefill 25,000 x 8/405 = 493.8 tokens/s, decode 5,000 x 8/405 x 2 = 197.5 tokens/s."""
+    o = PlanOptions()
+    fp8 = _vllm("meta-llama/Llama-3.1-405B-Instruct-FP8", accelerator_type="H100", tensor_parallel_size=8)
+    bf16 = _vllm("meta-llama/Llama-3.1-405B-Instruct", accelerator_type="H100", tensor_parallel_size=8)
+    by_kwargs = _vllm("meta-llama/Llama-3.1-405B-Instruct", accelerator_type="H100", tensor_parallel_size=8,
+                      engine_kwargs={"quantization": "fp8"})
+    tin, tout = 40_500, 40_500
+    fp8_s, _ = busy_seconds(fp8, 10, tin, tout, o)
+    bf16_s, _ = busy_seconds(bf16, 10, tin, tout, o)
+    assert fp8_s is not None and bf16_s is not None
+    assert math.isclose(fp8_s, 40_500 * 405 / 200_000 + 40_500 * 405 / 80_000)  # 82.0125 + 205.03125
+    assert math.isclose(bf16_s, 40_500 * 405 / 200_000 + 40_500 * 405 / 40_000)  # 82.0125 + 410.0625
+    assert busy_seconds(by_kwargs, 10, tin, tout, o) == (fp8_s, None)
+    assert math.isclose(startup_seconds(fp8, o), 60 + 2.5 * 405 / 2)  # 566.25 s against 1,072.5 in 16 bits
+    assert math.isclose(startup_seconds(bf16, o), 60 + 2.5 * 405)
+    size = model_size(by_kwargs, o)
+    assert isinstance(size, ModelSize) and size.how == "its name, engine_kwargs quantization fp8"
 
 
 @pytest.mark.parametrize("model, expected", [
@@ -408,7 +461,6 @@ def test_a_measured_row_plans_the_load_it_was_measured_on(data, tmp_path, capsys
     rules): planned with them, a load takes what the engine took."""
     from halluscope.cli import main
     from halluscope.pipeline.engine_speed import EngineSpeed, with_measured_row, write_table
-    from halluscope.serving.throughput import busy_seconds, startup_seconds
 
     cfg = _cfg(data, models=(LLAMA,), tasks=("halogen/code",), costs={"price_table": None})
     (llama,) = cfg.models  # 8B on 2 H100s

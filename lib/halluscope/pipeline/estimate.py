@@ -59,7 +59,14 @@ from halluscope.pipeline.workset import item_source, models_under_test, resolver
 from halluscope.records import GenerationIds, generation_id
 from halluscope.runkit import is_served
 from halluscope.serving.placement import placement
-from halluscope.serving.throughput import PlanOptions, busy_seconds, served_assumptions, startup_seconds
+from halluscope.serving.throughput import (
+    PlanOptions,
+    busy_seconds,
+    measured_by_table,
+    served_assumptions,
+    size_assumption,
+    startup_seconds,
+)
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
 
@@ -339,6 +346,9 @@ def _assumptions(cfg: RunConfig, o: PlanOptions, stats: TokenStats) -> str:
     if any(is_served(m) for m in cfg.models):
         parts.append(f"served models: {served_assumptions(o)}; models under test held from deployment to their "
                      "last answer, in waves under the GPU budget, roles for the whole run")
+        sized = [size_assumption(m, o) for m in cfg.models if is_served(m) and measured_by_table(m)]
+        if sized:
+            parts.append(f"sizes: {', '.join(sized)}")
     if any(not m.replayed and not is_served(m) for m in cfg.models):
         parts.append(f"API requests {o.api_tokens_per_s:g} output tokens/s")
     return "; ".join(parts)

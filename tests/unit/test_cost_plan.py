@@ -17,6 +17,8 @@ from halluscope.contract.completion import Completion
 from halluscope.contract.cost_rules import Shape
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError, DataError, RunError
+from halluscope.fewl import prompts as fewl_prompts
+from halluscope.fewl.options import FewlOptions
 from halluscope.halogen import prompts
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
@@ -30,11 +32,11 @@ from halluscope.serving.placement import placement
 from halluscope.serving.throughput import (
     CHECKOUT,
     DEFAULT_THROUGHPUT_TABLE,
+    ModelSize,
     PlanOptions,
     Throughput,
-    find_throughput_table,
-    ModelSize,
     busy_seconds,
+    find_throughput_table,
     load_throughput,
     model_size,
     startup_seconds,
@@ -283,7 +285,7 @@ def test_summarization_judges_every_fact(data):
 def test_every_task_that_calls_a_role_model_has_an_estimate():
     for name in task_names():
         task = get_task(name)
-        rules = task.cost_rules()
+        rules = task.cost_rules(FEWL_OPTIONS if name == "fewl/score" else None)
         assert bool(task.roles) == bool(rules), name
         assert {r.role for r in rules} == set(task.roles), name
         shape = Shape(P=10.0, G=100.0, evidence=50.0, o=PlanOptions())  # every template renders empty
@@ -293,7 +295,7 @@ def test_every_task_that_calls_a_role_model_has_an_estimate():
 
 
 def test_a_task_with_roles_and_no_cost_rules_stops_the_plan(data, monkeypatch):
-    monkeypatch.setattr(get_task("halogen/historical_events"), "cost_rules", lambda: ())
+    monkeypatch.setattr(get_task("halogen/historical_events"), "cost_rules", lambda options=None: ())
     with pytest.raises(RunError, match="task 'halogen/historical_events' calls role models \\(judge\\) but "
                                        "declares no cost rules"):
         plan(_cfg(data), PRICES, options=OPTIONS)
@@ -562,3 +564,85 @@ def test_calibrate_writes_its_table_into_a_new_folder_and_refuses_a_path_it_cann
     assert main(["calibrate", str(config), "--throughput", str(tmp_path)]) == 2  # a folder: refused, nothing measured
     assert f"--throughput {tmp_path}: not a file this process can write" in capsys.readouterr().err
     assert measured == ["llama"]
+
+
+# --- role calls a twin task shares, and every reference model's --------------------------------
+
+OPEN_JUDGE = {"id": "judge", "role": "judge", "backend": "openai",
+              "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-judge", "sampling": {"max_tokens": 20}}}
+EXTRACTOR = {"id": "ext", "role": "extractor", "backend": "openai",
+             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-ext", "sampling": {"max_tokens": 100}}}
+
+
+def _calls(p, stage):
+    return {(r.model, r.task): (r.calls, r.cached_calls) for r in p.rows if r.stage == stage}
+
+
+@pytest.mark.parametrize("judge, cache, shared", [
+    (OPEN_JUDGE, True, True),  # the twins' meeting prompts are the same: the call cache answers the second
+    (OPEN_JUDGE, False, False),  # no call cache: each task asks its own
+    ({**OPEN_JUDGE, "params": {**OPEN_JUDGE["params"], "structured_output": "json_schema"}}, True, False),
+    (JUDGE, True, False)])  # a vLLM judge is sent the corrected rules' Yes/No format: another question
+def test_a_twin_tasks_judge_calls_are_counted_once_where_the_call_cache_shares_them(data, judge, cache, shared):
+    """halogen/historical_events and its @corrected twin ask the judge the same meeting prompt of each
+    of the 2 generations (paper: no answer format, corrected: Yes/No): 2 calls, then 2 cached or 2 more."""
+    cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events", "halogen/historical_events@corrected"),
+               cache={"enabled": cache})
+    calls = _calls(plan(cfg, PRICES, options=OPTIONS), "abstain")
+    assert calls[("judge", "halogen/historical_events")] == (2, 0)
+    assert calls[("judge", "halogen/historical_events@corrected")] == ((0, 2) if shared else (2, 0))
+
+
+def test_a_twin_shares_the_extractors_facts_and_the_judges_verdicts_it_is_asked_alike(data):
+    """halogen/summarization and its twin: one facts extraction per generation (1), then one entailment
+    call per fact: a generation of 100 x 0.5 = 50 tokens holds 50 / 1.3 / 8 = 4.8 facts, 5 calls. The
+    twin asks the extractor alike (1 cached), and an endpoint judge alike (5 cached); a vLLM judge is
+    sent the corrected Yes/No format, so its 5 calls are the twin's own."""
+    tasks = ("halogen/summarization", "halogen/summarization@corrected")
+    for judge, verified in ((OPEN_JUDGE, (0, 5)), (JUDGE, (5, 0))):
+        p = plan(_cfg(data, models=(API, judge, EXTRACTOR), tasks=tasks), PRICES, options=OPTIONS)
+        decompose, verify = _calls(p, "decompose"), _calls(p, "verify")
+        assert decompose[("ext", tasks[0])] == (1, 0) and decompose[("ext", tasks[1])] == (0, 1)
+        assert verify[("judge", tasks[0])] == (5, 0) and verify[("judge", tasks[1])] == verified
+
+
+def test_rationalization_binary_twins_share_no_parse():
+    """The paper rules parse with the authors' templates, the corrected with ours."""
+    (paper,) = get_task("halogen/rationalization_binary").cost_rules()
+    (corrected,) = get_task("halogen/rationalization_binary@corrected").cost_rules()
+    assert paper.template != corrected.template
+
+
+FEWL_OPTIONS = FewlOptions.model_validate({"dataset": {"name": "truthfulqa-gen", "source": "x"},
+                                           "references": ["ref-a", "ref-b"], "generator": "iwco"})
+
+
+def _reference(id_, model):
+    return {"id": id_, "role": "reference", "backend": "openai",
+            "params": {"base_url": "http://127.0.0.1:9/v1", "model": model, "sampling": {"max_tokens": 600}}}
+
+
+def test_every_fewl_reference_model_is_planned_and_the_generator_apart(tmp_path):
+    """Two questions; each asks ref-a and ref-b once for an answer (answer_tokens 10 out) with the
+    reference prompt the item holds (P tokens in), and the generator once for 25 IW/CO pairs
+    (2 x 25 x 8 x 1.3 = 520 tokens out, the IW/CO template and the question in)."""
+    questions = ["Is the sky blue?", "What happens if you swallow gum?"]
+    csv_path = tmp_path / "TruthfulQA.csv"
+    csv_path.write_text("Question,Best Answer,Correct Answers,Incorrect Answers\n"
+                        + "".join(f'"{q}",Yes,Yes; Indeed,No\n' for q in questions))
+    cfg = parse_config({"tasks": ["fewl/score"], "models": [
+        API, _reference("ref-a", "gpt-judge"), _reference("ref-b", "gpt-ext"), _reference("iwco", "gpt-judge")],
+        "benchmarks": {"fewl": {"dataset": {"name": "truthfulqa-gen", "source": str(csv_path)},
+                                "references": ["ref-a", "ref-b"], "generator": "iwco"}}})
+    rows = _rows(plan(cfg, PRICES, options=OPTIONS))
+    ref_prompts = [len(fewl_prompts.reference_prompt(q).split()) * 1.3 for q in questions]
+    question_tokens = [len(q.split()) * 1.3 for q in questions]
+    iw_co = len(fewl_prompts.iw_co_prompt("", 25).split()) * 1.3
+    P = sum(ref_prompts) / 2  # the items' mean prompt
+    for ref in ("ref-a", "ref-b"):
+        r = rows[(ref, "fewl/score", "verify")]
+        assert (r.calls, r.input_tokens, r.output_tokens) == (2, round(2 * P), 20)
+    g = rows[("iwco", "fewl/score", "verify")]
+    question = P - len(fewl_prompts.reference_prompt("").split()) * 1.3  # the question's part of the prompt
+    assert math.isclose(question, sum(question_tokens) / 2)
+    assert (g.calls, g.input_tokens, g.output_tokens) == (2, round(2 * (iw_co + question)), 1040)

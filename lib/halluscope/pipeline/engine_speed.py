@@ -53,10 +53,10 @@ from halluscope.serving.throughput import (
     Measured,
     PlanOptions,
     ThroughputTable,
+    known_size,
     measured_by_table,
     measured_startup,
     measured_throughput,
-    known_size,
 )
 
 PREFILL_WORDS = 200

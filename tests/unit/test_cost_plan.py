@@ -646,3 +646,13 @@ def test_every_fewl_reference_model_is_planned_and_the_generator_apart(tmp_path)
     question = P - len(fewl_prompts.reference_prompt("").split()) * 1.3  # the question's part of the prompt
     assert math.isclose(question, sum(question_tokens) / 2)
     assert (g.calls, g.input_tokens, g.output_tokens) == (2, round(2 * (iw_co + question)), 1040)
+
+
+def test_a_stage_of_no_calls_is_planned_at_zero(data, tmp_path):
+    """A replayed model with no response to a task's items: no generation to judge, 0 facts, 0 calls."""
+    recorded = tmp_path / "rec.jsonl"
+    recorded.write_text(json.dumps({"prompt": CODE_PROMPTS[0], "response": "import os"}) + "\n")
+    rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
+    p = plan(_cfg(data, models=(rec, OPEN_JUDGE, EXTRACTOR), tasks=("halogen/summarization",)), PRICES,
+             options=OPTIONS)
+    assert _calls(p, "verify")[("judge", "halogen/summarization")] == (0, 0)

@@ -144,10 +144,11 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
             for rule in rules:
                 spec = specs[rule.model] if rule.model is not None else roles[rule.role]
                 # a measured (stage, role) covers all its models: each rule gets its estimated share
-                peers = math.fsum(r.calls(shape) for r in rules if (r.stage, r.role) == (rule.stage, rule.role))
+                peers = [r.calls(shape) for r in rules if (r.stage, r.role) == (rule.stage, rule.role)]
+                share = rule.calls(shape) / math.fsum(peers) if math.fsum(peers) > 0 else 1 / len(peers)
                 shared = _asked_before(role_asked, spec, rule, m.id, judged)
                 _add_role_stage(acc, spec, task_name, rule.stage, rule.role, m.id, len(judged), shared, shape, stats,
-                                rule, rule.calls(shape) / peers)
+                                rule, share)
             for stage, role in unruled:
                 _add_role_stage(acc, roles[role], task_name, stage, role, m.id, len(judged), 0, shape, stats, None)
     priced = _price(cfg, acc, prices, o, stats)

@@ -18,6 +18,8 @@ from halluscope.contract.cost_rules import Shape
 from halluscope.cost.overheads import HEAD
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.errors import ConfigError, DataError, RunError
+from halluscope.fewl import prompts as fewl_prompts
+from halluscope.fewl.options import FewlOptions
 from halluscope.halogen import prompts
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
@@ -31,11 +33,14 @@ from halluscope.serving.placement import placement
 from halluscope.serving.throughput import (
     CHECKOUT,
     DEFAULT_THROUGHPUT_TABLE,
+    ModelSize,
     PlanOptions,
     Throughput,
+    busy_seconds,
     find_throughput_table,
     load_throughput,
-    params_billions,
+    model_size,
+    startup_seconds,
 )
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
@@ -285,7 +290,7 @@ def test_summarization_judges_every_fact(data):
 def test_every_task_that_calls_a_role_model_has_an_estimate():
     for name in task_names():
         task = get_task(name)
-        rules = task.cost_rules()
+        rules = task.cost_rules(FEWL_OPTIONS if name == "fewl/score" else None)
         assert bool(task.roles) == bool(rules), name
         assert {r.role for r in rules} == set(task.roles), name
         shape = Shape(P=10.0, G=100.0, evidence=50.0, o=PlanOptions())  # every template renders empty
@@ -295,20 +300,70 @@ def test_every_task_that_calls_a_role_model_has_an_estimate():
 
 
 def test_a_task_with_roles_and_no_cost_rules_stops_the_plan(data, monkeypatch):
-    monkeypatch.setattr(get_task("halogen/historical_events"), "cost_rules", lambda: ())
+    monkeypatch.setattr(get_task("halogen/historical_events"), "cost_rules", lambda options=None: ())
     with pytest.raises(RunError, match="task 'halogen/historical_events' calls role models \\(judge\\) but "
                                        "declares no cost rules"):
         plan(_cfg(data), PRICES, options=OPTIONS)
 
 
 @pytest.mark.parametrize("source, billions", [
-    ("meta-llama/Llama-3.1-70B-Instruct", 70.0), ("mistralai/Mixtral-8x7B-Instruct-v0.1", 56.0),
-    ("meta-llama/Llama-3.1-405B-Instruct-FP8", 405.0), ("HuggingFaceTB/SmolLM-135M", 0.135),
-    ("Qwen/Qwen2.5-0.5B-Instruct", 0.5), ("/models/tiny", None)])
+    ("meta-llama/Llama-3.1-70B-Instruct", (70.0, 70.0, 2.0)),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", (46.7, 12.9, 2.0)),  # the table's experts, not 8 x 7
+    ("mistralai/Mixtral-8x22B-Instruct-v0.1", (141.0, 39.0, 2.0)),
+    ("meta-llama/Llama-3.1-405B-Instruct-FP8", (405.0, 405.0, 1.0)), ("HuggingFaceTB/SmolLM-135M", (0.135, 0.135, 2.0)),
+    ("Qwen/Qwen2.5-0.5B-Instruct", (0.5, 0.5, 2.0)), ("Qwen/Qwen2.5-72B-Instruct-AWQ", (72.0, 72.0, 0.5))])
 def test_model_size_from_the_name(source, billions):
     spec = parse_config({"tasks": ["halogen/code"], "models": [
         {"id": "m", "backend": "vllm", "params": {"model_source": source}}]}).models[0]
-    assert params_billions(spec, PlanOptions()) == billions
+    size = model_size(spec, PlanOptions())
+    assert isinstance(size, ModelSize) and (size.total_b, size.active_b, size.bytes_per_param) == billions
+
+
+def _vllm(source, **params):
+    return parse_config({"tasks": ["halogen/code"], "models": [
+        {"id": "m", "backend": "vllm", "params": {"model_source": source, **params}}]}).models[0]
+
+
+def test_an_unknown_mixture_of_experts_is_not_multiplied_out_but_sized_by_the_options():
+    spec = _vllm("acme/Blend-16x3B-Instruct")
+    why = model_size(spec, PlanOptions())
+    assert isinstance(why, str) and "mixture of experts (16x3B)" in why and "active_params_b['m']" in why
+    assert busy_seconds(spec, 1, 10, 10, PlanOptions()) == (None, why)
+    sized = PlanOptions(params_b={"m": 30.0}, active_params_b={"m": 6.0})
+    assert model_size(spec, sized) == ModelSize(30.0, 6.0, 2.0, "plan options, 16-bit, assumed")
+
+
+def test_a_mixture_of_experts_computes_with_its_active_parameters_and_loads_all():
+    """Mixtral-8x22B: 141B loaded, 39B per token. At 8B an H100 prefills 25,000 and decodes 5,000
+    tokens/s (cluster/throughput.yaml); 8x22B on it: 25,000 x 8/39 and 5,000 x 8/39."""
+    o = PlanOptions()
+    spec = _vllm("mistralai/Mixtral-8x22B-Instruct-v0.1", accelerator_type="H100")
+    seconds, _ = busy_seconds(spec, 100, 39_000, 7_800, o)
+    assert seconds is not None and math.isclose(seconds, 39_000 / (25_000 * 8 / 39) + 7_800 / (5_000 * 8 / 39))
+    assert math.isclose(seconds, 7.605 + 7.605)  # 39,000 x 39 / 200,000 and 7,800 x 39 / 40,000
+    assert math.isclose(startup_seconds(spec, o), 60 + 2.5 * 141)  # vllm_s + 2.5 s per billion, all 141B
+
+
+def test_fp8_weights_decode_and_load_at_their_bytes_and_prefill_at_the_16_bit_rate():
+    """Llama-3.1-405B in FP8 reads 1 byte per weight where 16 bits read 2: decode twice as fast,
+    load in half the time; prefill as in 16 bits. On H100 (25,000 / 5,000 tokens/s at 8B):
+    prefill 25,000 x 8/405 = 493.8 tokens/s, decode 5,000 x 8/405 x 2 = 197.5 tokens/s."""
+    o = PlanOptions()
+    fp8 = _vllm("meta-llama/Llama-3.1-405B-Instruct-FP8", accelerator_type="H100", tensor_parallel_size=8)
+    bf16 = _vllm("meta-llama/Llama-3.1-405B-Instruct", accelerator_type="H100", tensor_parallel_size=8)
+    by_kwargs = _vllm("meta-llama/Llama-3.1-405B-Instruct", accelerator_type="H100", tensor_parallel_size=8,
+                      engine_kwargs={"quantization": "fp8"})
+    tin, tout = 40_500, 40_500
+    fp8_s, _ = busy_seconds(fp8, 10, tin, tout, o)
+    bf16_s, _ = busy_seconds(bf16, 10, tin, tout, o)
+    assert fp8_s is not None and bf16_s is not None
+    assert math.isclose(fp8_s, 40_500 * 405 / 200_000 + 40_500 * 405 / 80_000)  # 82.0125 + 205.03125
+    assert math.isclose(bf16_s, 40_500 * 405 / 200_000 + 40_500 * 405 / 40_000)  # 82.0125 + 410.0625
+    assert busy_seconds(by_kwargs, 10, tin, tout, o) == (fp8_s, None)
+    assert math.isclose(startup_seconds(fp8, o), 60 + 2.5 * 405 / 2)  # 566.25 s against 1,072.5 in 16 bits
+    assert math.isclose(startup_seconds(bf16, o), 60 + 2.5 * 405)
+    size = model_size(by_kwargs, o)
+    assert isinstance(size, ModelSize) and size.how == "its name, engine_kwargs quantization fp8"
 
 
 @pytest.mark.parametrize("model, expected", [
@@ -413,7 +468,6 @@ def test_a_measured_row_plans_the_load_it_was_measured_on(data, tmp_path, capsys
     rules): planned with them, a load takes what the engine took."""
     from halluscope.cli import main
     from halluscope.pipeline.engine_speed import EngineSpeed, with_measured_row, write_table
-    from halluscope.serving.throughput import busy_seconds, startup_seconds
 
     cfg = _cfg(data, models=(LLAMA,), tasks=("halogen/code",), costs={"price_table": None})
     (llama,) = cfg.models  # 8B on 2 H100s
@@ -573,3 +627,95 @@ def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release
     # a model's window grows by its cold start; its idle time does not: the cold start is a line of its own
     assert math.isclose(rows[("llama", "*", "idle")].resource_hours, _rows(before)[("llama", "*", "idle")].resource_hours)
     assert not p.unpriced
+
+
+# --- role calls a twin task shares, and every reference model's --------------------------------
+
+OPEN_JUDGE = {"id": "judge", "role": "judge", "backend": "openai",
+              "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-judge", "sampling": {"max_tokens": 20}}}
+EXTRACTOR = {"id": "ext", "role": "extractor", "backend": "openai",
+             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-ext", "sampling": {"max_tokens": 100}}}
+
+
+def _calls(p, stage):
+    return {(r.model, r.task): (r.calls, r.cached_calls) for r in p.rows if r.stage == stage}
+
+
+@pytest.mark.parametrize("judge, cache, shared", [
+    (OPEN_JUDGE, True, True),  # the twins' meeting prompts are the same: the call cache answers the second
+    (OPEN_JUDGE, False, False),  # no call cache: each task asks its own
+    ({**OPEN_JUDGE, "params": {**OPEN_JUDGE["params"], "structured_output": "json_schema"}}, True, False),
+    (JUDGE, True, False)])  # a vLLM judge is sent the corrected rules' Yes/No format: another question
+def test_a_twin_tasks_judge_calls_are_counted_once_where_the_call_cache_shares_them(data, judge, cache, shared):
+    """halogen/historical_events and its @corrected twin ask the judge the same meeting prompt of each
+    of the 2 generations (paper: no answer format, corrected: Yes/No): 2 calls, then 2 cached or 2 more."""
+    cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events", "halogen/historical_events@corrected"),
+               cache={"enabled": cache})
+    calls = _calls(plan(cfg, PRICES, options=OPTIONS), "abstain")
+    assert calls[("judge", "halogen/historical_events")] == (2, 0)
+    assert calls[("judge", "halogen/historical_events@corrected")] == ((0, 2) if shared else (2, 0))
+
+
+def test_a_twin_shares_the_extractors_facts_and_the_judges_verdicts_it_is_asked_alike(data):
+    """halogen/summarization and its twin: one facts extraction per generation (1), then one entailment
+    call per fact: a generation of 100 x 0.5 = 50 tokens holds 50 / 1.3 / 8 = 4.8 facts, 5 calls. The
+    twin asks the extractor alike (1 cached), and an endpoint judge alike (5 cached); a vLLM judge is
+    sent the corrected Yes/No format, so its 5 calls are the twin's own."""
+    tasks = ("halogen/summarization", "halogen/summarization@corrected")
+    for judge, verified in ((OPEN_JUDGE, (0, 5)), (JUDGE, (5, 0))):
+        p = plan(_cfg(data, models=(API, judge, EXTRACTOR), tasks=tasks), PRICES, options=OPTIONS)
+        decompose, verify = _calls(p, "decompose"), _calls(p, "verify")
+        assert decompose[("ext", tasks[0])] == (1, 0) and decompose[("ext", tasks[1])] == (0, 1)
+        assert verify[("judge", tasks[0])] == (5, 0) and verify[("judge", tasks[1])] == verified
+
+
+def test_rationalization_binary_twins_share_no_parse():
+    """The paper rules parse with the authors' templates, the corrected with ours."""
+    (paper,) = get_task("halogen/rationalization_binary").cost_rules()
+    (corrected,) = get_task("halogen/rationalization_binary@corrected").cost_rules()
+    assert paper.template != corrected.template
+
+
+FEWL_OPTIONS = FewlOptions.model_validate({"dataset": {"name": "truthfulqa-gen", "source": "x"},
+                                           "references": ["ref-a", "ref-b"], "generator": "iwco"})
+
+
+def _reference(id_, model):
+    return {"id": id_, "role": "reference", "backend": "openai",
+            "params": {"base_url": "http://127.0.0.1:9/v1", "model": model, "sampling": {"max_tokens": 600}}}
+
+
+def test_every_fewl_reference_model_is_planned_and_the_generator_apart(tmp_path):
+    """Two questions; each asks ref-a and ref-b once for an answer (answer_tokens 10 out) with the
+    reference prompt the item holds (P tokens in), and the generator once for 25 IW/CO pairs
+    (2 x 25 x 8 x 1.3 = 520 tokens out, the IW/CO template and the question in)."""
+    questions = ["Is the sky blue?", "What happens if you swallow gum?"]
+    csv_path = tmp_path / "TruthfulQA.csv"
+    csv_path.write_text("Question,Best Answer,Correct Answers,Incorrect Answers\n"
+                        + "".join(f'"{q}",Yes,Yes; Indeed,No\n' for q in questions))
+    cfg = parse_config({"tasks": ["fewl/score"], "models": [
+        API, _reference("ref-a", "gpt-judge"), _reference("ref-b", "gpt-ext"), _reference("iwco", "gpt-judge")],
+        "benchmarks": {"fewl": {"dataset": {"name": "truthfulqa-gen", "source": str(csv_path)},
+                                "references": ["ref-a", "ref-b"], "generator": "iwco"}}})
+    rows = _rows(plan(cfg, PRICES, options=OPTIONS))
+    ref_prompts = [len(fewl_prompts.reference_prompt(q).split()) * 1.3 for q in questions]
+    question_tokens = [len(q.split()) * 1.3 for q in questions]
+    iw_co = len(fewl_prompts.iw_co_prompt("", 25).split()) * 1.3
+    P = sum(ref_prompts) / 2  # the items' mean prompt
+    for ref in ("ref-a", "ref-b"):
+        r = rows[(ref, "fewl/score", "verify")]
+        assert (r.calls, r.input_tokens, r.output_tokens) == (2, round(2 * P), 20)
+    g = rows[("iwco", "fewl/score", "verify")]
+    question = P - len(fewl_prompts.reference_prompt("").split()) * 1.3  # the question's part of the prompt
+    assert math.isclose(question, sum(question_tokens) / 2)
+    assert (g.calls, g.input_tokens, g.output_tokens) == (2, round(2 * (iw_co + question)), 1040)
+
+
+def test_a_stage_of_no_calls_is_planned_at_zero(data, tmp_path):
+    """A replayed model with no response to a task's items: no generation to judge, 0 facts, 0 calls."""
+    recorded = tmp_path / "rec.jsonl"
+    recorded.write_text(json.dumps({"prompt": CODE_PROMPTS[0], "response": "import os"}) + "\n")
+    rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
+    p = plan(_cfg(data, models=(rec, OPEN_JUDGE, EXTRACTOR), tasks=("halogen/summarization",)), PRICES,
+             options=OPTIONS)
+    assert _calls(p, "verify")[("judge", "halogen/summarization")] == (0, 0)

@@ -1,7 +1,7 @@
 """How a task sizes its role-model calls for the cost estimate (``halluscope plan``).
 
 A task that calls role models declares, in ``Task.cost_rules``, one ``StageRule`` per (stage,
-role) it calls: how many calls one generation makes there and how large they are, as functions
+role, role model) it calls: how many calls one generation makes there and how large they are, as functions
 of the generation's ``Shape``. The rules live with the task because only the task knows which
 phase asks which role, once or per atom, with which template; the engine's estimate
 (pipeline/estimate.py) applies them without naming any task."""
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from halluscope.contract.roles import RoleName
+    from halluscope.contract.roles import AnswerFormat, RoleName
 
 
 class SizeAssumptions(BaseModel):
@@ -75,13 +75,21 @@ Size = Callable[[Shape], float]
 
 @dataclass(frozen=True)
 class StageRule:
-    """Calls one generation makes in a stage and their sizes (before the role model's max_tokens)."""
+    """Calls one generation makes in a stage and their sizes (before the role model's max_tokens).
+
+    ``template`` and ``answer_format`` are its calls' (``RoleCall``'s): two tasks whose rules give
+    the same ones put a generation the same prompts (a rule set's twin tasks do), which the call
+    cache answers once; None: not known to share. ``model``: the role model asked, where the role
+    has several (``RoleCall.model``); None: the role's only one."""
 
     stage: str  # abstain | decompose | verify, as the stage records its role calls
     role: RoleName
     calls: Size
     input_tokens: Size
     output_tokens: Size
+    template: str | None = None
+    answer_format: AnswerFormat | None = None
+    model: str | None = None
 
 
 # The sizes most rules share. Rules assume every generation responds and every fact finds

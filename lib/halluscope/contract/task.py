@@ -109,9 +109,10 @@ class Task(ABC, Generic[K]):
                replies: Sequence[Completion] = ()) -> list[Verdict]:
         """V: one verdict per atom, in order."""
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """The role-model calls one generation makes, per stage, for the cost estimate; a task
-        that calls no role model makes none."""
+        that calls no role model makes none. ``options``: its benchmark's section of the run
+        config, for a task whose calls depend on it (e.g. the reference models it asks)."""
         return ()
 
     def replay_file(self, model_name: str, which: Literal["released", "recorded"]) -> str | None:

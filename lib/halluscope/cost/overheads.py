@@ -15,27 +15,20 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from halluscope.config.schema import ModelSpec, Overheads
+from halluscope.config.schema import Overheads
 from halluscope.cost.nodes import Interval
 from halluscope.cost.prices import PriceTable
 
-_BYTES_PER_PARAM = 2.0  # 16-bit weights; FP8 checkpoints say so in their name
 HEAD = "(head and CPU pods)"  # the model name of their intervals in a run's held/ table
 
 
-def weights_gb(params_b: float | None, spec: ModelSpec) -> float:
-    """The weights' size: parameters x bytes per parameter (1 for an FP8 checkpoint)."""
-    source = str(getattr(spec.params, "model_source", "") or spec.id).lower()
-    per_param = 1.0 if "fp8" in source else _BYTES_PER_PARAM
-    return (params_b or 0.0) * per_param
-
-
-def cold_start_s(oh: Overheads, weights: float, replicas: int) -> float:
+def cold_start_s(oh: Overheads, weights_gb: float, replicas: int) -> float:
     """Seconds a fresh deployment waits before its engine loads: the node's boot, the image pull,
-    the weights download at the node's bandwidth (every replica's pod its own with a per-pod
-    cache, as if they shared one node; once with a shared one)."""
+    the weights download (``weights_gb``: serving.throughput.model_size's bytes) at the node's
+    bandwidth (every replica's pod its own with a per-pod cache, as if they shared one node;
+    once with a shared one)."""
     downloads = {"none": 0, "per_pod": replicas, "shared": 1}[oh.weights_cache]
-    return oh.node_boot_s + oh.image_gb / oh.pull_gb_per_s + downloads * weights / oh.weights_gb_per_s
+    return oh.node_boot_s + oh.image_gb / oh.pull_gb_per_s + downloads * weights_gb / oh.weights_gb_per_s
 
 
 def pods_cpus(oh: Overheads) -> float:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from halluscope.contract.completion import Completion
-from halluscope.contract.cost_rules import Shape, StageRule
+from halluscope.contract.cost_rules import Shape, StageRule, once
 from halluscope.contract.roles import RoleCall
 from halluscope.contract.task import Item, LoadedItems, Task, Verdict
 from halluscope.errors import DataError
@@ -97,18 +97,25 @@ class FewlTask(Task["Knowledge"]):
     verifier = f"fewl:{prompts.REFERENCE}+{prompts.IW_CO}"
     roles = ("reference",)
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
-        """Per question, a reference's answer and the IW/CO pairs (25 corrected/wrong sentences by
-        default): the neighbours' answers are other questions' own calls, which the call cache
-        shares, so a full pass asks nothing more. The rules see no options, so the estimate counts
-        one reference; each further reference adds a call of the first kind."""
-        def input_tokens(s: Shape) -> float:
-            return (s.tokens(prompts.reference_prompt("")) + s.tokens(prompts.iw_co_prompt("", 25))) / 2 + s.P
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
+        """Per question, one call to each reference model for its answer, and one to the generator
+        for the IW/CO pairs (``iw_pairs`` corrected/wrong sentences): the neighbours' answers are
+        other questions' own calls, which the call cache shares, so a full pass asks nothing more."""
+        if not isinstance(options, FewlOptions):
+            raise DataError(f"task {self.name} needs the run's benchmarks.fewl section")
+        samples, pairs = options.params.reference_samples, options.params.iw_pairs
 
-        def output_tokens(s: Shape) -> float:
-            return (s.o.answer_tokens + 2 * 25 * s.fact_tokens) / 2
+        def question(s: Shape) -> float:  # the item's prompt is the question in the reference template
+            return max(0.0, s.P - s.tokens(prompts.reference_prompt("")))
 
-        return (StageRule("verify", "reference", lambda s: 2.0, input_tokens, output_tokens),)
+        refs = (StageRule("verify", "reference", once,
+                          lambda s: s.tokens(prompts.reference_requests("", samples)[0]) + question(s),
+                          lambda s: s.o.answer_tokens * samples, prompts.REFERENCE if samples == 1 else
+                          prompts.REFERENCE_MULTI, model=r) for r in options.references)
+        iw_co = StageRule("verify", options.generator_role, once,
+                          lambda s: s.tokens(prompts.iw_co_prompt("", pairs)) + question(s),
+                          lambda s: 2 * pairs * s.fact_tokens, prompts.IW_CO, model=options.generator)
+        return (*refs, iw_co)
 
     def load_items(self, resolver: DataResolver, testsets: Sequence[Location] = (),
                    options: BaseModel | None = None) -> LoadedItems:

@@ -102,7 +102,7 @@ class PreciseWikiQA(HalluLensTask):
     verifier = f"judge:{judging.CORRECTNESS}"
     roles = ("judge",)
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """One abstention call and one correctness call (with the gold answer) per generation."""
         return (StageRule("abstain", "judge", once,
                           lambda s: s.tokens(judging.abstention_prompt("", "")) + s.P + s.G, json_verdict),
@@ -141,7 +141,7 @@ class LongWiki(HalluLensTask):
     roles = ("judge", "extractor")
     knowledge = ("wiki",)
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """The knowledgeable judge; one extraction per sentence (a snippet of up to 5 sentences:
         3 before, the sentence, 1 after; its claims restate the sentence); one verification per claim."""
         return (StageRule("abstain", "judge", once,
@@ -197,7 +197,7 @@ class NonExistentEntities(HalluLensTask):
         self.testset_task = testset_task
         self.abstention_rule = "judge:" + "|".join(sorted(judging.BELIEF_TEMPLATES.values()))
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """One belief call per generation."""
         return (StageRule("abstain", "judge", once,
                           lambda s: s.tokens(judging.belief_prompt("entity", "", "", "")) + s.P + s.G,

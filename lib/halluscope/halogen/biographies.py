@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import halluscope.halogen.prompts as prompts
 from halluscope.contract.completion import Completion
@@ -21,6 +21,9 @@ from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
 from halluscope.halogen.options import options_of
 from halluscope.halogen.steps import FACT_VERDICT
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _ASKED = re.compile(r"bio of\s+(['\"]?)(.+?)\1\s*[.?]?\s*$", re.IGNORECASE | re.DOTALL)
 
@@ -61,12 +64,13 @@ class Biographies(FactsByExtractor, HalogenTask):
         # the paper variant also runs without an article store: a recorded judge needs none
         self.knowledge = ("wiki",) if rules == "corrected" else ()
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """The facts extraction, then one judge call per fact against the top_k retrieved
         passages; the prompt holds the person's name (~ the item prompt)."""
         return FACTS_RULE, StageRule(
             "verify", "judge", per_fact,
-            lambda s: s.tokens(prompts.bio_fact_prompt("", [], "")) + s.evidence + s.fact_tokens + s.P, verdict)
+            lambda s: s.tokens(prompts.bio_fact_prompt("", [], "")) + s.evidence + s.fact_tokens + s.P, verdict,
+            prompts.BIO_FACT, self.verdict_format)
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         name = item.fields["name"]

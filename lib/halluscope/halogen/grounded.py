@@ -6,7 +6,7 @@ true of the world (the paper's definition for content-grounded tasks)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import halluscope.halogen.prompts as prompts
 from halluscope.contract.completion import Completion
@@ -16,6 +16,9 @@ from halluscope.contract.task import Verdict
 from halluscope.halogen.common import HalogenTask, normalize_prompt
 from halluscope.halogen.llm_verified import FACTS_RULE, FactsByExtractor, judge_verdict
 from halluscope.halogen.steps import FACT_VERDICT
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 class GroundedFacts(FactsByExtractor, HalogenTask):
@@ -51,12 +54,13 @@ class GroundedFacts(FactsByExtractor, HalogenTask):
             keys.append(f"source:{normalize_prompt(source)}#{record.get('occurrence', 0)}")
         return keys
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """The facts extraction, then one entailment call per fact with the source (~ the item
         prompt) as premise."""
         return FACTS_RULE, StageRule(
             "verify", "judge", per_fact,
-            lambda s: s.tokens(prompts.entailment_prompt("", "")) + s.P + s.fact_tokens, verdict)
+            lambda s: s.tokens(prompts.entailment_prompt("", "")) + s.P + s.fact_tokens, verdict, prompts.ENTAILMENT,
+            self.verdict_format)
 
     def verify_call(self, atoms, text, item, kb) -> RoleCall | None:
         source = item.fields["source"]

@@ -9,7 +9,7 @@ phrase are abstentions without a judge call."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import halluscope.halogen.prompts as prompts
 from halluscope.contract.completion import Completion
@@ -20,6 +20,9 @@ from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.paper import abstained
 from halluscope.halogen.steps import MEETING
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _PEOPLE = ("name1", "birth1", "death1", "name2", "birth2", "death2")
 
@@ -43,10 +46,11 @@ class HistoricalEvents(HalogenTask):
         super().__init__(rules)
         self.abstention_rule = f"halogen-phrases-{rules}-v2+judge-{rules}:{prompts.MEETING}"
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """One meeting call per response not abstained by phrase (upper bound: every response)."""
         return (StageRule("abstain", "judge", once,
-                          lambda s: s.tokens(prompts.meeting_prompt("", "", "")) + s.G + s.P, verdict),)
+                          lambda s: s.tokens(prompts.meeting_prompt("", "", "")) + s.G + s.P, verdict, prompts.MEETING,
+                          self.verdict_format),)
 
     def abstain_call(self, text: str, item: Item) -> RoleCall | None:
         if abstained(text, self.rules):

@@ -6,7 +6,7 @@ Both use the entity list and the letter condition released with each prompt; the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import halluscope.halogen.paper as paper
 import halluscope.halogen.prompts as prompts
@@ -16,6 +16,9 @@ from halluscope.contract.task import Item, Verdict
 from halluscope.halogen.common import HalogenTask, parse_list_field
 from halluscope.halogen.llm_verified import parse_rule
 from halluscope.halogen.steps import PARSE
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _REPEAT = Verdict(True, "repeat: counted once")
 
@@ -104,8 +107,8 @@ class RationalizationNumerical(_ListTask):
         self.decomposer = f"count+entities-from-parse-{rules}-v2:{prompts.PARSE_NUMERICAL}"
         self.verifier = f"gold-count+list-{rules}-v2"
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
-        return (parse_rule(lambda s: s.tokens(prompts.parse_numerical_prompt(""))),)
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
+        return (parse_rule(lambda s: s.tokens(prompts.parse_numerical_prompt("")), prompts.PARSE_NUMERICAL),)
 
     def decompose_call(self, text: str, item: Item):
         prompt = prompts.parse_numerical_prompt(text)
@@ -159,8 +162,8 @@ class FalsePresuppositions(_ListTask):
     def responded(self, text: str, item: Item, replies=()) -> bool:
         return not paper.abstained(text, self.rules) and "no response" not in text.lower()
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
-        return (parse_rule(lambda s: s.tokens(prompts.parse_list_prompt(""))),)
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
+        return (parse_rule(lambda s: s.tokens(prompts.parse_list_prompt("")), prompts.PARSE_LIST),)
 
     def decompose_call(self, text: str, item: Item):
         return self.recorded_call("extractor", PARSE, [prompts.parse_list_prompt(text)], prompts.PARSE_LIST, text, item)

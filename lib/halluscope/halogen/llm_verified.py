@@ -49,13 +49,13 @@ def _judged(answer: str) -> Verdict:
 
 # FactsByExtractor's cost: one call per response; the facts restate it, so output ~ G
 FACTS_RULE = StageRule("decompose", "extractor", once, lambda s: s.tokens(prompts.facts_prompt("")) + s.G,
-                       lambda s: s.G)
+                       lambda s: s.G, prompts.FACTS)
 
 
-def parse_rule(template: Size) -> StageRule:
+def parse_rule(template: Size, template_id: str) -> StageRule:
     """The paper's parse step: one extractor call per response (``template``: the prompt's own
-    tokens), a short parse back."""
-    return StageRule("decompose", "extractor", once, lambda s: template(s) + s.G, _parse_tokens)
+    tokens; ``template_id``: its ``RoleCall.template``), a short parse back."""
+    return StageRule("decompose", "extractor", once, lambda s: template(s) + s.G, _parse_tokens, template_id)
 
 
 def _parse_tokens(s: Shape) -> float:

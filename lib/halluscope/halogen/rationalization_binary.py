@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import halluscope.halogen.paper as paper
 import halluscope.halogen.prompts as prompts
@@ -26,6 +26,9 @@ from halluscope.halogen.common import HalogenTask
 from halluscope.halogen.llm_verified import parse_rule
 from halluscope.halogen.steps import PARSE, read_rows, recorded_path
 from halluscope.sources import sha256_file
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 GOLD = paper.GOLD
 
@@ -83,9 +86,11 @@ class RationalizationBinary(HalogenTask):
         self.decomposer = f"answer+extractor-parse-{rules}-v2:{prompts.PARSE_BINARY}"
         self.verifier = f"fixed-label+prompt-graph-{rules}-v2"
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
-        """The yes/no parse template asks by category: the longest is sized."""
-        return (parse_rule(lambda s: max(s.tokens(prompts.parse_binary_prompt(c, "")) for c in GOLD)),)
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
+        """The yes/no parse template asks by category: the longest is sized. The paper rules ask
+        with the authors' own templates, the corrected with ours: the twins share no call."""
+        template = PAPER_PARSE if self.rules == "paper" else prompts.PARSE_BINARY
+        return (parse_rule(lambda s: max(s.tokens(prompts.parse_binary_prompt(c, "")) for c in GOLD), template),)
 
     def item_fields(self, row: Mapping[str, str], where: str) -> dict[str, Any]:
         category = row.get("category", "")

@@ -8,6 +8,7 @@ response that cites no title has abstained, as in the authors' scorer."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import halluscope.halogen.paper as paper
 import halluscope.halogen.prompts as prompts
@@ -21,12 +22,16 @@ from halluscope.halogen.llm_verified import judge_verdict, listed_items
 from halluscope.halogen.options import options_of
 from halluscope.halogen.steps import TITLE_FOUND, TITLES
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 # one title extraction per response; the cited titles are part of it (half assumed)
 _TITLES_RULE = StageRule("decompose", "extractor", once, lambda s: s.tokens(prompts.titles_prompt("")) + s.G,
-                         lambda s: 0.5 * s.G)
+                         lambda s: 0.5 * s.G, prompts.TITLES)
 # paper: one judge call per cited title (the authors' Semantic Scholar lookup)
 _TITLE_FOUND_RULE = StageRule("verify", "judge", lambda s: s.titles,
-                              lambda s: s.tokens(prompts.title_found_prompt("")) + s.title_tokens, verdict)
+                              lambda s: s.tokens(prompts.title_found_prompt("")) + s.title_tokens, verdict,
+                              prompts.TITLE_FOUND)
 
 
 class References(HalogenTask):
@@ -47,7 +52,7 @@ class References(HalogenTask):
         self.knowledge = ("titles",) if rules == "corrected" else ()
         self.roles = ("extractor", "judge") if rules == "paper" else ("extractor",)
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """Corrected rules look titles up in the run's own index instead of asking the judge."""
         return (_TITLES_RULE, _TITLE_FOUND_RULE) if self.rules == "paper" else (_TITLES_RULE,)
 

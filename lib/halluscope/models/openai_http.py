@@ -161,4 +161,4 @@ def _build(spec: OpenAIModel, context: Context) -> OpenAIProvider:
                           structured_output=p.structured_output)
 
 
-KIND = ProviderKind(_build)
+KIND = ProviderKind(_build, constrains=lambda spec: spec.params.structured_output != "off")

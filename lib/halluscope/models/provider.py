@@ -156,5 +156,8 @@ class ProviderKind:
 
     build: Callable[[Any, Context], Provider]
     predict: Callable[[Any], Callable[[str], str]] | None = None
+    # whether a config's provider sends a request's answer format (its ``constrains_answers``),
+    # known before it is built: the estimate keys cached role calls by it
+    constrains: Callable[[Any], bool] = lambda spec: False
     params: type[BaseModel] | None = None
     billing: Billing = "tokens"

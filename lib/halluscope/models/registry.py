@@ -38,6 +38,11 @@ def provider(spec: ModelSpec, context: Context) -> Provider:
     return kind_of(spec).build(spec, context)
 
 
+def constrains_answers(spec: ModelSpec) -> bool:
+    """Whether the model's provider sends its calls' answer formats (which then key its cached answers)."""
+    return kind_of(spec).constrains(spec)
+
+
 def predicted(spec: ModelSpec) -> Callable[[str], str] | None:
     """The model's answer to a prompt, known without calling it; None for a model that must be asked."""
     predict = kind_of(spec).predict

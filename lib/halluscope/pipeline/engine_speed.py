@@ -53,10 +53,10 @@ from halluscope.serving.throughput import (
     Measured,
     PlanOptions,
     ThroughputTable,
+    known_size,
     measured_by_table,
     measured_startup,
     measured_throughput,
-    params_billions,
 )
 
 PREFILL_WORDS = 200
@@ -210,7 +210,7 @@ def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSp
     """``table`` with ``speed`` as its row (and start-up) for the resource ``spec`` holds."""
     resource, units = placement(spec)
     row = measured_throughput(spec, o, speed.prefill_tokens_per_s, speed.decode_tokens_per_s)
-    measured = Measured(model=speed.model, params_b=cast(float, params_billions(spec, o)), units=units,
+    measured = Measured(model=speed.model, params_b=known_size(spec, o).active_b, units=units,
                         replicas=spec.params.serve.num_replicas, hardware=hardware(resource), date=today,
                         calls=speed.calls, prefill_tokens_per_s=round(speed.prefill_tokens_per_s, 2),
                         decode_tokens_per_s=round(speed.decode_tokens_per_s, 2), deploy_s=round(speed.deploy_s, 1))

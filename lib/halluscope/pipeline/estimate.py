@@ -14,9 +14,11 @@ task. What was not measured is estimated:
   responses of 14 models average 23-159 words per task, i.e. 30-210 tokens, and the longest
   model mean, 242 words, is 0.6 of the default 512 tokens); replayed generations: their texts;
 - role calls per generation: the task's own ``cost_rules()`` (contract/cost_rules.py: which phase
-  calls which role, once or per atom) with atoms = facts of ``words_per_fact`` words. They
+  calls which role model, once or per atom) with atoms = facts of ``words_per_fact`` words. They
   assume every generation responds and every fact finds evidence: an upper bound, which a
-  budget wants; a pilot run's measured stats replace them.
+  budget wants; a pilot run's measured stats replace them. With the run's call cache on, a role
+  call an earlier task put to the same generation (a rule set's twin: same template, same answer
+  format where the role model is sent it) is counted as cached.
 
 Dollars: API models by their tokens (price table). Served models by resource-hours: busy time
 from a throughput assumption per accelerator (cluster/throughput.yaml, ``serving.throughput``;
@@ -45,12 +47,12 @@ from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
 from halluscope.cost.nodes import Interval, stranded_rows
-from halluscope.cost.overheads import HEAD, after_release_s, cold_start_s, pods_cpus, weights_gb
+from halluscope.cost.overheads import HEAD, after_release_s, cold_start_s, pods_cpus
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_rate, services_of
 from halluscope.errors import RunError
 from halluscope.knowledge.specs import evidence_words
-from halluscope.models.registry import cached_prompts, predicted, sampling_of
+from halluscope.models.registry import cached_prompts, constrains_answers, predicted, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.nodes import service_holds
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
@@ -62,11 +64,13 @@ from halluscope.records import GenerationIds, generation_id
 from halluscope.runkit import is_served
 from halluscope.serving.placement import placement
 from halluscope.serving.throughput import (
+    ModelSize,
     PlanOptions,
     busy_seconds,
     measured_by_table,
-    params_billions,
+    model_size,
     served_assumptions,
+    size_assumption,
     startup_seconds,
 )
 from halluscope.storage.fs import Location
@@ -77,7 +81,7 @@ from halluscope.task_registry import benchmark_of, get_task
 class _Acc:
     generations: float = 0.0
     calls: float = 0.0
-    cached: int = 0
+    cached: float = 0.0
     tin: float = 0.0
     tout: float = 0.0
     bases: set[str] = field(default_factory=set)
@@ -119,13 +123,18 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     # model -> prompts a served model under test is asked by earlier tasks: its generation task
     # asks each once (pipeline/generation.py), so a twin task's share no call
     asked: dict[str, set[str]] = defaultdict(set)
+    # (role model, template, answer format, model under test) -> item prompts whose generation an
+    # earlier task put those prompts to: the call cache answers a twin task's from them (none without
+    # a cache; a twin's items are its base's, ids apart)
+    role_asked: dict[tuple, set[str]] | None = defaultdict(set) if cfg.cache.enabled else None
+    specs = {m.id: m for m in cfg.models}
     for task_name in cfg.tasks:
         task = get_task(task_name)
-        rule_of: dict[tuple[str, str], StageRule] = {(r.stage, r.role): r for r in task.cost_rules()}
-        if task.roles and not rule_of:
+        rules = task.cost_rules(cfg.options_for(benchmark_of(task_name).name))
+        if task.roles and not rules:
             raise RunError(f"plan: task '{task_name}' calls role models ({', '.join(task.roles)}) but declares "
                            "no cost rules (Task.cost_rules), so its role calls cannot be estimated")
-        stages = [*rule_of, *sorted(stats.stages(task_name) - set(rule_of))]
+        unruled = sorted(stats.stages(task_name) - {(r.stage, r.role) for r in rules})  # measured only
         for m in models_under_test(cfg):
             if task_name not in cfg.tasks_of(m):  # models[].tasks: the run never makes this pair
                 continue
@@ -133,12 +142,19 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
             evaluated[task_name] = max(evaluated[task_name], len(listed))
             new = done.unseen([generation_id(task_name, i.item_id, m.id) for i in listed])
             todo = [i for i, n in zip(listed, new) if n]
-            with_text, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(stages),
-                                        stats, o, cache, cfg, asked[m.id] if scheduled(m) else None)
+            judged, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(rules or unruled),
+                                     stats, o, cache, cfg, asked[m.id] if scheduled(m) else None)
             shape = Shape(P, G, evidence[task_name], o)
-            for stage, role in stages:
-                _add_role_stage(acc, roles[role], task_name, stage, role, m.id, with_text, shape, stats,
-                                rule_of.get((stage, role)))
+            for rule in rules:
+                spec = specs[rule.model] if rule.model is not None else roles[rule.role]
+                # a measured (stage, role) covers all its models: each rule gets its estimated share
+                peers = [r.calls(shape) for r in rules if (r.stage, r.role) == (rule.stage, rule.role)]
+                share = rule.calls(shape) / math.fsum(peers) if math.fsum(peers) > 0 else 1 / len(peers)
+                shared = _asked_before(role_asked, spec, rule, m.id, judged)
+                _add_role_stage(acc, spec, task_name, rule.stage, rule.role, m.id, len(judged), shared, shape, stats,
+                                rule, share)
+            for stage, role in unruled:
+                _add_role_stage(acc, roles[role], task_name, stage, role, m.id, len(judged), 0, shape, stats, None)
     priced = _price(cfg, acc, prices, o, stats)
     priced.detectable = detectable(evaluated, stats.spreads)
     return priced
@@ -146,9 +162,9 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
 
 def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool, stats: TokenStats,
               o: PlanOptions, cache: Location | None, cfg: RunConfig,
-              asked: set[str] | None = None) -> tuple[int, float, float]:
-    """Adds a model's generation of a task's items to ``a``; returns the generations role models
-    will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
+              asked: set[str] | None = None) -> tuple[list[Item], float, float]:
+    """Adds a model's generation of a task's items to ``a``; returns the items whose generations
+    role models will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
     when a role model will judge them (``judged``). ``asked``: prompts the model was asked by the
     run's earlier tasks, whose answers these items share (counted as cached); this task's are added."""
 
@@ -157,9 +173,9 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
     if m.replayed:
         a.bases.add("replay")
         replay_source(m, task, resolver_for(cfg))  # a missing or unreadable file fails the plan as it would the run
-        texts = list(load_replay(m, task, items, resolver_for(cfg)).texts.values()) if judged else []
-        G = math.fsum(len(t.split()) for t in texts) * o.tokens_per_word / max(len(texts), 1)
-        return len(texts), P, G
+        by_item = load_replay(m, task, items, resolver_for(cfg)).texts if judged else {}
+        G = math.fsum(len(t.split()) for t in by_item.values()) * o.tokens_per_word / max(len(by_item), 1)
+        return [i for i in items if i.item_id in by_item], P, G
     cached = _cached_items(m, items, cache) if cache is not None else set()
     if asked is not None:
         cached |= {i.item_id for i in items if i.prompt in asked}
@@ -173,7 +189,7 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
         a.tin += math.fsum(len(i.prompt.split()) for i in todo)
         a.tout += math.fsum(answers)
         a.bases.add("predicted")
-        return len(items), P, math.fsum(answers) / max(len(answers), 1)
+        return items, P, math.fsum(answers) / max(len(answers), 1)
     s, basis = stats.get(task.name, "generate", "test", m.id) or (None, "estimated")
     # measured generations always have token sizes: only rows with token counts are measured
     if s is not None and s.input_tokens_per_call is not None and s.output_tokens_per_call is not None:
@@ -189,20 +205,34 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
     a.tout += len(todo) * G
     if cached:
         a.bases.add("cache")
-    return len(items), P, G
+    return items, P, G
+
+
+def _asked_before(role_asked: dict[tuple, set[str]] | None, spec: ModelSpec, rule: StageRule,
+                  model: str, items: list[Item]) -> int:
+    """How many of ``items``' generations by ``model`` an earlier task put this rule's prompts to
+    (counted as cached); adds them all. None when the run has no call cache (``role_asked`` None),
+    the rule names no template or the role model answers from a record (not cached)."""
+    if role_asked is None or rule.template is None or spec.billing == "free":
+        return 0
+    seen = role_asked[(spec.id, rule.template, rule.answer_format if constrains_answers(spec) else None, model)]
+    before = sum(i.prompt in seen for i in items)
+    seen.update(i.prompt for i in items)
+    return before
 
 
 def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str, model: str, gens: int,
-                    shape: Shape, stats: TokenStats, rule: StageRule | None) -> None:
-    """Adds one stage's calls on one model's generations; measured sizes first, token sizes of
-    an all-cached measurement from the rule."""
+                    shared: int, shape: Shape, stats: TokenStats, rule: StageRule | None, share: float = 1.0) -> None:
+    """Adds one stage's calls on one model's generations, ``shared`` of them asked by an earlier
+    task (cached); measured sizes first (``share`` of them: the rule's part of its role's calls),
+    token sizes of an all-cached measurement from the rule."""
     cap = sampling_of(spec).max_tokens
     est_in = rule.input_tokens(shape) if rule else 0.0
     est_out = min(rule.output_tokens(shape), cap) if rule else 0.0
     measured = stats.get(task, stage, role, model)
     if measured is not None:
         s, basis = measured
-        calls = s.calls_per_generation
+        calls = s.calls_per_generation * share
         tin = est_in if s.input_tokens_per_call is None else s.input_tokens_per_call
         tout = est_out if s.output_tokens_per_call is None else s.output_tokens_per_call
     else:
@@ -210,9 +240,10 @@ def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str
         calls, tin, tout, basis = rule.calls(shape), est_in, est_out, "estimated"
     a = acc[(spec.id, task, stage)]
     a.generations += gens
-    a.calls += gens * calls
-    a.tin += gens * calls * tin
-    a.tout += gens * calls * tout
+    a.calls += (gens - shared) * calls
+    a.cached += shared * calls
+    a.tin += (gens - shared) * calls * tin
+    a.tout += (gens - shared) * calls * tout
     a.bases.add(basis)
 
 
@@ -225,8 +256,9 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
             for (model, task, stage), a in acc.items()]
     served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
     oh = cfg.costs.overheads
-    cold = {m.id: cold_start_s(oh, weights_gb(params_billions(m, o), m), m.params.serve.num_replicas)
-            for m in served if measured_by_table(m)}
+    cold = {m.id: cold_start_s(oh, size.total_b * size.bytes_per_param if isinstance(size, ModelSize) else 0.0,
+                               m.params.serve.num_replicas)
+            for m in served if measured_by_table(m) for size in [model_size(m, o)]}
     start = {m.id: startup_seconds(m, o) + cold.get(m.id, 0.0) for m in served}
     jobs = [job_of(m, start[m.id], busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
@@ -274,7 +306,7 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
     model = spec.id
     calls, tin, tout = _count(a.calls), _count(a.tin), _count(a.tout)
     basis = next(iter(a.bases)) if len(a.bases) == 1 else "mixed"
-    row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, a.cached, tin, tout, None, None,
+    row = PlanRow(model, spec.role, task, stage, _count(a.generations), calls, _count(a.cached), tin, tout, None, None,
                   None, basis)
     if spec.billing == "free":  # recorded answers cost nothing
         row.usd = 0.0
@@ -475,6 +507,9 @@ def _assumptions(cfg: RunConfig, o: PlanOptions, stats: TokenStats) -> str:
     if any(is_served(m) for m in cfg.models):
         parts.append(f"served models: {served_assumptions(o)}; models under test held from deployment to their "
                      "last answer, in waves under the GPU budget, roles for the whole run")
+        sized = [size_assumption(m, o) for m in cfg.models if is_served(m) and measured_by_table(m)]
+        if sized:
+            parts.append(f"sizes: {', '.join(sized)}")
     if any(not m.replayed and not is_served(m) for m in cfg.models):
         parts.append(f"API requests {o.api_tokens_per_s:g} output tokens/s")
     return "; ".join(parts)

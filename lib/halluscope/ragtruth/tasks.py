@@ -259,7 +259,7 @@ class Generation(Task["Knowledge"]):
                replies: Sequence[Completion] = ()) -> list[Verdict]:
         return [Verdict(False, "listed by the judge")] * len(atoms)
 
-    def cost_rules(self) -> tuple[StageRule, ...]:
+    def cost_rules(self, options: BaseModel | None = None) -> tuple[StageRule, ...]:
         """One detector call per answer: the source (about the item prompt), the answer, the
         instructions; the reply quotes at most the whole answer."""
         overhead = max(len(instructions(t).split()) for t in TaskType)

@@ -74,4 +74,4 @@ def _vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
 
 SCRIPTED = ProviderKind(_scripted, predict=lambda spec: ScriptedResponder(spec.params).answer)
 HF = ProviderKind(_hf)
-VLLM = ProviderKind(_vllm)
+VLLM = ProviderKind(_vllm, constrains=lambda spec: True)

@@ -1,6 +1,7 @@
 """How long a served model takes, as the estimate assumes it: the throughput table
 (cluster/throughput.yaml), the estimate's options over it (``PlanOptions``), and what they give
-one model: its size (``params_billions``), its deployment's start (``startup_seconds``) and the
+one model: its size (``model_size``: parameters loaded, parameters computed per token, bytes per
+parameter), its deployment's start (``startup_seconds``) and the
 resource-seconds its calls keep it busy (``busy_seconds``).
 
 The table is data beside the price table and is found the way the default price table is:
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +40,9 @@ CHECKOUT = Path(__file__).resolve().parents[3]  # the repository this module run
 
 class Throughput(BaseModel):
     """A saturated vLLM engine, tokens/s per GPU (per core for CPU), for a dense model of the
-    table's ``reference_params_b`` in 16 bits; a model of P billion parameters gets
-    reference_params_b / P of it."""
+    table's ``reference_params_b`` in 16 bits; a model of P billion parameters active per token
+    gets reference_params_b / P of its prefill, and of its decode also 2 / its bytes per parameter
+    (``busy_seconds``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     prefill_tokens_per_s: float = Field(gt=0)
@@ -52,7 +55,7 @@ class Startup(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     serve_s: float = Field(ge=0, description="Serve's own part (a replica process, its imports); scripted: + load_s")
     vllm_s: float = Field(ge=0, description="a vLLM engine's start besides its weights")
-    vllm_load_s_per_b: float = Field(ge=0, description="weights load per billion parameters")
+    vllm_load_s_per_b: float = Field(ge=0, description="weights load per billion 16-bit parameters")
     vllm_unknown_params_b: float = Field(gt=0, description="the size a vLLM model of unknown size loads as")
     hf_s: float = Field(ge=0, description="an hf deployment")
 
@@ -62,7 +65,7 @@ class Measured(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     model: str
-    params_b: float = Field(gt=0, description="the size its figures were scaled from")
+    params_b: float = Field(gt=0, description="the size its figures were scaled from (active per token)")
     units: float = Field(gt=0, description="resource units the engine held (per replica)")
     replicas: int = Field(ge=1)
     hardware: str
@@ -73,12 +76,30 @@ class Measured(BaseModel):
     deploy_s: float = Field(ge=0)
 
 
+class Experts(BaseModel):
+    """A mixture of experts' sizes, which its "NxMB" name does not give: its experts share the
+    attention layers, and each token runs through only some of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    total_b: float = Field(gt=0, description="billions of parameters loaded and held")
+    active_b: float = Field(gt=0, description="billions of parameters each token is computed with")
+
+    @model_validator(mode="after")
+    def _active_within_total(self) -> Experts:
+        if self.active_b > self.total_b:
+            raise ValueError(f"active_b {self.active_b} exceeds total_b {self.total_b}")
+        return self
+
+
 class ThroughputTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     schema_version: Literal[1] = 1
     reference_params_b: float = Field(gt=0, description="the dense model size the throughput figures are for")
     throughput: dict[str, Throughput] = Field(description="by Ray accelerator name; 'CPU' per core")
     startup: Startup
+    experts: dict[str, Experts] = Field(default_factory=dict, description="known mixtures of experts by the "
+                                                                          "family and size their names hold "
+                                                                          "(e.g. 'mixtral-8x7b')")
     measured: dict[str, Measured] = Field(default_factory=dict, description="by resource: the rows measured, "
                                                                             "not assumed")
 
@@ -132,6 +153,9 @@ class PlanOptions(SizeAssumptions):
     params_b: dict[str, float] = Field(default_factory=dict,
                                        description="model id -> billions of parameters, where the name "
                                                    "does not say (e.g. 'Llama-3.1-70B' does)")
+    active_params_b: dict[str, float] = Field(default_factory=dict,
+                                              description="model id -> billions of parameters each token is "
+                                                          "computed with (a mixture of experts'); default: all")
     api_tokens_per_s: float = Field(50.0, gt=0, description="output tokens/s of one API request")
     startup_s: float | None = Field(
         None, ge=0, description="deployment start (pending, weights load, CUDA graphs) of every served model; "
@@ -158,32 +182,110 @@ class PlanOptions(SizeAssumptions):
 
 
 _SIZE = re.compile(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bBmM])(?![a-zA-Z])")
+# bytes per parameter by the quantization or dtype a model's name or engine_kwargs name; 16 bits otherwise
+_BYTES = {"fp8": 1.0, "int8": 1.0, "w8a8": 1.0, "awq": 0.5, "int4": 0.5, "w4a16": 0.5,
+          "float32": 4.0, "fp32": 4.0}
 
 
-def params_billions(spec: ModelSpec, options: PlanOptions) -> float | None:
-    """From the options, else the last size in the model source or id ("70B", "8x7B" counts all
-    experts, "135M"); None when neither says."""
+@dataclass(frozen=True)
+class ModelSize:
+    """What a served model's time scales with: ``total_b`` billions of parameters loaded (its start),
+    ``active_b`` of them computed with per token (its calls), each ``bytes_per_param`` bytes;
+    ``how`` says where the figures came from, for the plan's notes."""
+
+    total_b: float
+    active_b: float
+    bytes_per_param: float
+    how: str
+
+
+def _name_size(name: str, table: ThroughputTable | None) -> tuple[float, float] | str | None:
+    """(total, active) billions from a model name; a reason when the name gives an "NxMB" mixture
+    of experts the table does not know (its experts share layers: N x M overstates it)."""
+    found = _SIZE.findall(name)
+    if not found:
+        return None
+    experts, size, unit = found[-1]
+    if experts:
+        key = re.sub(r"[_\s]", "-", name.lower())
+        known = next((e for family, e in (table.experts if table else {}).items() if family in key), None)
+        if known is None:
+            return f"'{name}' names a mixture of experts ({experts}x{size}{unit}) whose total and active sizes " \
+                   "the throughput table's experts do not give"
+        return known.total_b, known.active_b
+    billions = float(size) / (1000.0 if unit in "mM" else 1.0)
+    return billions, billions
+
+
+def _bytes_per_param(spec: ModelSpec) -> tuple[float, str]:
+    """Bytes per weight from engine_kwargs (quantization, then dtype), else the model source's
+    name (e.g. '-FP8'), else 16 bits; with where that was read."""
+    kwargs = getattr(spec.params, "engine_kwargs", None) or {}
+    for key in ("quantization", "dtype"):
+        value = str(kwargs.get(key) or "").lower()
+        if value in _BYTES:
+            return _BYTES[value], f"engine_kwargs {key} {value}"
+    words = set(re.split(r"[^a-z0-9]+", str(getattr(spec.params, "model_source", "") or spec.id).lower()))
+    named = next((w for w in _BYTES if w in words), None)
+    return (_BYTES[named], f"{named} in its name") if named else (2.0, "16-bit, assumed")
+
+
+def model_size(spec: ModelSpec, options: PlanOptions) -> ModelSize | str:
+    """Its sizes from the options (params_b, active_params_b), else the last size in the model
+    source or id ("70B", "135M"; "8x7B" from the table's experts), or why they are unknown."""
+    bytes_per_param, dtype = _bytes_per_param(spec)
     if spec.id in options.params_b:
-        return options.params_b[spec.id]
+        total = options.params_b[spec.id]
+        active = options.active_params_b.get(spec.id, total)
+        return ModelSize(total, active, bytes_per_param, f"plan options, {dtype}")
     for name in (getattr(spec.params, "model_source", ""), spec.id):
-        found = _SIZE.findall(name or "")
-        if found:
-            experts, size, unit = found[-1]
-            return float(experts or 1) * float(size) / (1000.0 if unit in "mM" else 1.0)
-    return None
+        sized = _name_size(str(name or ""), options.table)
+        if isinstance(sized, str):
+            return f"{sized}: set plan options params_b['{spec.id}'] and active_params_b['{spec.id}']"
+        if sized is not None:
+            return ModelSize(sized[0], options.active_params_b.get(spec.id, sized[1]), bytes_per_param,
+                             f"its name, {dtype}")
+    return f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']"
+
+
+def known_size(spec: ServedModel, options: PlanOptions) -> ModelSize:
+    """Its sizes; a ConfigError saying what to set when they are unknown."""
+    size = model_size(spec, options)
+    if isinstance(size, str):
+        raise ConfigError(size)
+    return size
 
 
 def startup_seconds(spec: ModelSpec, options: PlanOptions) -> float:
-    """How long a served model takes from its deployment to its first answer."""
+    """How long a served model takes from its deployment to its first answer; a vLLM engine
+    loads all its weights, each parameter's bytes (``_load_s``)."""
     if options.startup_s is not None:
         return options.startup_s
     start = options.startup_table()
     if isinstance(spec, ScriptedModel):
         return spec.params.load_s + start.serve_s
     if isinstance(spec, VLLMModel):
-        size = params_billions(spec, options)
-        return start.vllm_s + start.vllm_load_s_per_b * (size if size is not None else start.vllm_unknown_params_b)
+        return start.vllm_s + _load_s(spec, options)
     return start.hf_s
+
+
+def _load_s(spec: VLLMModel, options: PlanOptions) -> float:
+    """Seconds its weights take to load: the table's rate per billion 16-bit parameters, scaled by
+    the bytes they take; a model of unknown size loads as the table's ``vllm_unknown_params_b``."""
+    start = options.startup_table()
+    size = model_size(spec, options)
+    if isinstance(size, str):
+        return start.vllm_load_s_per_b * start.vllm_unknown_params_b
+    return start.vllm_load_s_per_b * size.total_b * size.bytes_per_param / 2.0
+
+
+def size_assumption(spec: ModelSpec, options: PlanOptions) -> str:
+    """A served model's sizes as the plan takes them, in words, for the plan's notes."""
+    size = model_size(spec, options)
+    if isinstance(size, str):
+        return f"{spec.id} size unknown"
+    active = f" ({size.active_b:g}B active per token)" if size.active_b != size.total_b else ""
+    return f"{spec.id} {size.total_b:g}B{active} at {size.bytes_per_param:g} bytes/parameter ({size.how})"
 
 
 def served_assumptions(options: PlanOptions) -> str:
@@ -193,10 +295,11 @@ def served_assumptions(options: PlanOptions) -> str:
         return f"no throughput table ({DEFAULT_THROUGHPUT_TABLE} not found)"
     start = table.startup
     started = f"{options.startup_s:.4g} s" if options.startup_s is not None else \
-        (f"{start.vllm_s:.4g} s + {start.vllm_load_s_per_b:.4g} s per billion parameters (vllm), load_s + "
+        (f"{start.vllm_s:.4g} s + {start.vllm_load_s_per_b:.4g} s per billion 16-bit parameters (vllm), load_s + "
          f"{start.serve_s:.4g} s (scripted)")
     measured = "".join(f"; {r} measured on {m.hardware} {m.date} ({m.model})" for r, m in table.measured.items())
-    return f"throughput per GPU at {table.reference_params_b:g}B scaled by size, started in {started}{measured}"
+    return (f"throughput per GPU at {table.reference_params_b:g}B in 16 bits scaled by the parameters active per "
+            f"token (decode also by bytes per parameter), started in {started}{measured}")
 
 
 def busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
@@ -212,11 +315,22 @@ def busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
     rate = options.throughput.get(resource)
     if rate is None:
         return None, f"no throughput assumption for resource '{resource}' (plan options: throughput)"
-    size = params_billions(spec, options)
-    if size is None:
-        return None, f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']"
-    scale = options.reference_params_b() / size
-    return tin / (rate.prefill_tokens_per_s * scale) + tout / (rate.decode_tokens_per_s * scale), None
+    size = model_size(spec, options)
+    if isinstance(size, str):
+        return None, size
+    prefill, decode = _scales(size, options)
+    return tin / (rate.prefill_tokens_per_s * prefill) + tout / (rate.decode_tokens_per_s * decode), None
+
+
+def _scales(size: ModelSize, options: PlanOptions) -> tuple[float, float]:
+    """What a model's prefill and decode rates are of the table's (16 bits at reference_params_b).
+    Both scale with the parameters computed per token; decode, bound by the weights it reads each
+    step, also with their bytes (FP8 decodes twice as fast as 16 bits). Prefill is compute-bound
+    and taken at the 16-bit rate whatever the weights' bytes: H100's FP8 tensor cores peak at twice
+    its BF16 rate, but the gain vLLM's FP8 kernels reach in prefill is not documented, and the
+    slower figure keeps a budget high."""
+    ref = options.reference_params_b() / size.active_b
+    return ref, ref * 2.0 / size.bytes_per_param
 
 
 def measured_by_table(spec: ModelSpec) -> bool:
@@ -228,11 +342,10 @@ def measured_throughput(spec: ServedModel, options: PlanOptions, prefill: float,
     """The table's row for an engine that does ``prefill`` and ``decode`` tokens/s over all its
     replicas: per resource unit at the table's reference size (``busy_seconds``, inverted)."""
     _, units = placement(spec)
-    size = params_billions(spec, options)
-    if size is None:
-        raise ConfigError(f"size of '{spec.id}' unknown: set plan options params_b['{spec.id}']")
-    per_unit = size / options.reference_params_b() / (units * spec.params.serve.num_replicas)
-    return Throughput(prefill_tokens_per_s=prefill * per_unit, decode_tokens_per_s=decode * per_unit)
+    scale_prefill, scale_decode = _scales(known_size(spec, options), options)
+    per_unit = 1.0 / (units * spec.params.serve.num_replicas)
+    return Throughput(prefill_tokens_per_s=prefill * per_unit / scale_prefill,
+                      decode_tokens_per_s=decode * per_unit / scale_decode)
 
 
 def measured_startup(spec: ServedModel, options: PlanOptions, deploy_s: float) -> Startup:
@@ -240,7 +353,5 @@ def measured_startup(spec: ServedModel, options: PlanOptions, deploy_s: float) -
     it gives ``deploy_s`` (a vLLM model's weights part kept: it scales with the size)."""
     start = options.startup_table()
     if isinstance(spec, VLLMModel):
-        size = params_billions(spec, options)
-        load = start.vllm_load_s_per_b * (size if size is not None else start.vllm_unknown_params_b)
-        return start.model_copy(update={"vllm_s": max(0.0, deploy_s - load)})
+        return start.model_copy(update={"vllm_s": max(0.0, deploy_s - _load_s(spec, options))})
     return start.model_copy(update={"hf_s": deploy_s})

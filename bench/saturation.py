@@ -50,7 +50,8 @@ def pipeline_rate(spec: ScriptedModel, endpoints: dict, calls: int) -> tuple[flo
     work = _work(calls)
     ds = ray.data.from_arrow([work.slice(i, 2000) for i in range(0, calls, 2000)])
     conc = Concurrency()  # the run defaults, as `halluscope run` would use them
-    ds = ds.map_batches(stages.Generate, fn_constructor_args=([spec], endpoints, None), batch_format="pyarrow",
+    ds = ds.map_batches(stages.Generate, fn_constructor_args=([spec], endpoints, None, None, conc.generate_actors),
+                        batch_format="pyarrow",
                         batch_size=conc.generate_batch_size, num_cpus=0.5,
                         compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))
     t0 = time.perf_counter()

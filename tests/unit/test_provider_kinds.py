@@ -100,3 +100,22 @@ def test_the_largest_gpu_groups_are_submitted_first(monkeypatch):
              for i, serve in (("judge", {"num_gpus": 4}), ("cpu", {"num_cpus": 1}), ("extractor", {"num_gpus": 8}))]
     endpoints = app.deploy(specs, wait=False, scope="r")
     assert submitted == ["r--extractor", "r--judge", "r--cpu"] and set(endpoints) == {"judge", "cpu", "extractor"}
+
+
+def test_each_generation_actor_keeps_its_share_of_an_endpoints_capacity():
+    """A pool of 4 Generate actors sends each model's calls from all four at once: each keeps a
+    quarter of what its endpoint takes, so together they send what it was sized for."""
+    from halluscope.config.schema import OpenAIModel
+    from halluscope.pipeline.stages import Generate
+
+    api = OpenAIModel.model_validate({"id": "api", "backend": "openai", "params": {
+        "base_url": "http://127.0.0.1:9/v1", "model": "gpt-test", "max_concurrency": 64}})
+    served = VLLMModel.model_validate({"id": "m", "backend": "vllm", "params": {
+        "model_source": "x", "serve": {"num_replicas": 2, "max_ongoing_requests": 32}}})
+
+    def in_flight(clients: int) -> dict[str, int]:
+        actor = Generate([api, served], {"m": ENDPOINT}, None, clients=clients)
+        return {m: b.provider.limits.calls_in_flight for m, b in actor.backends.items()}  # type: ignore[attr-defined]
+
+    assert in_flight(4) == {"api": 16, "m": 16}
+    assert in_flight(1) == {"api": 64, "m": 64}

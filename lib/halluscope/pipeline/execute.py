@@ -312,7 +312,8 @@ def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], sta
                         fn_kwargs={"ctx": w.ctx, "done": ray.put(w.done)})
     live = _live(models)
     if live:
-        ds = ds.map_batches(stages.Generate, fn_constructor_args=(models, w.endpoints, run.cache, staged),
+        ds = ds.map_batches(stages.Generate, fn_constructor_args=(models, w.endpoints, run.cache, staged,
+                                                                 conc.generate_actors),
                             batch_format="pyarrow",
                             batch_size=conc.generate_batch_size, num_cpus=0.5,
                             compute=ray.data.ActorPoolStrategy(size=conc.generate_actors))

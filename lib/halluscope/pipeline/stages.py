@@ -45,10 +45,11 @@ def _usable(row: dict) -> bool:
 class Generate:
     """Fills ``text`` for rows of live models (replayed rows arrive with their text), through
     the call cache when the run has one; a model in ``staged`` was generated earlier in the run
-    and answers from there."""
+    and answers from there. ``clients``: the Generate actors of the pool, each calling every
+    endpoint at once, so each keeps its share of an endpoint's capacity in flight."""
 
     def __init__(self, models: Sequence[ModelSpec], endpoints: dict, cache: Location | None,
-                 staged: Mapping[str, Location] | None = None) -> None:
+                 staged: Mapping[str, Location] | None = None, clients: int = 1) -> None:
         self.backends: dict[str, ModelBackend] = {}
         for m in models:
             if m.replayed:
@@ -56,7 +57,7 @@ class Generate:
             if staged and m.id in staged:
                 self.backends[m.id] = Model(StagedProvider(m.id, staged[m.id]))
                 continue
-            self.backends[m.id] = client(m, Context(endpoints.get(m.id)), cache, GENERATION_TEMPLATE)
+            self.backends[m.id] = client(m, Context(endpoints.get(m.id), clients), cache, GENERATION_TEMPLATE)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()

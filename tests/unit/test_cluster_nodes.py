@@ -134,5 +134,23 @@ def test_a_quota_below_the_nodes_still_caps_the_pool():
         check_layout(cfg)
 
 
+def test_a_quota_beyond_what_the_service_leaves_of_the_nodes_is_refused():
+    """3 nodes of 8, two held by the RayService's pods: a quota of 16 would have Kueue wait for
+    GPUs that are never free; the third node's 8 pass, and a type the nodes lack has none."""
+    with pytest.raises(ConfigError) as err:
+        check_layout(parse_config(_config({**_nodes(3), "gpus": {"H100": 16}}, [8])))
+    assert str(err.value) == (
+        "cluster.gpus asks for 16 H100 GPUs and the nodes cluster.nodes describes leave the run 8 after "
+        "cluster.service's holds: 3 nodes, 12 of 24 GPUs in use, 16 asked for by pods: "
+        "gpu-worker-0 [service pod: llama-3.1-405b-instruct-fp8 (service) 8; 0 idle; 0 GPUs unclaimed], "
+        "gpu-worker-1 [service pod: llama-3.1-70b-instruct (service) 4; 4 idle; 0 GPUs unclaimed], "
+        "gpu-worker-2 [8 GPUs unclaimed]. Add a node, or lower cluster.gpus to what the nodes leave")
+    with pytest.raises(ConfigError, match=r"cluster.gpus asks for 16 GPUs and .* leave the run 8 "):
+        check_layout(parse_config(_config({**_nodes(3), "gpus": 16}, [8])))
+    with pytest.raises(ConfigError, match=r"cluster.gpus asks for 4 A100 GPUs and .* leave the run 0 "):
+        check_layout(parse_config(_config({**_nodes(3), "gpus": {"A100": 4}}, [4])))
+    check_layout(parse_config(_config({**_nodes(3), "gpus": {"H100": 8}}, [8])))
+
+
 def test_jobs_know_their_replicas():
     assert Job("m", "GPU", 8.0, replicas=2).demand == Demand("m", "GPU", 4.0, 2)

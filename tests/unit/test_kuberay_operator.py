@@ -458,10 +458,17 @@ def test_queue_refusals_come_before_any_request(kube: DeletingKube, kubeconfig: 
 
 
 def test_a_layout_no_node_can_hold_is_refused_before_any_request(kube: DeletingKube, kubeconfig: str) -> None:
-    """The shipped open-models config on the two p5 nodes its RayService fills: refused, naming the nodes."""
+    """The shipped open-models config on the two p5 nodes its RayService fills: refused, naming the
+    nodes; its quota of 8 GPUs first (none is left), and without one its model that has no node."""
     doc = yaml.safe_load((CONFIG.parents[0] / "open-models-served.yaml").read_text())
     doc["cluster"]["nodes"][0]["count"] = 2
     uri = "memory://halluscope-test/kueue/two-nodes.yaml"
+    with fsspec.open(uri, "w") as f:
+        f.write(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"cluster.gpus asks for 8 H100 GPUs and .* leave the run 0 .*: "
+                                          r"2 nodes, 12 of 16 GPUs in use, 16 asked for by pods.* Add a node"):
+        run(kubeconfig, config=uri)
+    del doc["cluster"]["gpus"]
     with fsspec.open(uri, "w") as f:
         f.write(yaml.safe_dump(doc))
     with pytest.raises(ConfigError, match=r"needs 1 x 4 H100 GPUs, each replica on one node in a pod of 8.* "

@@ -79,7 +79,9 @@ class Layout:
 
     @classmethod
     def of(cls, cluster: ClusterSpec) -> Layout | None:
-        """The described machines with the shared service placed; None when none is described."""
+        """The described machines with the shared service placed; None when none is described. A
+        ``cluster.gpus`` quota beyond what the service leaves of them is refused: Kueue would hold
+        the run for GPUs that are never free."""
         if not cluster.nodes:
             return None
         layout = cls([Machine(f"{g.name}-{i}", g.accelerator, float(g.gpus)) for g in cluster.nodes
@@ -91,16 +93,24 @@ class Layout:
                 kind = f"{hold.accelerator} " if hold.accelerator else ""
                 raise ConfigError(f"cluster.service: {hold.name} ({hold.replicas} x {hold.gpus} {kind}GPUs, each on "
                                   f"one node) does not fit the nodes cluster.nodes describes: {layout.describe()}")
+        for resource, quota in (cluster.gpu_budget() or {}).items():
+            left = layout.free_for(RUN, resource)
+            if quota > left + 1e-9:
+                kind = f"{resource} " if resource != ANY_GPU else ""
+                raise ConfigError(f"cluster.gpus asks for {quota:g} {kind}GPUs and the nodes cluster.nodes describes "
+                                  f"leave the run {left:g} after cluster.service's holds: {layout.describe()}. "
+                                  "Add a node, or lower cluster.gpus to what the nodes leave")
         return layout
 
     @property
     def total(self) -> float:
         return sum(m.gpus for m in self.machines)
 
-    def free_for(self, owner: str) -> float:
-        """GPUs ``owner`` could still place on: free in its Ray nodes, and those no pod asked for."""
-        return sum(r.free for m in self.machines for r in m.ray_nodes if r.owner in (owner, None)) + \
-            (sum(m.unclaimed for m in self.machines) if self.pod_gpus is not None else 0.0)
+    def free_for(self, owner: str, resource: str = ANY_GPU) -> float:
+        """GPUs of ``resource`` ``owner`` could still place on: free in its Ray nodes, and those no pod asked for."""
+        machines = [m for m in self.machines if m.serves(resource)]
+        return sum(r.free for m in machines for r in m.ray_nodes if r.owner in (owner, None)) + \
+            (sum(m.unclaimed for m in machines) if self.pod_gpus is not None else 0.0)
 
     def copy(self) -> Layout:
         return copy.deepcopy(self)

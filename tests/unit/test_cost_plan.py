@@ -599,6 +599,7 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     rate = 8 * 3.6  # 8 GPUs at $3.60 an hour
     assert math.isclose(busy.usd, rate * engine_s / 3600) and math.isclose(idle.usd, rate * (wall - engine_s) / 3600)
     assert "busy" in busy.note and "from their load" in busy.note and "idle" in idle.note
+    assert math.isclose(busy.resource_hours + idle.resource_hours, 8 * wall / 3600)  # the service's GPU-hours
 
 
 def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release(data):

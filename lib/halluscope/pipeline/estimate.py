@@ -42,7 +42,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import ModelSpec, Overheads, RunConfig, ServedModel, ServiceHold, VLLMModel
+from halluscope.config.schema import CostSpec, ModelSpec, Overheads, RunConfig, ServedModel, ServiceHold, VLLMModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
@@ -429,8 +429,19 @@ def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None
             idle.note = why or "the rest of the run's wall time, held idle"
             if rate is not None:
                 busy.usd, idle.usd = rate * busy_s / 3600, rate * (wall_s - busy_s) / 3600
+            gpus = _service_gpus(s, prices)
+            if gpus is not None:
+                busy.resource_hours, idle.resource_hours = gpus * busy_s / 3600, gpus * (wall_s - busy_s) / 3600
         out += [busy, idle]
     return out
+
+
+def _service_gpus(s: CostSpec.SharedService, prices: PriceTable | None) -> float | None:
+    """The GPUs a shared service holds (its nodes' where it is priced by nodes), None when unknown."""
+    if s.gpus is not None:
+        return float(s.gpus)
+    per_node = prices.gpus_per_node(s.resource) if prices is not None and s.resource is not None else None
+    return None if s.nodes is None or per_node is None else float(s.nodes * per_node)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ saw (call count, peak concurrency, Authorization headers, bodies) so tests can a
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -47,10 +48,12 @@ class OpenAIStubServer:
     """Context manager: ``with OpenAIStubServer(...) as server: server.base_url``."""
 
     def __init__(self, responder: Callable[[str], str] = echo_responder,
-                 fail_plan: FailPlan | None = None, include_usage: bool = True) -> None:
+                 fail_plan: FailPlan | None = None, include_usage: bool = True,
+                 usage: dict[str, Any] | None = None) -> None:
         self.responder = responder
         self.fail_plan = fail_plan or FailPlan()
         self.include_usage = include_usage
+        self.usage = usage or {}  # counts reported in place of the true ones (NaN sent as JSON's NaN)
         self._lock = threading.Lock()
         self._calls = 0
         self._in_flight = 0
@@ -177,8 +180,8 @@ class OpenAIStubServer:
             prompt_tokens, completion_tokens = len(prompt.split()), len(answer.split())
             payload["usage"] = {"prompt_tokens": prompt_tokens,
                                 "completion_tokens": completion_tokens,
-                                "total_tokens": prompt_tokens + completion_tokens}
-        return JSONResponse(payload)
+                                "total_tokens": prompt_tokens + completion_tokens, **self.usage}
+        return Response(json.dumps(payload), media_type="application/json")  # json.dumps writes NaN as NaN
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

@@ -439,6 +439,25 @@ def test_a_bad_throughput_table_names_the_file_and_field(tmp_path):
         load_throughput(tmp_path / "none.yaml")
 
 
+@pytest.mark.parametrize(("field", "value"), [
+    (("throughput", "H100", "prefill_tokens_per_s"), float("inf")),
+    (("throughput", "H100", "decode_tokens_per_s"), 1e300),
+    (("startup", "vllm_s"), float("nan")), (("startup", "vllm_load_s_per_b"), 1e9)])
+def test_a_throughput_table_that_would_plan_a_run_for_nothing_is_refused(tmp_path, field, value):
+    """A table is read as written: an infinite or absurd rate, or a start-up of no finite time,
+    would put any run under any budget; each is refused naming its field."""
+    table = yaml.safe_load((CHECKOUT / DEFAULT_THROUGHPUT_TABLE).read_text())
+    *path, key = field
+    node = table
+    for k in path:
+        node = node[k]
+    node[key] = value
+    bad = tmp_path / "throughput.yaml"
+    bad.write_text(yaml.safe_dump(table))
+    with pytest.raises(ConfigError, match=f"invalid throughput table {bad}: {'.'.join(field)}"):
+        load_throughput(bad)
+
+
 def test_a_model_is_planned_only_on_the_tasks_it_answers(data):
     """models[].tasks: the run never generates the other pairs, so the plan neither loads nor bills them."""
     only_code = {**API, "tasks": ["halogen/code"]}

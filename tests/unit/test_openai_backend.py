@@ -158,6 +158,20 @@ def test_missing_usage_gives_none_token_counts() -> None:
     assert result.input_tokens is None and result.output_tokens is None
 
 
+@pytest.mark.parametrize(("reported", "shown"), [
+    ({"completion_tokens": -1_000_000_000}, "usage.completion_tokens '-1000000000'"),
+    ({"prompt_tokens": float("nan")}, "usage.prompt_tokens 'nan'"),
+    ({"completion_tokens": 2.5}, "usage.completion_tokens '2.5'"),
+    ({"prompt_tokens": 10**12}, "usage.prompt_tokens '1000000000000'")])
+def test_a_usage_that_is_no_count_fails_the_call_rather_than_the_bill(reported, shown) -> None:
+    """An endpoint's usage is billed as it reports it: a negative, NaN, fractional or impossible
+    count would make the run's cost negative or unbounded, so that one call fails, not retried."""
+    with OpenAIStubServer(usage=reported) as server:
+        [result] = make_backend(server).generate_batch(requests_for("counted"))
+    assert result.text is None and result.error.startswith(f"malformed response: {shown} is not a count of tokens")
+    assert result.input_tokens is None and result.output_tokens is None and server.calls == 1
+
+
 def test_api_key_sent_as_bearer_and_never_exposed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     plan = FailPlan(prompt_status={"unauthorised": 401, "overloaded": 503})

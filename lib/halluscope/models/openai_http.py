@@ -26,6 +26,7 @@ from halluscope.models.answer_formats import chosen, response_format, structured
 from halluscope.models.base import GenerationRequest, SamplingParams, share_of
 from halluscope.models.provider import Limits, ProviderKind, RemoteProvider, Retry, Unanswered
 from halluscope.models.registry import sampling_of
+from halluscope.models.usage import reported_tokens
 from halluscope.retry import retry_after_s
 
 if TYPE_CHECKING:
@@ -140,9 +141,10 @@ def _parse_completion(raw: Any) -> Completion:
     except (ValueError, AttributeError, KeyError, IndexError, TypeError) as exc:
         detail = f"{type(exc).__name__}: {exc}"[:_ERROR_SNIPPET_CHARS]
         return Completion(text=None, error=f"malformed response: {detail}")
-    usage = getattr(data, "usage", None)
-    return Completion(text=text, input_tokens=getattr(usage, "prompt_tokens", None),
-                      output_tokens=getattr(usage, "completion_tokens", None),
+    tokens = reported_tokens(getattr(data, "usage", None))
+    if isinstance(tokens, str):
+        return Completion(text=None, error=f"malformed response: {tokens}")
+    return Completion(text=text, input_tokens=tokens[0], output_tokens=tokens[1],
                       extra={"finish_reason": getattr(choice, "finish_reason", None)})
 
 

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from halluscope.contract.completion import Completion
+
+# no model's context holds more: a count beyond it is no count of a call's tokens
+MAX_TOKENS_PER_CALL = 10_000_000
+
+
+def reported_tokens(usage: Any) -> tuple[int | None, int | None] | str:
+    """The prompt and completion tokens an answer's ``usage`` reports (None where it reports none),
+    or why they cannot be billed: a negative, fractional, non-finite or impossibly large count
+    would make a cost negative or unbounded, so the call fails instead of being believed."""
+    counts: list[int | None] = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = getattr(usage, name, None)
+        if value is None:
+            counts.append(None)
+            continue
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and float(value).is_integer() and 0 <= value <= MAX_TOKENS_PER_CALL
+        if not ok:
+            return f"usage.{name} {str(value)[:40]!r} is not a count of tokens (0 to {MAX_TOKENS_PER_CALL:,})"
+        counts.append(int(value))
+    return counts[0], counts[1]
 
 
 @dataclass

@@ -29,6 +29,7 @@ from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import describe_error
 from halluscope.models.provider import Limits, RemoteProvider, Retry, Unanswered
 from halluscope.models.serve_handle import answer_of, forget_serve_client
+from halluscope.models.usage import reported_tokens
 
 # Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."
 # replaced (ray.llm's build_llm_deployment); looked up in the app's deployments, not rebuilt.
@@ -157,9 +158,10 @@ def _parse(answer: Any) -> Completion | Retry:
     except (AttributeError, IndexError, TypeError) as exc:
         detail = f"{type(exc).__name__}: {exc}"[:_ERROR_SNIPPET_CHARS]
         return Completion(text=None, error=f"malformed response: {detail}")
-    usage = getattr(answer, "usage", None)
-    return Completion(text=text, input_tokens=getattr(usage, "prompt_tokens", None),
-                      output_tokens=getattr(usage, "completion_tokens", None),
+    tokens = reported_tokens(getattr(answer, "usage", None))
+    if isinstance(tokens, str):
+        return Completion(text=None, error=f"malformed response: {tokens}")
+    return Completion(text=text, input_tokens=tokens[0], output_tokens=tokens[1],
                       extra={"finish_reason": getattr(choice, "finish_reason", None)})
 
 

@@ -36,6 +36,8 @@ from halluscope.serving.placement import placement
 
 DEFAULT_THROUGHPUT_TABLE = "cluster/throughput.yaml"  # relative to the working directory, as DEFAULT_PRICE_TABLE
 CHECKOUT = Path(__file__).resolve().parents[3]  # the repository this module runs from (editable install)
+MAX_TOKENS_PER_S = 1e6  # per GPU or core: ~40x an H100's prefill of an 8B model
+MAX_STARTUP_S = 86400.0  # a deployment that takes a day to start is a typo (the RayJob's deadline)
 
 
 class Throughput(BaseModel):
@@ -44,26 +46,29 @@ class Throughput(BaseModel):
     gets reference_params_b / P of its prefill, and of its decode also 2 / its bytes per parameter
     (``busy_seconds``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    prefill_tokens_per_s: float = Field(gt=0)
-    decode_tokens_per_s: float = Field(gt=0)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # bounded: a table is read as it is written, and an infinite or absurd rate would plan any run at $0
+    prefill_tokens_per_s: float = Field(gt=0, le=MAX_TOKENS_PER_S)
+    decode_tokens_per_s: float = Field(gt=0, le=MAX_TOKENS_PER_S)
 
 
 class Startup(BaseModel):
     """Seconds from a deployment's request to its first answer, by backend."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    serve_s: float = Field(ge=0, description="Serve's own part (a replica process, its imports); scripted: + load_s")
-    vllm_s: float = Field(ge=0, description="a vLLM engine's start besides its weights")
-    vllm_load_s_per_b: float = Field(ge=0, description="weights load per billion 16-bit parameters")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    serve_s: float = Field(ge=0, le=MAX_STARTUP_S,
+                           description="Serve's own part (a replica process, its imports); scripted: + load_s")
+    vllm_s: float = Field(ge=0, le=MAX_STARTUP_S, description="a vLLM engine's start besides its weights")
+    vllm_load_s_per_b: float = Field(ge=0, le=MAX_STARTUP_S,
+                                     description="weights load per billion 16-bit parameters")
     vllm_unknown_params_b: float = Field(gt=0, description="the size a vLLM model of unknown size loads as")
-    hf_s: float = Field(ge=0, description="an hf deployment")
+    hf_s: float = Field(ge=0, le=MAX_STARTUP_S, description="an hf deployment")
 
 
 class Measured(BaseModel):
     """What a measured row of the table came from (``halluscope calibrate --throughput``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     model: str
     params_b: float = Field(gt=0, description="the size its figures were scaled from (active per token)")
     units: float = Field(gt=0, description="resource units the engine held (per replica)")

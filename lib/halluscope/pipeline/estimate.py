@@ -42,22 +42,21 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import CostSpec, ModelSpec, Overheads, RunConfig, ServedModel, ServiceHold, VLLMModel
+from halluscope.config.schema import ModelSpec, Overheads, RunConfig, ServedModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
 from halluscope.cost.nodes import Interval, stranded_rows
 from halluscope.cost.overheads import HEAD, after_release_s, cold_start_s, pods_cpus
 from halluscope.cost.prices import PriceTable
-from halluscope.cost.shared import service_rate, services_of
 from halluscope.errors import RunError
 from halluscope.knowledge.specs import evidence_words
 from halluscope.models.registry import cached_prompts, constrains_answers, predicted, sampling_of
 from halluscope.models.replay import load_replay, replay_source
-from halluscope.pipeline.nodes import service_holds
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
 from halluscope.pipeline.schedule import Schedule, Window, job_of, layout, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
+from halluscope.pipeline.service_load import ServiceLoad, service_engines, service_rows
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
@@ -251,7 +250,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     specs = {m.id: m for m in cfg.models}
     shared = {m: s.name for s in cfg.costs.shared_services for m in s.models}
     busy_wall: dict[str, float | None] = defaultdict(float)  # model -> seconds of work per held unit
-    service = _ServiceLoad(_service_engines(cfg))
+    service = ServiceLoad(service_engines(cfg))
     rows = [_priced(specs[model], task, stage, a, prices, o, shared, busy_wall, service)
             for (model, task, stage), a in acc.items()]
     served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
@@ -284,7 +283,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     deployed = [m for m in served if not scheduled(m) or m.id in windows]
     rows += [_cold_start(m, cold[m.id], prices) for m in deployed if cold.get(m.id)]
     rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in deployed]
-    rows += _shared_rows(cfg, prices, wall_s, service)
+    rows += service_rows(cfg, prices, wall_s, service)
     rows += _pod_rows(oh, wall_s, sched, prices)
     held = [Interval(w.start_s, w.end_s, w.resource, w.units, w.model) for w in sched.windows
             if math.isfinite(w.end_s)]
@@ -299,7 +298,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
 
 
 def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable | None, o: PlanOptions,
-            shared: dict[str, str], busy_wall: dict[str, float | None], service: _ServiceLoad) -> PlanRow:
+            shared: dict[str, str], busy_wall: dict[str, float | None], service: ServiceLoad) -> PlanRow:
     """The row of one (model, task, stage)'s calls, priced; adds the seconds they keep the model
     busy to ``busy_wall`` (None once a model's time is unknown), or, for a model a shared
     service's engine serves, to that engine's load (``service``)."""
@@ -405,101 +404,6 @@ def _pod_rows(oh: Overheads, wall_s: float | None, sched: Schedule, prices: Pric
             row.note = row.note or "the last wave's GPUs until the autoscaler or the cluster's deletion removes them"
             rows.append(row)
     return rows
-
-
-def _shared_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None,
-                 service: _ServiceLoad) -> list[PlanRow]:
-    """Two rows per shared service the run calls, at its full rate for the run's wall time (the
-    run's share, split with the runs that overlap it, ``cost.shared``, is at most that): the time
-    its engines are busy with the run's calls ("shared"; the busiest engine's, where
-    ``cluster.service`` describes them, else the whole window), and the rest of the window it
-    holds them idle ("idle")."""
-    out = []
-    for s in services_of(cfg.costs.shared_services, cfg.models):
-        rate, why = service_rate(s, prices)
-        busy = PlanRow(s.name, "service", "*", "shared", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
-        idle = PlanRow(s.name, "service", "*", "idle", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
-        if wall_s is None:
-            busy.note = "the run's wall time is unknown: a model's busy time could not be estimated"
-        else:
-            busy_s = min(wall_s, service.busy_s(s.name) if s.name in service.services() else wall_s)
-            busy.note = why or (f"its engines busy {busy_s / 3600:,.3g} h with the run's calls, from their load"
-                                if s.name in service.services() else
-                                "busy for the run's wall time: cluster.service does not describe its engines")
-            idle.note = why or "the rest of the run's wall time, held idle"
-            if rate is not None:
-                busy.usd, idle.usd = rate * busy_s / 3600, rate * (wall_s - busy_s) / 3600
-            gpus = _service_gpus(s, prices)
-            if gpus is not None:
-                busy.resource_hours, idle.resource_hours = gpus * busy_s / 3600, gpus * (wall_s - busy_s) / 3600
-        out += [busy, idle]
-    return out
-
-
-def _service_gpus(s: CostSpec.SharedService, prices: PriceTable | None) -> float | None:
-    """The GPUs a shared service holds (its nodes' where it is priced by nodes), None when unknown."""
-    if s.gpus is not None:
-        return float(s.gpus)
-    per_node = prices.gpus_per_node(s.resource) if prices is not None and s.resource is not None else None
-    return None if s.nodes is None or per_node is None else float(s.nodes * per_node)
-
-
-@dataclass(frozen=True)
-class _Engine:
-    """A shared service's engine (``cluster.service``): the model it serves, sized as a vLLM model."""
-
-    service: str
-    hold: ServiceHold
-    spec: VLLMModel
-
-
-def _service_engines(cfg: RunConfig) -> dict[str, _Engine]:
-    """The engines of the run's shared services by the model name they serve (``api_model``),
-    where ``cluster.service`` describes them and a shared service lists a model they serve."""
-    by_api = {m.api_model: s.name for s in cfg.costs.shared_services for m in cfg.models
-              if m.id in s.models and m.billing == "tokens"}
-    out = {}
-    for hold in service_holds(cfg.cluster) if cfg.cluster.service else []:
-        if hold.name in by_api:
-            spec = VLLMModel.model_validate({"id": hold.name, "backend": "vllm", "params": {
-                "model_source": hold.model_source or hold.name, "accelerator_type": hold.accelerator,
-                "tensor_parallel_size": hold.gpus, "engine_kwargs": hold.engine_kwargs,
-                "serve": {"num_replicas": hold.replicas}}})
-            out[hold.name] = _Engine(by_api[hold.name], hold, spec)
-    return out
-
-
-@dataclass
-class _ServiceLoad:
-    """The run's calls on each shared service's engines: seconds of each engine's time (``None``
-    once one cannot be sized). Its replicas share the load: the service's minimum, which it holds."""
-
-    engines: dict[str, _Engine]
-    seconds: dict[str, float | None] = field(default_factory=dict)  # engine -> wall seconds
-
-    def add(self, engine: _Engine, calls: int, tin: int, tout: int, o: PlanOptions) -> tuple[float | None, str | None]:
-        """GPU-seconds of the calls on ``engine`` (or why unknown); adds their wall seconds."""
-        gpu_s, why = busy_seconds(engine.spec, calls, tin, tout, o)
-        name = engine.hold.name
-        if gpu_s is None:
-            self.seconds[name] = None
-        elif self.seconds.get(name, 0.0) is not None:
-            self.seconds[name] = cast(float, self.seconds.get(name, 0.0)) + gpu_s / (engine.hold.gpus *
-                                                                                     engine.hold.replicas)
-        return gpu_s, why
-
-    def services(self) -> set[str]:
-        return {self.engines[e].service for e in self.seconds}
-
-    def busy_s(self, service: str) -> float:
-        """How long the service's busiest engine works for the run (its engines work side by side)."""
-        return max((s or 0.0 for e, s in self.seconds.items() if self.engines[e].service == service), default=0.0)
-
-    def wall_s(self) -> float | None:
-        """How long the run waits on the shared services' engines; None when one could not be sized."""
-        if any(s is None for s in self.seconds.values()):
-            return None
-        return max((cast(float, s) for s in self.seconds.values()), default=0.0)
 
 
 def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,

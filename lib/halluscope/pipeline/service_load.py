@@ -1,0 +1,113 @@
+"""The plan's shared services (``costs.shared_services``): each engine a service runs for the
+run's role models, as ``cluster.service``'s Serve configs describe it (its model, tensor
+parallelism, the replicas it holds, dtype and quantization), sized as a vLLM model of the
+throughput table; the run's calls to it at that engine's prefill and decode rates; and the
+service's rows of the plan: the time its engines are busy with the run and the rest of the run's
+wall time it holds them idle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from halluscope.config.schema import CostSpec, RunConfig, ServiceHold, VLLMModel
+from halluscope.cost.prices import PriceTable
+from halluscope.cost.shared import service_rate, services_of
+from halluscope.pipeline.nodes import service_holds
+from halluscope.pipeline.plan_view import PlanRow
+from halluscope.serving.throughput import PlanOptions, busy_seconds
+
+
+def service_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None,
+                 service: ServiceLoad) -> list[PlanRow]:
+    """Two rows per shared service the run calls, at its full rate for the run's wall time (the
+    run's share, split with the runs that overlap it, ``cost.shared``, is at most that): the time
+    its engines are busy with the run's calls ("shared"; the busiest engine's, where
+    ``cluster.service`` describes them, else the whole window), and the rest of the window it
+    holds them idle ("idle")."""
+    out = []
+    for s in services_of(cfg.costs.shared_services, cfg.models):
+        rate, why = service_rate(s, prices)
+        busy = PlanRow(s.name, "service", "*", "shared", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
+        idle = PlanRow(s.name, "service", "*", "idle", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
+        if wall_s is None:
+            busy.note = "the run's wall time is unknown: a model's busy time could not be estimated"
+        else:
+            busy_s = min(wall_s, service.busy_s(s.name) if s.name in service.services() else wall_s)
+            busy.note = why or (f"its engines busy {busy_s / 3600:,.3g} h with the run's calls, from their load"
+                                if s.name in service.services() else
+                                "busy for the run's wall time: cluster.service does not describe its engines")
+            idle.note = why or "the rest of the run's wall time, held idle"
+            if rate is not None:
+                busy.usd, idle.usd = rate * busy_s / 3600, rate * (wall_s - busy_s) / 3600
+            gpus = _service_gpus(s, prices)
+            if gpus is not None:
+                busy.resource_hours, idle.resource_hours = gpus * busy_s / 3600, gpus * (wall_s - busy_s) / 3600
+        out += [busy, idle]
+    return out
+
+
+def _service_gpus(s: CostSpec.SharedService, prices: PriceTable | None) -> float | None:
+    """The GPUs a shared service holds (its nodes' where it is priced by nodes), None when unknown."""
+    if s.gpus is not None:
+        return float(s.gpus)
+    per_node = prices.gpus_per_node(s.resource) if prices is not None and s.resource is not None else None
+    return None if s.nodes is None or per_node is None else float(s.nodes * per_node)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A shared service's engine (``cluster.service``): the model it serves, sized as a vLLM model."""
+
+    service: str
+    hold: ServiceHold
+    spec: VLLMModel
+
+
+def service_engines(cfg: RunConfig) -> dict[str, Engine]:
+    """The engines of the run's shared services by the model name they serve (``api_model``),
+    where ``cluster.service`` describes them and a shared service lists a model they serve."""
+    by_api = {m.api_model: s.name for s in cfg.costs.shared_services for m in cfg.models
+              if m.id in s.models and m.billing == "tokens"}
+    out = {}
+    for hold in service_holds(cfg.cluster) if cfg.cluster.service else []:
+        if hold.name in by_api:
+            spec = VLLMModel.model_validate({"id": hold.name, "backend": "vllm", "params": {
+                "model_source": hold.model_source or hold.name, "accelerator_type": hold.accelerator,
+                "tensor_parallel_size": hold.gpus, "engine_kwargs": hold.engine_kwargs,
+                "serve": {"num_replicas": hold.replicas}}})
+            out[hold.name] = Engine(by_api[hold.name], hold, spec)
+    return out
+
+
+@dataclass
+class ServiceLoad:
+    """The run's calls on each shared service's engines: seconds of each engine's time (``None``
+    once one cannot be sized). Its replicas share the load: the service's minimum, which it holds."""
+
+    engines: dict[str, Engine]
+    seconds: dict[str, float | None] = field(default_factory=dict)  # engine -> wall seconds
+
+    def add(self, engine: Engine, calls: int, tin: int, tout: int, o: PlanOptions) -> tuple[float | None, str | None]:
+        """GPU-seconds of the calls on ``engine`` (or why unknown); adds their wall seconds."""
+        gpu_s, why = busy_seconds(engine.spec, calls, tin, tout, o)
+        name = engine.hold.name
+        if gpu_s is None:
+            self.seconds[name] = None
+        elif self.seconds.get(name, 0.0) is not None:
+            self.seconds[name] = cast(float, self.seconds.get(name, 0.0)) + gpu_s / (engine.hold.gpus *
+                                                                                     engine.hold.replicas)
+        return gpu_s, why
+
+    def services(self) -> set[str]:
+        return {self.engines[e].service for e in self.seconds}
+
+    def busy_s(self, service: str) -> float:
+        """How long the service's busiest engine works for the run (its engines work side by side)."""
+        return max((s or 0.0 for e, s in self.seconds.items() if self.engines[e].service == service), default=0.0)
+
+    def wall_s(self) -> float | None:
+        """How long the run waits on the shared services' engines; None when one could not be sized."""
+        if any(s is None for s in self.seconds.values()):
+            return None
+        return max((cast(float, s) for s in self.seconds.values()), default=0.0)

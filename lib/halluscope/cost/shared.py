@@ -166,6 +166,14 @@ def charged_seconds(own: Iterable[Interval], others: Iterable[Iterable[Interval]
     return total
 
 
+def service_gpus(service: Service, prices: PriceTable | None) -> float | None:
+    """The GPUs the service holds: its ``gpus``, or its nodes' by the price table; None when unknown."""
+    if service.gpus is not None:
+        return float(service.gpus)
+    per_node = prices.gpus_per_node(service.resource) if prices is not None and service.resource else None
+    return None if service.nodes is None or per_node is None else float(service.nodes * per_node)
+
+
 def service_rate(service: Service, prices: PriceTable | None) -> tuple[float | None, str | None]:
     """The service's dollars per hour, or None and why."""
     if service.usd_per_hour is not None:
@@ -174,12 +182,9 @@ def service_rate(service: Service, prices: PriceTable | None) -> tuple[float | N
     assert resource is not None, "checked by the config: nodes and gpus come with a resource"
     if prices is None:
         return None, NO_PRICE_TABLE
-    gpus: float | None = service.gpus
+    gpus = service_gpus(service, prices)
     if gpus is None:
-        per_node = prices.gpus_per_node(resource)
-        if per_node is None:
-            return None, f"the price table gives no gpus_per_node for '{resource}' (accelerators)"
-        gpus = (service.nodes or 0) * per_node
+        return None, f"the price table gives no gpus_per_node for '{resource}' (accelerators)"
     rate = prices.nodes_usd(resource, gpus, 3600.0)
     return rate, None if rate is not None else f"no price for resource '{resource}' in the price table"
 

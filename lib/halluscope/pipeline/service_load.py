@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import CostSpec, RunConfig, ServiceHold, VLLMModel
+from halluscope.config.schema import RunConfig, ServiceHold, VLLMModel
 from halluscope.cost.prices import PriceTable
-from halluscope.cost.shared import service_rate, services_of
+from halluscope.cost.shared import service_gpus, service_rate, services_of
 from halluscope.pipeline.nodes import service_holds
 from halluscope.pipeline.plan_view import PlanRow
 from halluscope.serving.throughput import PlanOptions, busy_seconds
@@ -40,19 +40,11 @@ def service_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None
             idle.note = why or "the rest of the run's wall time, held idle"
             if rate is not None:
                 busy.usd, idle.usd = rate * busy_s / 3600, rate * (wall_s - busy_s) / 3600
-            gpus = _service_gpus(s, prices)
+            gpus = service_gpus(s, prices)
             if gpus is not None:
                 busy.resource_hours, idle.resource_hours = gpus * busy_s / 3600, gpus * (wall_s - busy_s) / 3600
         out += [busy, idle]
     return out
-
-
-def _service_gpus(s: CostSpec.SharedService, prices: PriceTable | None) -> float | None:
-    """The GPUs a shared service holds (its nodes' where it is priced by nodes), None when unknown."""
-    if s.gpus is not None:
-        return float(s.gpus)
-    per_node = prices.gpus_per_node(s.resource) if prices is not None and s.resource is not None else None
-    return None if s.nodes is None or per_node is None else float(s.nodes * per_node)
 
 
 @dataclass(frozen=True)

@@ -442,7 +442,8 @@ def test_a_bad_throughput_table_names_the_file_and_field(tmp_path):
 @pytest.mark.parametrize(("field", "value"), [
     (("throughput", "H100", "prefill_tokens_per_s"), float("inf")),
     (("throughput", "H100", "decode_tokens_per_s"), 1e300),
-    (("startup", "vllm_s"), float("nan")), (("startup", "vllm_load_s_per_b"), 1e9)])
+    (("startup", "vllm_s"), float("nan")), (("startup", "vllm_load_s_per_b"), 1e9),
+    (("reference_params_b",), float("inf")), (("experts", "mixtral-8x7b", "total_b"), float("inf"))])
 def test_a_throughput_table_that_would_plan_a_run_for_nothing_is_refused(tmp_path, field, value):
     """A table is read as written: an infinite or absurd rate, or a start-up of no finite time,
     would put any run under any budget; each is refused naming its field."""

@@ -37,6 +37,7 @@ from halluscope.serving.placement import placement
 DEFAULT_THROUGHPUT_TABLE = "cluster/throughput.yaml"  # relative to the working directory, as DEFAULT_PRICE_TABLE
 CHECKOUT = Path(__file__).resolve().parents[3]  # the repository this module runs from (editable install)
 MAX_TOKENS_PER_S = 1e6  # per GPU or core: ~40x an H100's prefill of an 8B model
+MAX_PARAMS_B = 1e5  # a model size past 100 trillion parameters is a typo, and it scales every rate
 MAX_STARTUP_S = 86400.0  # a deployment that takes a day to start is a typo (the RayJob's deadline)
 
 
@@ -85,9 +86,9 @@ class Experts(BaseModel):
     """A mixture of experts' sizes, which its "NxMB" name does not give: its experts share the
     attention layers, and each token runs through only some of them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    total_b: float = Field(gt=0, description="billions of parameters loaded and held")
-    active_b: float = Field(gt=0, description="billions of parameters each token is computed with")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    total_b: float = Field(gt=0, le=MAX_PARAMS_B, description="billions of parameters loaded and held")
+    active_b: float = Field(gt=0, le=MAX_PARAMS_B, description="billions of parameters each token is computed with")
 
     @model_validator(mode="after")
     def _active_within_total(self) -> Experts:
@@ -97,9 +98,10 @@ class Experts(BaseModel):
 
 
 class ThroughputTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     schema_version: Literal[1] = 1
-    reference_params_b: float = Field(gt=0, description="the dense model size the throughput figures are for")
+    reference_params_b: float = Field(gt=0, le=MAX_PARAMS_B,
+                                      description="the dense model size the throughput figures are for")
     throughput: dict[str, Throughput] = Field(description="by Ray accelerator name; 'CPU' per core")
     startup: Startup
     experts: dict[str, Experts] = Field(default_factory=dict, description="known mixtures of experts by the "

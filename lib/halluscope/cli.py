@@ -291,7 +291,8 @@ def _calibrate_speed(cfg, args: argparse.Namespace) -> int:
         print(json.dumps([s.as_dict() for s in speeds], indent=2))
         return 0
     for s in speeds:
-        print(f"{s.model}: deployed in {s.deploy_s:.1f} s; prefill {s.prefill_tokens_per_s:,.0f} tokens/s "
+        up = "a shared service's engine, already up" if s.deploy_s is None else f"deployed in {s.deploy_s:.1f} s"
+        print(f"{s.model}: {up}; prefill {s.prefill_tokens_per_s:,.0f} tokens/s "
               f"({s.prefill_tokens} tokens, {s.calls} calls at once), decode {s.decode_tokens_per_s:,.1f} tokens/s "
               f"({s.decode_output_tokens} tokens)")
     print(f"wrote {args.throughput}: plan with it as `halluscope plan --throughput {args.throughput} CONFIG`")

@@ -541,6 +541,14 @@ def test_the_prefill_load_is_the_same_every_time_and_shares_no_prefix_with_anoth
     assert not {p[:2] for p in again} & {p[:2] for p in first}
 
 
+def test_a_scripted_engine_reads_its_prompts_and_produces_its_answers_in_one_queue():
+    """A stand-in engine (``prefill_tokens_per_s``, ``tokens_per_s``) is busy for its prompts' tokens
+    at one rate plus its answers' at the other, per replica, times the GPUs it holds."""
+    spec = parse_config({"tasks": ["halogen/code"], "models": [{"id": "m", "backend": "scripted", "params": {
+        "prefill_tokens_per_s": 500.0, "tokens_per_s": 20.0, "serve": {"num_gpus": 4}}}]}).models[0]
+    assert busy_seconds(spec, 10, 5_000, 200, PlanOptions()) == ((5_000 / 500 + 200 / 20) * 4, None)
+
+
 def test_a_calibration_keeps_the_slower_of_two_engines_on_one_resource(data, monkeypatch):
     """Two engines on H100s measured in one calibration: the slower row stays (a budget errs high),
     whichever is measured first; the deploys and loads are replaced by their figures here."""
@@ -620,6 +628,39 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     assert math.isclose(busy.usd, rate * engine_s / 3600) and math.isclose(idle.usd, rate * (wall - engine_s) / 3600)
     assert "busy" in busy.note and "from their load" in busy.note and "idle" in idle.note
     assert math.isclose(busy.resource_hours + idle.resource_hours, 8 * wall / 3600)  # the service's GPU-hours
+
+
+def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned_at_what_was_measured(data):
+    """``calibrate --throughput`` measures the judge a shared service runs (cluster.service: 70B
+    TP4) where the run reaches it, over HTTP, and writes the row its resource plans with: the plan's
+    engine seconds for a load are its tokens at the measured rates. Nothing was deployed, so the
+    table's start-up is kept."""
+    from tests.support.openai_server import OpenAIStubServer
+
+    from halluscope.pipeline import engine_speed
+    from halluscope.pipeline.service_load import service_engines
+
+    with OpenAIStubServer(responder=lambda prompt: "no") as server:
+        judge = {"id": "judge", "role": "judge", "backend": "openai",
+                 "params": {"base_url": server.base_url, "model": "llama-3.1-70b-instruct"}}
+        cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
+                   costs={"price_table": None, "shared_services": [{"name": "svc", "gpus": 8, "resource": "H100",
+                                                                    "models": ["judge"]}]},
+                   cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
+                            "service": ["serve/judge-llama-3.1-70b.yaml"]})
+        table, speeds = engine_speed.calibrate_speed(cfg, calls=4)
+        prefill_calls = server.calls
+    [speed] = speeds
+    assert speed.model == "judge" and speed.deploy_s is None and speed.calls == 4
+    # one call per client off the clock, then the two loads: 4 prompts to prefill, the run's 2 distinct
+    # ones to decode (a repeat would be asked once, its tokens counted twice)
+    assert prefill_calls == 2 + 4 + 2 and speed.decode_input_tokens == sum(len(_meeting(a, b).split()) for a, b in MEETINGS)
+    measured = table.measured["H100"]
+    assert measured.model == "judge" and measured.deploy_s is None and measured.units == 4
+    assert table.startup == plan_options(cfg).table_or_raise().startup
+    engine = service_engines(cfg)["llama-3.1-70b-instruct"].spec
+    gpu_s, why = throughput.busy_seconds(engine, 1, 10_000, 100, PlanOptions(table=table))
+    assert why is None and math.isclose(gpu_s / 4, 10_000 / speed.prefill_tokens_per_s + 100 / speed.decode_tokens_per_s)
 
 
 def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release(data):

@@ -33,7 +33,8 @@ def test_it_answers_by_the_rules_the_deployment_follows():
     assert (got[0].input_tokens, got[0].output_tokens, got[0].error) == (4, 4, None)  # words, as served
 
 
-@pytest.mark.parametrize("server", [{"latency_s": 0.1}, {"tokens_per_s": 10.0}, {"load_s": 1.0}, {"capacity": 2},
+@pytest.mark.parametrize("server", [{"latency_s": 0.1}, {"tokens_per_s": 10.0}, {"prefill_tokens_per_s": 100.0},
+                                    {"load_s": 1.0}, {"cold_start_s": 5.0}, {"capacity": 2},
                                     {"error_rate": 0.1}, {"timeout_rate": 0.1}, {"faults_until": 1.0},
                                     {"request_timeout_s": 1.0}])
 def test_server_behaviour_is_refused_in_process(server):

@@ -129,7 +129,13 @@ class ScriptedParams(_Strict):
     tokens_per_s: float | None = Field(
         default=None, gt=0, description="output tokens/s one replica produces over all its requests "
                                         "(continuous batching: a prompt waits for those ahead of it); None: no limit")
+    prefill_tokens_per_s: float | None = Field(
+        default=None, gt=0, description="prompt tokens/s one replica reads over all its requests, in the same queue "
+                                        "as its output tokens (words count as tokens); None: prompts take no time")
     load_s: float = Field(default=0.0, ge=0, description="seconds a replica takes to start (a weights load)")
+    cold_start_s: float = Field(
+        default=0.0, ge=0, description="seconds a replica waits before its load, as on a fresh node (boot, image "
+                                       "pull, weights download): the plan takes its own from costs.overheads")
     capacity: int | None = Field(
         default=None, ge=1, description="prompts a replica answers at once; ceiling = replicas x capacity / latency")
     error_rate: float = Field(default=0.0, ge=0, le=1, description="share of calls answered with HTTP 503")
@@ -150,7 +156,8 @@ class ScriptedParams(_Strict):
     def _in_process_models_no_server(self) -> ScriptedParams:
         """Latency, throughput, start-up and faults are a server's: an in-process stand-in has none."""
         if self.in_process:
-            server = [k for k in ("latency_s", "tokens_per_s", "load_s", "capacity", "error_rate", "timeout_rate",
+            server = [k for k in ("latency_s", "tokens_per_s", "prefill_tokens_per_s", "load_s", "cold_start_s",
+                                  "capacity", "error_rate", "timeout_rate",
                                   "faults_until", "request_timeout_s") if getattr(self, k)]
             if server:
                 raise ValueError(f"in_process: true answers without a server, so {', '.join(server)} cannot be "

@@ -35,17 +35,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import yaml
 
-from halluscope.config.schema import RunConfig, SamplingSpec, ServedModel
+from halluscope.config.schema import ModelSpec, RunConfig, SamplingSpec, ServedModel
 from halluscope.errors import ConfigError, RunError
 from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
 from halluscope.models.provider import RemoteProvider
 from halluscope.models.registry import Context, provider, sampling_of
 from halluscope.pipeline.resolved import plan_options
+from halluscope.pipeline.service_load import service_engines
 from halluscope.pipeline.workset import item_source, models_under_test
 from halluscope.runkit import init_ray, is_served, served
 from halluscope.serving.placement import placement
@@ -62,6 +63,7 @@ from halluscope.serving.throughput import (
 PREFILL_WORDS = 200
 DECODE_TOKENS = 32
 TEMPLATE = "engine-speed"  # the requests' task name
+M = TypeVar("M", bound=ModelSpec)
 _WORDS = ("river stone lantern orchard copper violin harbor meadow glacier compass falcon ember quarry "
           "tapestry beacon thistle canyon ledger saffron pebble cobalt willow anchor prairie marble "
           "citadel juniper lagoon sparrow timber velvet summit").split()
@@ -72,7 +74,7 @@ class EngineSpeed:
     """One engine's measurement: its deploy and its two loads."""
 
     model: str
-    deploy_s: float
+    deploy_s: float | None  # None: an engine already up (a shared service's)
     calls: int
     prefill_tokens: int
     prefill_s: float
@@ -114,11 +116,11 @@ def _at_once(model: Model) -> int:
     return limits.calls_in_flight * limits.prompts_per_call
 
 
-def with_max_tokens(spec: ServedModel, max_tokens: int) -> ServedModel:
+def with_max_tokens(spec: M, max_tokens: int) -> M:
     """The model's config answering at most ``max_tokens`` (sampling is the client's: the same deployment)."""
     sampling: SamplingSpec = getattr(spec.params, "sampling", SamplingSpec())
     params = spec.params.model_copy(update={"sampling": sampling.model_copy(update={"max_tokens": max_tokens})})
-    return spec.model_copy(update={"params": params})
+    return cast(M, spec.model_copy(update={"params": params}))
 
 
 def _timed(model: Model, prompts: Sequence[str]) -> tuple[float, int, int]:
@@ -147,13 +149,16 @@ def measure(spec: ServedModel, prompts: Sequence[str], http_port: int | None, ca
         return measure_deployed(spec, endpoints[spec.id], prompts, time.perf_counter() - t0, calls)
 
 
-def measure_deployed(spec: ServedModel, endpoint: Any, prompts: Sequence[str], deploy_s: float,
+def measure_deployed(spec: ModelSpec, endpoint: Any, prompts: Sequence[str], deploy_s: float | None,
                      calls: int | None = None) -> EngineSpeed:
-    """The two loads, sent to ``spec``'s deployment at ``endpoint`` (which took ``deploy_s``)."""
+    """The two loads, sent to ``spec``'s deployment at ``endpoint`` (which took ``deploy_s``), or
+    to the endpoint its own config names (``endpoint`` None: a shared service's)."""
     prefilling, decoding = (Model(provider(with_max_tokens(spec, k), Context(endpoint)))
                             for k in (1, min(DECODE_TOKENS, sampling_of(spec).max_tokens)))
     n = min(calls or _at_once(decoding), _at_once(decoding))
-    own = (list(prompts) * (n // max(len(prompts), 1) + 1))[:n]
+    # distinct prompts only: a client asks equal prompts once, so a repeat would count its answer's
+    # tokens again for no time of the engine's (a run of 2 items measured twice its decode rate)
+    own = list(dict.fromkeys(prompts))[:n]
     if not own:
         raise ConfigError(f"calibrating '{spec.id}': the run gives it no prompt to measure its decode on")
     length = getattr(spec.params, "max_model_len", None)
@@ -179,43 +184,54 @@ def hardware(resource: str) -> str:
 
 
 def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[ThroughputTable, list[EngineSpeed]]:
-    """The table with each served engine's measured row (and start-up), and the measurements. The
-    table measured into is the one the config names, else the checkout's: its other rows are kept."""
+    """The table with each engine's measured row (and start-up), and the measurements: the engines
+    the run serves, each deployed here, and the shared services' engines (``cluster.service``),
+    already up, reached as the run reaches them (their start-up is not measured). The table
+    measured into is the one the config names, else the checkout's: its other rows are kept."""
     o = plan_options(cfg)
     table = o.table_or_raise()
     specs = [m for m in cfg.models if is_served(m) and measured_by_table(m)]
-    if not specs:
+    callers = {m.api_model: m for m in cfg.models if m.billing == "tokens"}
+    engines = [(e.spec, callers[name]) for name, e in service_engines(cfg).items()]
+    if not specs and not engines:
         raise ConfigError("calibrate --throughput: the config serves no model whose speed the throughput table "
-                          "gives (backend hf or vllm)")
+                          "gives (backend hf or vllm), and no shared service's engine (cluster.service) serves "
+                          "one of its models")
     items, tested = item_source(cfg), models_under_test(cfg)
-    init_ray(cfg.ray)
-    speeds, today, measured = [], datetime.date.today().isoformat(), set()
-    for spec in specs:
-        # a role model is measured on the prompts of the first model under test (their length, not their words,
-        # is what the load needs)
+
+    def prompts(spec: ModelSpec) -> list[str]:
+        # a role model is measured on the prompts of the first model under test (their length, not their
+        # words, is what the load needs)
         asker = spec if spec.role == "test" else next(iter(tested), spec)
-        prompts = [i.prompt for t in cfg.tasks_of(asker) for i in items.items(t, asker.id)]
-        speed = measure(spec, prompts, cfg.serve_http_port, calls)
+        return [i.prompt for t in cfg.tasks_of(asker) for i in items.items(t, asker.id)]
+
+    if specs:
+        init_ray(cfg.ray)
+    speeds, today, measured = [], datetime.date.today().isoformat(), set()
+    for sized, speed in [*((s, measure(s, prompts(s), cfg.serve_http_port, calls)) for s in specs),
+                         *((e, measure_deployed(c, None, prompts(c), None, calls)) for e, c in engines)]:
         speeds.append(speed)
-        resource = placement(spec)[0]
+        resource = placement(sized)[0]
         # a resource this calibration measured already keeps the slower of its rows: a budget errs high
         if resource not in measured or speed.decode_tokens_per_s < table.measured[resource].decode_tokens_per_s:
-            table = with_measured_row(table, spec, speed, o.model_copy(update={"table": table}), today)
+            table = with_measured_row(table, sized, speed, o.model_copy(update={"table": table}), today)
         measured.add(resource)
     return table, speeds
 
 
 def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSpeed, o: PlanOptions,
                       today: str) -> ThroughputTable:
-    """``table`` with ``speed`` as its row (and start-up) for the resource ``spec`` holds."""
+    """``table`` with ``speed`` as its row for the resource ``spec`` holds, and its start-up where
+    the measurement deployed the engine."""
     resource, units = placement(spec)
     row = measured_throughput(spec, o, speed.prefill_tokens_per_s, speed.decode_tokens_per_s)
     measured = Measured(model=speed.model, params_b=known_size(spec, o).active_b, units=units,
                         replicas=spec.params.serve.num_replicas, hardware=hardware(resource), date=today,
                         calls=speed.calls, prefill_tokens_per_s=round(speed.prefill_tokens_per_s, 2),
-                        decode_tokens_per_s=round(speed.decode_tokens_per_s, 2), deploy_s=round(speed.deploy_s, 1))
-    return table.model_copy(update={"throughput": {**table.throughput, resource: row},
-                                    "startup": measured_startup(spec, o, speed.deploy_s),
+                        decode_tokens_per_s=round(speed.decode_tokens_per_s, 2),
+                        deploy_s=None if speed.deploy_s is None else round(speed.deploy_s, 1))
+    startup = table.startup if speed.deploy_s is None else measured_startup(spec, o, speed.deploy_s)
+    return table.model_copy(update={"throughput": {**table.throughput, resource: row}, "startup": startup,
                                     "measured": {**table.measured, resource: measured}})
 
 

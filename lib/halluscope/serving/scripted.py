@@ -14,8 +14,10 @@ and is cancelled when the client cancels the request.
 As a stand-in for a GPU engine (``tokens_per_s``): a replica produces that many output tokens a
 second over all its requests, in arrival order, as a saturated engine under continuous batching
 does; an answer is ready once its tokens are produced, so its latency grows with the load, and
-the replica's total time is its total tokens over its throughput. ``load_s`` is the replica's
-start (the weights load): Serve reports the deployment healthy only after it.
+the replica's total time is its total tokens over its throughput. With ``prefill_tokens_per_s``
+its prompts take their time in the same queue, as an engine's prefill does. ``cold_start_s`` and
+``load_s`` are the replica's start (a fresh node's boot and downloads, then the weights load):
+Serve reports the deployment healthy only after both.
 """
 
 from __future__ import annotations
@@ -48,16 +50,19 @@ class ScriptedDeployment:
         # at most `capacity` prompts in progress: a known ceiling of replicas x capacity / latency
         self._slots = asyncio.Semaphore(capacity) if capacity else None
         self._engine_free_at = 0.0  # when the modelled engine has produced every token asked of it so far
-        time.sleep(self._responder.params.load_s)  # the weights load: the replica is not healthy before
+        # the node's cold start, then the weights load: the replica is not healthy before
+        time.sleep(self._responder.params.cold_start_s + self._responder.params.load_s)
 
-    async def _produce(self, tokens: int) -> None:
-        """Wait until the modelled engine has produced ``tokens`` more output tokens after those
-        already asked of it (``tokens_per_s``)."""
-        rate = self._responder.params.tokens_per_s
-        if rate is None or tokens <= 0:
+    async def _produce(self, input_tokens: int, output_tokens: int) -> None:
+        """Wait until the modelled engine has read ``input_tokens`` and produced ``output_tokens``
+        more after the work already asked of it (``prefill_tokens_per_s``, ``tokens_per_s``)."""
+        p = self._responder.params
+        work = (input_tokens / p.prefill_tokens_per_s if p.prefill_tokens_per_s else 0.0) + (
+            output_tokens / p.tokens_per_s if p.tokens_per_s else 0.0)
+        if work <= 0:
             return
         now = time.monotonic()
-        self._engine_free_at = max(now, self._engine_free_at) + tokens / rate
+        self._engine_free_at = max(now, self._engine_free_at) + work
         await asyncio.sleep(self._engine_free_at - now)
 
     async def complete_batch(self, prompts: list[str], sampling: dict, *, chat: bool = True) -> list[dict]:
@@ -85,5 +90,5 @@ class ScriptedDeployment:
             return {"text": None, "input_tokens": input_tokens, "output_tokens": 0, "error": INJECTED_ERROR}
         text = self._responder.answer(prompt)
         output_tokens = len(text.split())
-        await self._produce(output_tokens)
+        await self._produce(input_tokens, output_tokens)
         return {"text": text, "input_tokens": input_tokens, "output_tokens": output_tokens, "error": None}

@@ -79,7 +79,7 @@ class Measured(BaseModel):
     calls: int = Field(ge=1, description="calls of each load, all sent at once")
     prefill_tokens_per_s: float = Field(gt=0, description="the engine's own, unscaled")
     decode_tokens_per_s: float = Field(gt=0, description="the engine's own, unscaled")
-    deploy_s: float = Field(ge=0)
+    deploy_s: float | None = Field(default=None, ge=0, description="None: an engine already up (a shared service's)")
 
 
 class Experts(BaseModel):
@@ -317,7 +317,9 @@ def busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
     if isinstance(spec, ScriptedModel):
         p = spec.params
         at_once = p.capacity or p.serve.max_ongoing_requests * p.serve.max_batch_prompts
-        produce = tout / p.tokens_per_s if p.tokens_per_s else 0.0  # one replica's seconds for every token
+        # one replica's seconds for every token, read and produced
+        produce = (tin / p.prefill_tokens_per_s if p.prefill_tokens_per_s else 0.0) + (
+            tout / p.tokens_per_s if p.tokens_per_s else 0.0)
         return (calls * p.latency_s / at_once + produce) * units, None
     rate = options.throughput.get(resource)
     if rate is None:

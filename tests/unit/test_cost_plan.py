@@ -628,6 +628,15 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     assert math.isclose(busy.usd, rate * engine_s / 3600) and math.isclose(idle.usd, rate * (wall - engine_s) / 3600)
     assert "busy" in busy.note and "from their load" in busy.note and "idle" in idle.note
     assert math.isclose(busy.resource_hours + idle.resource_hours, 8 * wall / 3600)  # the service's GPU-hours
+    # the ledger's busy line, from the calls the run made, by the same rule
+    from halluscope.cost.ledger import CallTally
+    from halluscope.pipeline.service_load import busy_by_service
+
+    tally = CallTally(cfg.models)
+    tally.acc[("judge", "halogen/historical_events", "abstain")].update(
+        calls=calls.calls, input_tokens=calls.input_tokens, output_tokens=calls.output_tokens)
+    assert busy_by_service(cfg, tally, OPTIONS).keys() == {"svc"}
+    assert math.isclose(busy_by_service(cfg, tally, OPTIONS)["svc"], engine_s)
 
 
 def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned_at_what_was_measured(data):

@@ -84,6 +84,22 @@ def test_a_run_alone_pays_every_hour(root):
     assert math.isclose(row["usd"], 2 * 110) and "shared with 0 other run(s)" in row["note"]
 
 
+def test_a_services_share_is_split_into_its_engines_busy_time_and_the_rest_held_idle(root):
+    """With the engines' busy seconds for the run (its calls' tokens at their rates), the share
+    is two rows, as the plan has them: "shared" for the busy part, "idle" for the rest; busy time
+    beyond the share (two runs overlapping) is cut to it."""
+    record_usage(root, "halluscope-serve", "other", 1 * HOUR, 2 * HOUR)
+    busy, idle = service_rows(CFG.models, CFG.costs.shared_services, root, "alone", 0, 2 * HOUR, None, now=NOW,
+                              busy_s={"halluscope-serve": 0.5 * HOUR})
+    assert (busy["stage"], idle["stage"]) == ("shared", "idle") and busy["covers"] == ["judge", "extractor"]
+    assert "covers" not in idle and "estimated" in busy["note"] and "idle" in idle["note"]
+    assert math.isclose(busy["resource_seconds"], 0.5 * HOUR) and math.isclose(idle["resource_seconds"], HOUR)
+    assert math.isclose(busy["usd"] + idle["usd"], 1.5 * 110)  # the share, split with the other run
+    (_, idle) = service_rows(CFG.models, CFG.costs.shared_services, root, "alone", 0, 2 * HOUR, None, now=NOW,
+                             busy_s={"halluscope-serve": 9 * HOUR})
+    assert idle["resource_seconds"] == 0
+
+
 def test_three_runs_split_a_moment_three_ways():
     # [0,3] against [1,3] and [2,3]: 1 + 1/2 + 1/3 hours
     got = charged_seconds([(0, 3 * HOUR)], [[(1 * HOUR, 3 * HOUR)], [(2 * HOUR, 3 * HOUR)]], NOW)

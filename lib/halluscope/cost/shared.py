@@ -38,7 +38,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from halluscope.config.schema import CostSpec, ModelSpec
 from halluscope.cost.ledger import NO_PRICE_TABLE
@@ -190,11 +190,15 @@ def service_rate(service: Service, prices: PriceTable | None) -> tuple[float | N
 
 
 def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service], root: Location, run_id: str,
-                 start: float | None, end: float | None, prices: PriceTable | None,
-                 now: float | None = None) -> list[dict]:
-    """The run's ledger rows for the shared services it used (stage "shared", task "*", role
-    "service", model = the service's name, resource_seconds = the run's share of the service's
-    hours, in seconds), each with ``covers``, the run's models it serves, for ``ledger(extra_rows=)``.
+                 start: float | None, end: float | None, prices: PriceTable | None, now: float | None = None,
+                 busy_s: Mapping[str, float] | None = None) -> list[dict]:
+    """The run's ledger rows for the shared services it used (task "*", role "service", model =
+    the service's name, resource_seconds = the run's share of the service's hours, in seconds),
+    the first with ``covers``, the run's models it serves, for ``ledger(extra_rows=)``.
+
+    A service in ``busy_s`` (seconds its engines worked for the run: its calls' tokens at their
+    rates, estimated) gets two rows, as the plan has: stage "shared" for that much of the share
+    and "idle" for the rest; any other one row, stage "shared", for the whole share.
 
     The run's intervals are those recorded for it plus [start, end] (this attempt's pipeline, when
     given). A service the run has no interval of gets no row (and covers nothing: calls to its
@@ -216,12 +220,18 @@ def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service]
         basis = (f"{share:,.0f} s charged of {used:,.0f} s in use, shared with {sharing} other run(s)"
                  + (f" at ${rate:,.2f}/h" if rate is not None else "")
                  + (f"; {bad} usage record(s) skipped: unreadable, or not what they claim" if bad else ""))
-        rows.append({"model": service.name, "role": "service", "task": "*", "stage": "shared", "calls": 0,
-                     "cached_calls": 0, "failed_calls": 0, "input_tokens": 0, "output_tokens": 0,
-                     "resource": service.resource, "resource_seconds": share,
-                     "usd": None if rate is None else rate * share / 3600,
-                     "note": basis if why is None else f"{why}; {basis}",
-                     "covers": [m.id for m in models if m.id in service.models]})
+        busy = None if busy_s is None or service.name not in busy_s else min(busy_s[service.name], share)
+        parts = [("shared", share, basis)] if busy is None else [
+            ("shared", busy, f"its engines busy with the run's calls (estimated: their tokens at the engines' "
+                             f"rates) of {basis}"),
+            ("idle", share - busy, f"held idle for the run: the rest of {basis}")]
+        for k, (stage, seconds, note) in enumerate(parts):
+            rows.append({"model": service.name, "role": "service", "task": "*", "stage": stage, "calls": 0,
+                         "cached_calls": 0, "failed_calls": 0, "input_tokens": 0, "output_tokens": 0,
+                         "resource": service.resource, "resource_seconds": seconds,
+                         "usd": None if rate is None else rate * seconds / 3600,
+                         "note": note if why is None else f"{why}; {note}",
+                         **({"covers": [m.id for m in models if m.id in service.models]} if k == 0 else {})})
     return rows
 
 

@@ -23,6 +23,7 @@ from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
+from halluscope.pipeline.service_load import busy_by_service
 from halluscope.pipeline.spend import Spent, deployment_rows, held_by_attempts
 from halluscope.pipeline.workset import WorkPlan
 from halluscope.records import GenerationIds
@@ -101,7 +102,8 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     intervals = held_by_attempts(store)  # every attempt's deployments: each one's GPUs were billed
     last = max((d.wave for d in done.schedule), default=None)
     costs = ledger(totals.calls, cfg.models, deployment_rows(intervals), run.prices, extra_rows=[
-        *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices),
+        *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices,
+                      busy_s=busy_by_service(cfg, totals.calls, run.plan_options)),
         *stranded_rows(intervals, run.prices),
         *overhead_rows(cfg.costs.overheads, intervals, [(d.resource, d.units) for d in done.schedule
                                                          if d.wave == last], run.prices)])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from halluscope.config.schema import RunConfig, ServiceHold, VLLMModel
+from halluscope.cost.ledger import CallTally
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_gpus, service_rate, services_of
 from halluscope.pipeline.nodes import service_holds
@@ -103,3 +104,18 @@ class ServiceLoad:
         if any(s is None for s in self.seconds.values()):
             return None
         return max((cast(float, s) for s in self.seconds.values()), default=0.0)
+
+
+def busy_by_service(cfg: RunConfig, tally: CallTally, o: PlanOptions) -> dict[str, float]:
+    """How long each shared service's busiest engine worked for the calls ``tally`` counted: their
+    tokens at the engine's rates, as the plan sizes them (a service reports no time per run). A
+    service whose engines ``cluster.service`` does not describe, or cannot be sized, is left out."""
+    load = ServiceLoad(service_engines(cfg))
+    specs = {m.id: m for m in cfg.models}
+    shared = {m for s in cfg.costs.shared_services for m in s.models}
+    for (model, _, _), a in tally.acc.items():
+        engine = load.engines.get(specs[model].api_model) if model in shared else None
+        if engine is not None and a["calls"]:
+            load.add(engine, a["calls"], a["input_tokens"], a["output_tokens"], o)
+    return {s: load.busy_s(s) for s in load.services()
+            if all(t is not None for e, t in load.seconds.items() if load.engines[e].service == s)}

@@ -1,10 +1,10 @@
 """The Kueue objects in k8s/kueue (ResourceFlavors, ClusterQueue) and k8s/components/kueue
-(LocalQueue), checked against Kueue's own v1beta1 CRD schemas, made strict as
+(LocalQueue), checked against Kueue's own v1beta2 CRD schemas, made strict as
 kubernetes-validate's are (an unknown field fails), plus what the schemas' CEL rules and Kueue's
 admission would say: and that a RayJob `halluscope submit --queue` creates is admitted under the
 quota for exactly the GPUs its config budgets.
 
-The schemas (tests/unit/kueue_crds/*.json) are the openAPIV3Schema of each CRD's v1beta1
+The schemas (tests/unit/kueue_crds/*.json) are the openAPIV3Schema of each CRD's v1beta2
 version from kubernetes-sigs/kueue config/components/crd/bases, descriptions and status
 removed; each file's $comment names the commit.
 """
@@ -31,7 +31,7 @@ from halluscope.kuberay import GPU_TOLERATION, apply_queue, build_rayjob, load_t
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(__file__).parent / "kueue_crds"
-API = "kueue.x-k8s.io/v1beta1"
+API = "kueue.x-k8s.io/v1beta2"
 KINDS = {"ResourceFlavor": "Cluster", "ClusterQueue": "Cluster", "LocalQueue": "Namespaced"}
 CLUSTER_FILES = sorted(p for p in (ROOT / "k8s" / "kueue").glob("*.yaml") if p.name != "kustomization.yaml")
 COMPONENT_FILES = sorted(p for p in (ROOT / "k8s" / "components" / "kueue").glob("*.yaml")
@@ -111,10 +111,10 @@ def one(docs: list[dict], kind: str) -> dict:
 # ---------------------------------------------------------------- schemas
 
 
-def test_the_stored_schemas_are_kueues_v1beta1() -> None:
+def test_the_stored_schemas_are_kueues_v1beta2() -> None:
     for kind, scope in KINDS.items():
         doc = schema(kind)
-        assert f"{kind} kueue.x-k8s.io/v1beta1" in doc["$comment"] and "kubernetes-sigs/kueue" in doc["$comment"]
+        assert f"{kind} kueue.x-k8s.io/v1beta2" in doc["$comment"] and "kubernetes-sigs/kueue" in doc["$comment"]
         assert doc["scope"] == scope
         assert {"apiVersion", "kind", "metadata", "spec"} <= set(doc["properties"])
         jsonschema.Draft7Validator.check_schema(strict(doc))

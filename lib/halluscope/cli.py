@@ -23,6 +23,7 @@ from halluscope.errors import (
     user_error,
 )
 from halluscope.kuberay_cli import add_parser as add_submit_parser
+from halluscope.kueue_cli import add_parser as add_kueue_parser
 from halluscope.quiet import native_lines_to_log
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
@@ -413,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         if bench.commands is not None:
             bench.commands(sub)
     add_submit_parser(sub)
+    add_kueue_parser(sub)
     return p
 
 

@@ -57,7 +57,6 @@ _LABEL_VALUE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 GPU_RESOURCE = "nvidia.com/gpu"
 # Placement of GPU pods when the manifest has none: the label NVIDIA GPU feature discovery puts on
 # every GPU node, and the taint GPU node pools carry (overlays/prod selects the product instead).
-GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 _DIGEST = re.compile(r"@sha256:([0-9a-f]{64})$")
 # KubeRay's terminal deployment states; the Ray job states that end a job (STOPPED included).
@@ -262,17 +261,15 @@ def _groups(spec: dict) -> list[dict]:
 
 
 def place_gpu_pods(spec: dict) -> None:
-    """Keep GPU pods on GPU nodes and let them onto tainted ones, as overlays/prod does: a group
-    that requests GPUs and selects no nodes gets `GPU_NODE_SELECTOR`, and the `nvidia.com/gpu`
-    NoSchedule toleration unless it already tolerates that taint. A manifest's own placement
-    (e.g. the prod overlay's GPU product label) is kept."""
+    """Let GPU pods onto tainted GPU nodes, as overlays/prod does: a group that requests GPUs
+    gets the `nvidia.com/gpu` NoSchedule toleration unless it already tolerates that taint. Its
+    GPU request keeps it on GPU nodes; no node label is added, as the labels NVIDIA's feature
+    discovery sets are missing on EKS's GPU AMI. A manifest's own selector (e.g. the prod
+    overlay's instance type) is kept."""
     for group in _groups(spec):
         pod = (group.get("template") or {}).get("spec") or {}
         if not _gpus_per_pod(pod):
             continue
-        affinity = ((pod.get("affinity") or {}).get("nodeAffinity") or {})
-        if not pod.get("nodeSelector") and "requiredDuringSchedulingIgnoredDuringExecution" not in affinity:
-            pod["nodeSelector"] = dict(GPU_NODE_SELECTOR)
         tolerations = pod.setdefault("tolerations", [])
         if not any(t.get("key") == GPU_RESOURCE or (not t.get("key") and t.get("operator") == "Exists")
                    for t in tolerations):

@@ -33,7 +33,6 @@ from tests.unit.test_kuberay_submit import (
 
 from halluscope.errors import ConfigError, RunError
 from halluscope.kuberay import (
-    GPU_NODE_SELECTOR,
     GPU_TOLERATION,
     QUEUE_LABEL,
     apply_queue,
@@ -308,7 +307,7 @@ def test_a_rendered_prod_overlay_is_used_as_it_is(kube: DeletingKube, kubeconfig
     images = {c["image"] for _, s in pod_specs(job) for c in s["containers"]}
     assert images == {"ghcr.io/halluscope/halluscope@sha256:" + "ab" * 32}
     (gpu,) = [g for g in job["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g["groupName"] == "gpu-worker"]
-    assert gpu["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert gpu["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
     assert gpu["template"]["spec"]["tolerations"] == [GPU_TOLERATION]
 
 
@@ -332,9 +331,9 @@ def test_gpu_groups_get_gpu_nodes_and_the_rest_do_not() -> None:
         gpus = any("nvidia.com/gpu" in c.get("resources", {}).get("limits", {}) for c in spec["containers"])
         placed[path] = (gpus, spec.get("nodeSelector"), spec.get("tolerations"))
     gpu_pods = [v for v in placed.values() if v[0]]
-    assert gpu_pods == [(True, GPU_NODE_SELECTOR, [GPU_TOLERATION])]
+    assert gpu_pods == [(True, None, [GPU_TOLERATION])]  # its GPU request is its node selector
     assert all(v[1:] == (None, None) for v in placed.values() if not v[0])  # head, CPU workers, submitter
-    # The toleration is the prod overlay's; its node label the one NVIDIA feature discovery sets.
+    # The toleration is the prod overlay's.
     prod_gpu = [s for obj in by_kind(kubectl_kustomize("prod"), "RayJob") for _, s in pod_specs(obj)
                 if s.get("tolerations")]
     assert [s["tolerations"] for s in prod_gpu] == [[GPU_TOLERATION]]

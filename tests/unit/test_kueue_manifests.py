@@ -189,7 +189,7 @@ def test_the_gpu_flavor_follows_the_prod_overlay() -> None:
     prod_selectors = [s["nodeSelector"] for obj in kubectl_kustomize("prod") if obj["kind"] == "RayJob"
                       for s in _pod_specs(obj) if s.get("nodeSelector")]
     assert prod_selectors == [gpu["nodeLabels"]]
-    assert node_types()["gpu-worker"]["accelerator"] in gpu["nodeLabels"]["nvidia.com/gpu.product"]
+    assert gpu["nodeLabels"] == {"node.kubernetes.io/instance-type": node_types()["gpu-worker"]["aws_instance_type"]}
     assert all(_tolerates([GPU_TOLERATION], taint) for taint in gpu["nodeTaints"])
     assert not any(_tolerates([], taint) for taint in gpu["nodeTaints"])
     assert not flavors["cpu-nodes"]
@@ -279,17 +279,94 @@ def test_a_queued_run_is_admitted_for_exactly_its_gpu_budget() -> None:
 
 
 def test_the_quota_arithmetic_in_the_comments() -> None:
-    """GPU flavor: two gpu-worker pods of cluster/node_types.yaml; CPU flavor: two runs at the CPU
-    group's full size with their head and submitter."""
+    """GPU flavor: the one gpu-worker pod of cluster/node_types.yaml that 3 x p5 leave beside the
+    RayService at its maximum; CPU flavor: one run at the CPU group's full size with its head and
+    submitter."""
     docs = shipped()
     queue = one(docs, "ClusterQueue")
     flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind(docs, "ResourceFlavor")}
     quota = quotas(queue)
     gpu = node_types()["gpu-worker"]
-    assert quota["h100"] == {"nvidia.com/gpu": 2 * gpu["gpus"], "cpu": 2 * gpu["cpus"],
-                             "memory": 2 * gpu["memory_gib"] * 2**30, "ephemeral-storage": 2 * gpu["ephemeral_gib"] * 2**30}
+    assert quota["h100"] == {"nvidia.com/gpu": gpu["gpus"], "cpu": gpu["cpus"], "memory": gpu["memory_gib"] * 2**30,
+                             "ephemeral-storage": gpu["ephemeral_gib"] * 2**30}
     cpu_run = admit(queued(0), queue, flavors)["cpu-nodes"]
     assert cpu_run["cpu"] == 136.5 and cpu_run["memory"] == 544.5 * 2**30
-    assert quota["cpu-nodes"]["cpu"] == math.ceil(2 * cpu_run["cpu"])
-    assert quota["cpu-nodes"]["memory"] == math.ceil(2 * cpu_run["memory"] / 2**30) * 2**30
-    assert fits({"cpu-nodes": cpu_run}, quota, runs=2) and not fits({"cpu-nodes": cpu_run}, quota, runs=3)
+    assert quota["cpu-nodes"]["cpu"] == math.ceil(cpu_run["cpu"])
+    assert quota["cpu-nodes"]["memory"] == math.ceil(cpu_run["memory"] / 2**30) * 2**30
+    assert fits({"cpu-nodes": cpu_run}, quota, runs=1) and not fits({"cpu-nodes": cpu_run}, quota, runs=2)
+
+
+# ---------------------------------------------------------------- one picture: `halluscope kueue`
+
+
+def described(nodes: int):
+    from halluscope.config.load import load_config
+
+    cluster = load_config(str(ROOT / "jobs" / "configs" / "halogen-all-domains.yaml")).cluster
+    return cluster.model_copy(update={"nodes": [g.model_copy(update={"count": nodes}) for g in cluster.nodes]})
+
+
+@pytest.mark.parametrize("nodes, service_pods, run_gpus", [(3, (2, 2), 8), (4, (2, 2), 16)])
+def test_the_rendered_quota_admits_only_runs_whose_pods_fit_beside_the_service_at_its_maximum(
+        nodes: int, service_pods: tuple[int, int], run_gpus: int) -> None:
+    """The shipped RayService (serve/*.yaml: the judge 1-2 x TP4, the extractor 1 x TP8) on 3 and
+    4 p5 nodes: the objects are valid v1beta2 ones, and as many runs as the quota admits at once
+    (each 8 GPUs: one pod) place their pods on the nodes the service leaves at its maximum, by the
+    project's own placement rules; one run more is not admitted."""
+    from halluscope.kueue import picture
+    from halluscope.pipeline.nodes import Demand, Layout
+
+    drawn = picture(described(nodes), ROOT)
+    assert (drawn.service_pods, drawn.run_gpus) == (service_pods, run_gpus)
+    for obj in drawn.objects:
+        assert errors(obj) == [], obj
+    queue = one(drawn.objects, "ClusterQueue")
+    flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind(drawn.objects, "ResourceFlavor")}
+    usage = admit(queued(8), queue, flavors)
+    admitted = max(n for n in range(1, 10) if fits(usage, quotas(queue), runs=n))
+    assert admitted == drawn.runs == run_gpus // 8
+    nodes_left = Layout.of(described(nodes), service_at_most=True)
+    assert nodes_left is not None
+    assert nodes_left.take(Demand("runs", "H100", 8.0, admitted))  # each run's pod of 8 on a node of its own
+    assert not nodes_left.take(Demand("one more", "H100", 8.0, 1))
+
+
+def test_two_nodes_are_refused_with_what_holds_them() -> None:
+    from halluscope.errors import ConfigError
+    from halluscope.kueue import picture
+
+    with pytest.raises(ConfigError, match=r"at its maximum replicas leaves the runs no pod of 8 GPUs: 2 nodes"):
+        picture(described(2), ROOT)
+
+
+def test_the_checkout_is_what_the_manifests_default_config_renders(capsys) -> None:
+    """k8s/kueue and the RayService's GPU group bounds are `halluscope kueue`'s rendering of the
+    config the manifests run by default; a checkout that differs is named, difference by difference."""
+    from halluscope.cli import main
+    from halluscope.kueue import differences, picture, rayservice_bounds
+
+    config = str(ROOT / "jobs" / "configs" / "halogen-all-domains.yaml")
+    assert main(["kueue", config, "--check"]) == 0
+    assert "the RayService: 2 to 2 GPU pods; the runs: 8 GPUs, 1 run(s) at once; the checkout agrees" in \
+        capsys.readouterr().out
+    four = picture(described(4), ROOT)
+    found = differences(one(four.objects, "ClusterQueue"), one(shipped(), "ClusterQueue"), "ClusterQueue halluscope")
+    assert found == [
+        "ClusterQueue halluscope.spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: 8, the description "
+        "gives 16",
+        "ClusterQueue halluscope.spec.resourceGroups[0].flavors[0].resources[1].nominalQuota: 176, the description "
+        "gives 352",
+        "ClusterQueue halluscope.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota: '1800Gi', the "
+        "description gives '3600Gi'",
+        "ClusterQueue halluscope.spec.resourceGroups[0].flavors[0].resources[3].nominalQuota: '500Gi', the "
+        "description gives '1000Gi'",
+        "ClusterQueue halluscope.spec.resourceGroups[0].flavors[1].resources[1].nominalQuota: 137, the description "
+        "gives 273",
+        "ClusterQueue halluscope.spec.resourceGroups[0].flavors[1].resources[2].nominalQuota: '545Gi', the "
+        "description gives '1089Gi'"]
+    service = yaml.safe_load((ROOT / "k8s" / "base" / "rayservice.yaml").read_text())
+    assert rayservice_bounds(service, (2, 2)) == []
+    assert rayservice_bounds(service, (2, 3)) == [
+        "its gpu-worker group has minReplicas/replicas/maxReplicas 2/2/2; the description gives 2/2/3"]
+
+

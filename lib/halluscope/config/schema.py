@@ -548,6 +548,9 @@ class NodeGroup(_Strict):
                                          "group's maximum)")
     gpus: int = Field(ge=0, description="GPUs per node")
     accelerator: str | None = Field(default=None, description="GPU type (a cluster/prices.yaml key, e.g. H100)")
+    instance_type: str | None = Field(default=None, description=(
+        "the cloud's instance type (e.g. p5.48xlarge): Kubernetes labels its nodes with it "
+        "(node.kubernetes.io/instance-type), which the Kueue flavor `halluscope kueue` renders selects"))
 
 
 class ServiceHold(_Strict):
@@ -557,12 +560,26 @@ class ServiceHold(_Strict):
     name: str = Field(min_length=1)
     gpus: int = Field(ge=1, description="GPUs per replica (tensor x pipeline parallel)")
     replicas: int = Field(default=1, ge=1, description="replicas held at all times (the autoscaler's minimum)")
+    max_replicas: int | None = Field(default=None, ge=1, description=(
+        "replicas the service may scale to (the autoscaler's maximum); None: ``replicas``. The runs' Kueue quota "
+        "is what the nodes leave the service at this many"))
     accelerator: str | None = None
     model_source: str | None = Field(default=None, description=(
         "the engine's weights (e.g. meta-llama/Llama-3.1-70B-Instruct): its size sizes the time the run's "
         "calls keep it busy in the plan"))
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="its vLLM engine arguments (dtype, "
                                                                            "quantization)")
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> ServiceHold:
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError(f"max_replicas {self.max_replicas} is below replicas {self.replicas}")
+        return self
+
+    @property
+    def most(self) -> int:
+        """The replicas it may hold at most."""
+        return self.max_replicas or self.replicas
 
 
 class ClusterSpec(_Strict):

@@ -78,21 +78,24 @@ class Layout:
                 m.ray_nodes = [RayNode(m.name, None, m.gpus)]
 
     @classmethod
-    def of(cls, cluster: ClusterSpec) -> Layout | None:
-        """The described machines with the shared service placed; None when none is described. A
-        ``cluster.gpus`` quota beyond what the service leaves of them is refused: Kueue would hold
-        the run for GPUs that are never free."""
+    def of(cls, cluster: ClusterSpec, service_at_most: bool = False) -> Layout | None:
+        """The described machines with the shared service placed (its minimum replicas, or with
+        ``service_at_most`` its maximum); None when none is described. A ``cluster.gpus`` quota
+        beyond what the service leaves of them is refused: Kueue would hold the run for GPUs that
+        are never free."""
         if not cluster.nodes:
             return None
         layout = cls([Machine(f"{g.name}-{i}", g.accelerator, float(g.gpus)) for g in cluster.nodes
                       for i in range(g.count)], cluster.pod_gpus)
         for hold in sorted(service_holds(cluster), key=lambda h: -h.gpus):
+            replicas = hold.most if service_at_most else hold.replicas
             # named apart from a model under test that may share its model id
-            demand = Demand(f"{hold.name} (service)", hold.accelerator or ANY_GPU, float(hold.gpus), hold.replicas)
+            demand = Demand(f"{hold.name} (service)", hold.accelerator or ANY_GPU, float(hold.gpus), replicas)
             if not layout.take(demand, SERVICE):
                 kind = f"{hold.accelerator} " if hold.accelerator else ""
-                raise ConfigError(f"cluster.service: {hold.name} ({hold.replicas} x {hold.gpus} {kind}GPUs, each on "
-                                  f"one node) does not fit the nodes cluster.nodes describes: {layout.describe()}")
+                bound = "at most" if service_at_most else "at least"
+                raise ConfigError(f"cluster.service: {hold.name} ({bound} {replicas} x {hold.gpus} {kind}GPUs, each "
+                                  f"on one node) does not fit the nodes cluster.nodes describes: {layout.describe()}")
         for resource, quota in (cluster.gpu_budget() or {}).items():
             left = layout.free_for(RUN, resource)
             if quota > left + 1e-9:
@@ -140,6 +143,10 @@ class Layout:
         pod = RayNode(f"{machine.name}/{owner}-pod-{len(machine.ray_nodes)}", owner, self.pod_gpus)
         machine.ray_nodes.append(pod)
         return pod
+
+    def pods_of(self, owner: str) -> int:
+        """How many pods ``owner`` holds."""
+        return sum(r.owner == owner for m in self.machines for r in m.ray_nodes)
 
     def nodes_of(self, holder: str) -> list[str]:
         return [r.name for m in self.machines for r in m.ray_nodes for h, _ in r.holds if h == holder]
@@ -220,10 +227,11 @@ def serve_config_holds(path: Path) -> list[ServiceHold]:
             deployment = llm.get("deployment_config") or {}
             scaling = deployment.get("autoscaling_config") or {}
             replicas = scaling.get("min_replicas", deployment.get("num_replicas", 1))
+            most = scaling.get("max_replicas", replicas)
             name = (llm.get("model_loading_config") or {}).get("model_id") or app.get("name")
             gpus = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
             if replicas:
-                out.append(ServiceHold(name=str(name), gpus=gpus, replicas=int(replicas),
+                out.append(ServiceHold(name=str(name), gpus=gpus, replicas=int(replicas), max_replicas=int(most),
                                        accelerator=llm.get("accelerator_type"),
                                        model_source=(llm.get("model_loading_config") or {}).get("model_source"),
                                        engine_kwargs={k: v for k, v in engine.items() if k in _SIZING_KEYS}))

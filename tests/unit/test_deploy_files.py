@@ -762,7 +762,14 @@ def test_rendered_manifests_meet_the_operators_expectations(which: str) -> None:
     assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayjobs"],
                               "verbs": ["create", "get", "delete"]}]
     (binding,) = by_kind(docs, "RoleBinding")
-    (account,) = by_kind(docs, "ServiceAccount")
+    accounts = {a["metadata"]["name"]: a for a in by_kind(docs, "ServiceAccount")}
+    account = accounts["halluscope-submitter"]
+    # the pods' own identities, a cloud role bound to each in advance (IRSA or Pod Identity)
+    assert set(accounts) == {"halluscope-submitter", "halluscope-run", "halluscope-service"}
+    for kind, name in (("RayJob", "halluscope-run"), ("RayCluster", "halluscope-run"),
+                       ("RayService", "halluscope-service")):
+        for obj in by_kind(docs, kind):
+            assert {s.get("serviceAccountName") for _, s in pod_specs(obj)} == {name}, kind
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
     assert {"kind": "ServiceAccount", "name": account["metadata"]["name"],

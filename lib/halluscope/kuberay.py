@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from halluscope.errors import ConfigError, RunError
+from halluscope.preflight import Finding, check, read_view
+from halluscope.quantity import parse_quantity
 from halluscope.retry import GaveUp, RetryPolicy, Transient
 from halluscope.sources import url_scheme
 from halluscope.storage.fs import Location
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from halluscope.config.schema import RunConfig
+
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 TEMPLATE = Path("k8s") / "base" / "rayjob.yaml"
@@ -318,11 +321,6 @@ def _accelerators(group: dict) -> set[str]:
     return {k.split(":", 1)[1] for k in resources if isinstance(k, str) and k.startswith("accelerator_type:")}
 
 
-def _cpu_quantity(value: Any) -> float:
-    text = str(value)
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-
-
 def _fix_size(group: dict, count: int) -> None:
     group.update(replicas=count, minReplicas=count, maxReplicas=count)
 
@@ -375,7 +373,7 @@ def apply_queue(job: dict, queue: str, gpus: int | dict[str, int] | None, cpus: 
     for group in cpu_groups:
         container = group["template"]["spec"]["containers"][0]
         res = container.get("resources") or {}
-        cpu_each = _cpu_quantity((res.get("limits") or {}).get("cpu") or (res.get("requests") or {}).get("cpu") or 1)
+        cpu_each = parse_quantity((res.get("limits") or {}).get("cpu") or (res.get("requests") or {}).get("cpu") or 1)
         count = int(group.get("maxReplicas", group.get("replicas", 0))) if cpus is None else math.ceil(cpus / cpu_each)
         _fix_size(group, count)
         parts[group["groupName"]] = f"{count} x {group['groupName']} ({count * cpu_each:g} CPUs)"
@@ -613,11 +611,22 @@ def check_outcome(ns: str, name: str, status: dict) -> None:
                    f"kubectl -n {ns} describe rayjob {name}; kubectl -n {ns} logs job/{name}")
 
 
+def _preflight(api: ApiClient, ns: str, job: dict, cfg: RunConfig, *, queued: bool,
+               log: Callable[[str], None]) -> list[Finding]:
+    """The cluster's answers to what the RayJob needs, each finding logged."""
+    view = read_view(api, ns, job, queued)
+    instance_type = next((g.instance_type for g in cfg.cluster.nodes if g.gpus and g.instance_type), None)
+    findings = check(view, job, queued=queued, instance_type=instance_type, s3=cfg.storage.root.startswith("s3://"))
+    for f in findings:
+        log(str(f))
+    return findings
+
+
 def submit(config_uri: str, *, namespace: str | None = None, name: str | None = None, image: str | None = None,
            manifest: str | None = None, kubeconfig: str | None = None, context: str | None = None,
            in_cluster: bool = False, wait: bool = True, poll_s: float = 5, timeout_s: float | None = None,
            allow_tag_image: bool = False, queue: str | None = None, delete_timeout_s: float = 600,
-           log: Callable[[str], None] = print) -> dict:
+           check_only: bool = False, log: Callable[[str], None] = print) -> dict:
     """Validate the run config, create its RayJob and (with `wait`) follow it to the end.
 
     Returns {"name", "namespace", "status"} with the RayJob's last status. Raises ConfigError
@@ -625,7 +634,9 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     unusable, and RunError when the API refuses the RayJob, a RayJob of that name has not
     finished, or the run does not succeed. The namespace is `namespace`, else the manifest's,
     else the kubeconfig context's (or the pod's), else default. With `queue`, the RayJob waits
-    in that Kueue LocalQueue (suspended) until its quota is free.
+    in that Kueue LocalQueue (suspended) until its quota is free. Before creating it asks the
+    cluster what it can (``preflight``): a missing thing refuses the submission with its fix;
+    ``check_only`` stops there, returning the findings ({"name", "namespace", "findings"}).
     """
     from halluscope.config.load import load_config
     from halluscope.pipeline.schedule import check_layout
@@ -650,6 +661,13 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
         ns = namespace or job["metadata"].get("namespace") or credential_ns or "default"
         job["metadata"]["namespace"] = ns
         job_name = job["metadata"]["name"]
+        findings = _preflight(api, ns, job, cfg, queued=bool(queue), log=log)
+        if check_only:
+            return {"name": job_name, "namespace": ns, "findings": [str(f) for f in findings]}
+        missing = [f for f in findings if f.blocking]
+        if missing:
+            raise ConfigError(f"the cluster cannot run RayJob {ns}/{job_name} as it is ({len(missing)} missing; "
+                              "nothing was created): " + "; ".join(str(f) for f in missing))
         created = _create(api, job, fingerprint, poll_s=poll_s, delete_timeout_s=delete_timeout_s, log=log)
         log(f"created RayJob {ns}/{job_name} for {located} (fingerprint {fingerprint}, run id {job_name}); "
             f"follow: kubectl -n {ns} get rayjob {job_name} -w")

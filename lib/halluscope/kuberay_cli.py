@@ -36,6 +36,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     creds.add_argument("--kubeconfig", help="kubeconfig file; default: $KUBECONFIG or ~/.kube/config")
     creds.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
     p.add_argument("--context", help="kubeconfig context; default: the current one")
+    p.add_argument("--check", action="store_true",
+                   help="only ask the cluster what the RayJob needs (KubeRay and Kueue versions, the GPU nodes' "
+                        "labels, GPUs and storage, the pods' ServiceAccount) and print what is missing with its "
+                        "fix; create nothing (exit 2 when something is missing)")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="return once the RayJob is created")
     p.add_argument("--poll", type=_positive, default=5.0, metavar="SECONDS", help="status poll interval")
     p.add_argument("--timeout", type=_positive, metavar="SECONDS",
@@ -50,7 +54,12 @@ def main(args: argparse.Namespace) -> int:
     result = submit(args.kuberay, namespace=args.namespace, name=args.name, image=args.image,
                     manifest=args.manifest, kubeconfig=args.kubeconfig, context=args.context,
                     in_cluster=args.in_cluster, wait=args.wait, poll_s=args.poll, timeout_s=args.timeout,
-                    allow_tag_image=args.allow_tag_image, queue=args.queue)
+                    allow_tag_image=args.allow_tag_image, queue=args.queue, check_only=args.check)
+    if args.check:
+        missing = sum(f.startswith("missing") for f in result["findings"])
+        print(f"RayJob {result['namespace']}/{result['name']}: "
+              + (f"{missing} thing(s) missing, nothing created" if missing else "the cluster has what it needs"))
+        return 2 if missing else 0
     status = result["status"]
     state = status.get("jobDeploymentStatus") or "created"
     print(f"RayJob {result['namespace']}/{result['name']}: {state}"

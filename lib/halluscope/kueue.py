@@ -24,6 +24,7 @@ from halluscope.config.schema import ClusterSpec
 from halluscope.errors import ConfigError
 from halluscope.kuberay import GPU_RESOURCE, apply_queue, build_rayjob, load_template
 from halluscope.pipeline.nodes import SERVICE, Layout
+from halluscope.quantity import parse_quantity
 
 API = "kueue.x-k8s.io/v1beta2"
 QUEUE = "halluscope"
@@ -113,15 +114,6 @@ def pod_sets(job: dict) -> list[tuple[str, int, dict]]:
     if job["spec"].get("submissionMode") == "K8sJobMode":
         sets.append(("submitter", 1, job["spec"]["submitterPodTemplate"]["spec"]))
     return sets
-
-
-def parse_quantity(value: object) -> float:
-    """A Kubernetes quantity (``500m``, ``64Gi``, ``8``) as a number of units."""
-    text = str(value)
-    for suffix, factor in (("Ki", 2.0**10), ("Mi", 2.0**20), ("Gi", GIB), ("Ti", 2.0**40), ("m", 1e-3)):
-        if text.endswith(suffix):
-            return float(text[:-len(suffix)]) * factor
-    return float(text)
 
 
 def _quantity(resource: str, value: float) -> int | str:

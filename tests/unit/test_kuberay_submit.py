@@ -33,6 +33,18 @@ TOKEN = "kube-test-token-8f3a1c9e5b7d"
 CONTEXT_NS = "halluscope-dev"
 COLLECTION = re.compile(r"^/apis/ray\.io/v1/namespaces/([^/]+)/rayjobs$")
 ITEM = re.compile(r"^/apis/ray\.io/v1/namespaces/([^/]+)/rayjobs/([^/]+)$")
+CRD = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$")
+ACCOUNT = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
+OBJECTS = Path(__file__).parent / "k8s_objects"
+
+
+def recorded(name: str) -> dict:
+    return json.loads((OBJECTS / name).read_text())
+
+
+def account(name: str, role: bool = True) -> dict:
+    annotations = {"eks.amazonaws.com/role-arn": f"arn:aws:iam::111122223333:role/{name}"} if role else {}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "annotations": annotations}}
 
 INIT = {"jobDeploymentStatus": "Initializing"}
 PENDING = {"jobDeploymentStatus": "Running", "jobStatus": "PENDING", "jobId": "raysubmit_1"}
@@ -55,6 +67,13 @@ class FakeKube:
     requests: list[dict] = field(default_factory=list)
     reads: int = 0
     url: str = ""
+    # what the preflight reads: a cluster with what the RayJob needs (KubeRay 1.7, Kueue, a p5 whose
+    # NVMe disks back the kubelet's storage, the pods' ServiceAccount with an IAM role)
+    crds: dict[str, dict] = field(default_factory=lambda: {
+        "rayjobs.ray.io": recorded("crd-rayjobs-kuberay-v1.7.0.json"),
+        "localqueues.kueue.x-k8s.io": recorded("crd-localqueues-kueue.json")})
+    nodes: list[dict] = field(default_factory=lambda: [recorded("nodes-eks-p5.json")["raid0"]])
+    accounts: dict[str, dict] = field(default_factory=lambda: {"halluscope-run": account("halluscope-run")})
 
 
 def _status_body(code: int, reason: str, message: str) -> dict:
@@ -99,6 +118,16 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path, _ = self._record()
+            found: Any = None
+            if (c := CRD.match(path)) is not None:
+                found = kube.crds.get(c.group(1))
+            elif path == "/api/v1/nodes":
+                found = {"apiVersion": "v1", "kind": "NodeList", "items": kube.nodes}
+            elif (a := ACCOUNT.match(path)) is not None:
+                found = kube.accounts.get(a.group(2))
+            if CRD.match(path) or ACCOUNT.match(path) or path == "/api/v1/nodes":
+                return self._answer(200, found) if found is not None else self._answer(
+                    404, _status_body(404, "NotFound", f"{path} not found"))
             m = ITEM.match(path)
             if not m or (m.group(1), m.group(2)) not in kube.store:
                 return self._answer(404, _status_body(404, "NotFound", "rayjobs.ray.io not found"))
@@ -219,7 +248,7 @@ def test_remote_uri_image_and_namespace_override(kube: FakeKube, kubeconfig: str
     assert not any(line.startswith("warning:") for line in logs)
     job = created(kube)
     assert result["namespace"] == job["metadata"]["namespace"] == "halluscope"
-    assert kube.requests[0]["path"] == "/apis/ray.io/v1/namespaces/halluscope/rayjobs"
+    assert [r for r in kube.requests if r["path"].startswith("/apis/ray.io")][0]["path"] == "/apis/ray.io/v1/namespaces/halluscope/rayjobs"
     (submitter,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
     assert env_of(submitter)["HALLUSCOPE_CONFIG"]["value"] == uri
     images = {c["image"] for _, spec in pod_specs(job) for c in spec["containers"]}
@@ -366,7 +395,7 @@ def test_failure_raises_run_error_with_the_status_message(kube: FakeKube, kubeco
 
 def test_no_wait_returns_after_create(kube: FakeKube, kubeconfig: str) -> None:
     result, logs = run_submit(kubeconfig, name="halluscope-nowait", wait=False)
-    assert [r["method"] for r in kube.requests] == ["POST"]
+    assert [r["method"] for r in kube.requests if r["path"].startswith("/apis/ray.io")] == ["POST"]
     assert result == {"name": "halluscope-nowait", "namespace": CONTEXT_NS, "status": {}}
     assert "kubectl -n halluscope-dev get rayjob halluscope-nowait -w" in logs[-1]
 
@@ -566,3 +595,57 @@ def test_an_edited_config_is_uploaded_and_run_by_its_digest(tmp_path: Path, s3_e
     path.write_text(yaml.safe_dump({**base, "models": [{"id": "m", "backend": "replay", "params": {"path": "m.jsonl"}}]}))
     with pytest.raises(ConfigError, match="paths relative to its folder"):
         config_for_cluster(str(path), load_config(str(path)), root, said.append)
+
+
+# ---------------------------------------------------------------- preflight: submit --check
+
+
+def test_check_names_what_an_operators_first_try_on_eks_lacks_and_creates_nothing(
+        kube: FakeKube, kubeconfig: str, tmp_path: Path, capsys) -> None:
+    """An EKS cluster as a first try finds it: KubeRay 1.5 (no authOptions.secretName), a p5 whose
+    kubelet storage is its root volume, no ServiceAccount for the run's pods, and a manifest that
+    selects GPU nodes by a GPU feature discovery label EKS's AMI does not set. `submit --check`
+    names each with its fix, exits 2, and creates nothing; plain submit refuses the same."""
+    kube.crds["rayjobs.ray.io"] = recorded("crd-rayjobs-kuberay-v1.5.2.json")
+    kube.nodes = [recorded("nodes-eks-p5.json")["root-volume"]]
+    kube.accounts = {}
+    manifest = load_template(None, ROOT)
+    (gpu,) = [g for g in manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"] if g["groupName"] == "gpu-worker"]
+    selector = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    gpu["template"]["spec"]["nodeSelector"] = selector
+    (tmp_path / "rayjob.yaml").write_text(yaml.safe_dump(manifest))
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["submit", "--kuberay", str(CONFIG), "--kubeconfig", kubeconfig, "--allow-tag-image",
+                              "--manifest", str(tmp_path / "rayjob.yaml"), "--check"])
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert "spec.rayClusterSpec.authOptions.secretName" in out and "KubeRay to 1.6 or later" in out
+    assert f"no GPU node carries the GPU pods' node selector {selector}" in out
+    assert "select by node.kubernetes.io/instance-type" in out
+    assert f"ServiceAccount {CONTEXT_NS}/halluscope-run, which the RayJob's pods run as, does not exist" in out
+    assert "3 thing(s) missing, nothing created" in out
+    assert not [r for r in kube.requests if r["method"] != "GET"]
+    # the manifest's own selector dropped: the node is found by its GPUs, and its storage is short
+    kube.nodes = [recorded("nodes-eks-p5.json")["root-volume"]]
+    _, logs = run_submit(kubeconfig, check_only=True)
+    assert any("has 89 GiB of ephemeral storage; a GPU pod asks 500 GiB for its model cache" in line
+               and "RAID0" in line for line in logs), logs
+    with pytest.raises(ConfigError, match=r"the cluster cannot run RayJob .* \(3 missing; nothing was created\)"):
+        run_submit(kubeconfig)
+    assert not [r for r in kube.requests if r["method"] != "GET"]
+
+
+def test_check_passes_a_cluster_that_has_what_the_rayjob_needs_and_warns_of_a_role_it_cannot_see(
+        kube: FakeKube, kubeconfig: str) -> None:
+    result, logs = run_submit(kubeconfig, check_only=True, queue="halluscope")
+    assert result["findings"] == [] and not [r for r in kube.requests if r["method"] != "GET"]
+    kube.accounts = {"halluscope-run": account("halluscope-run", role=False)}
+    kube.crds.pop("localqueues.kueue.x-k8s.io")
+    uri = "memory://halluscope-test/configs/s3-run.yaml"
+    with fsspec.open(uri, "w") as f:
+        f.write(yaml.safe_dump({**yaml.safe_load(CONFIG.read_text()), "storage": {"root": "s3://bucket/runs"}}))
+    result, _ = run_submit(kubeconfig, config=uri, check_only=True, queue="halluscope")
+    assert [f.split(":")[0] for f in result["findings"]] == ["missing", "warning"]
+    assert "Kueue is not installed" in result["findings"][0]
+    assert "carries no IAM role (eks.amazonaws.com/role-arn)" in result["findings"][1]

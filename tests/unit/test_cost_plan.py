@@ -647,7 +647,7 @@ def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned
     from tests.support.openai_server import OpenAIStubServer
 
     from halluscope.pipeline import engine_speed
-    from halluscope.pipeline.service_load import service_engines
+    from halluscope.pipeline.service_engines import service_engines
 
     with OpenAIStubServer(responder=lambda prompt: "no") as server:
         judge = {"id": "judge", "role": "judge", "backend": "openai",

@@ -563,6 +563,9 @@ class ServiceHold(_Strict):
     max_replicas: int | None = Field(default=None, ge=1, description=(
         "replicas the service may scale to (the autoscaler's maximum); None: ``replicas``. The runs' Kueue quota "
         "is what the nodes leave the service at this many"))
+    target_ongoing_requests: int | None = Field(default=None, ge=1, description=(
+        "calls in flight per replica beyond which its autoscaler adds one: the runs keep at most "
+        "max_replicas x this many in flight to it, so it never asks for more than its nodes"))
     accelerator: str | None = None
     model_source: str | None = Field(default=None, description=(
         "the engine's weights (e.g. meta-llama/Llama-3.1-70B-Instruct): its size sizes the time the run's "

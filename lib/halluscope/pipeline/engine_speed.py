@@ -46,7 +46,7 @@ from halluscope.models.model import Model
 from halluscope.models.provider import RemoteProvider
 from halluscope.models.registry import Context, provider, sampling_of
 from halluscope.pipeline.resolved import plan_options
-from halluscope.pipeline.service_load import service_engines
+from halluscope.pipeline.service_engines import service_engines
 from halluscope.pipeline.workset import item_source, models_under_test
 from halluscope.runkit import init_ray, is_served, served
 from halluscope.serving.placement import placement

@@ -56,7 +56,8 @@ from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
 from halluscope.pipeline.schedule import Schedule, Window, job_of, layout, scheduled, simulate
 from halluscope.pipeline.schedule import budget as schedule_budget
-from halluscope.pipeline.service_load import ServiceLoad, service_engines, service_rows
+from halluscope.pipeline.service_engines import check_service_load, service_engines
+from halluscope.pipeline.service_load import ServiceLoad, service_rows
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
@@ -110,6 +111,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     call cache; generation calls found there are counted as cached and cost nothing (role calls
     cannot be looked up: their prompts depend on the generations). ``done``: generation ids a
     resumed run already committed; they make no more calls."""
+    check_service_load(cfg)
     o = options or PlanOptions()
     stats = stats or TokenStats()
     done = done if done is not None else GenerationIds()

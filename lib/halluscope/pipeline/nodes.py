@@ -228,10 +228,12 @@ def serve_config_holds(path: Path) -> list[ServiceHold]:
             scaling = deployment.get("autoscaling_config") or {}
             replicas = scaling.get("min_replicas", deployment.get("num_replicas", 1))
             most = scaling.get("max_replicas", replicas)
+            target = scaling.get("target_ongoing_requests", deployment.get("max_ongoing_requests"))
             name = (llm.get("model_loading_config") or {}).get("model_id") or app.get("name")
             gpus = int(engine.get("tensor_parallel_size", 1)) * int(engine.get("pipeline_parallel_size", 1))
             if replicas:
                 out.append(ServiceHold(name=str(name), gpus=gpus, replicas=int(replicas), max_replicas=int(most),
+                                       target_ongoing_requests=None if target is None else int(target),
                                        accelerator=llm.get("accelerator_type"),
                                        model_source=(llm.get("model_loading_config") or {}).get("model_source"),
                                        engine_kwargs={k: v for k, v in engine.items() if k in _SIZING_KEYS}))

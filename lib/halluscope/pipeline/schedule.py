@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.errors import ConfigError
 from halluscope.pipeline.nodes import RUN, Demand, Layout
+from halluscope.pipeline.service_engines import check_service_load
 from halluscope.serving.placement import cpus_of, placement
 
 CPU = "CPU"
@@ -299,7 +300,9 @@ def budget(cfg: RunConfig, gpus_found: float | None, cpus: float | None) -> dict
 
 def check_layout(cfg: RunConfig) -> None:
     """What ``submit`` asks before it creates anything: the served models under test fit the GPUs
-    and nodes the config describes, beside the shared service and the roles the run serves."""
+    and nodes the config describes, beside the shared service and the roles the run serves, and
+    its calls to the shared service stay within what the service's nodes serve."""
+    check_service_load(cfg)
     gpus = budget(cfg, None, None)  # None: neither cluster.gpus nor cluster.nodes, the Ray cluster's at the start
     if gpus is None:
         return

@@ -1,21 +1,19 @@
-"""The plan's shared services (``costs.shared_services``): each engine a service runs for the
-run's role models, as ``cluster.service``'s Serve configs describe it (its model, tensor
-parallelism, the replicas it holds, dtype and quantization), sized as a vLLM model of the
-throughput table; the run's calls to it at that engine's prefill and decode rates; and the
-service's rows of the plan: the time its engines are busy with the run and the rest of the run's
-wall time it holds them idle."""
+"""The plan's shared services (``costs.shared_services``): the run's calls to each engine a
+service runs for its role models (``service_engines``) at that engine's prefill and decode rates,
+and the service's rows of the plan: the time its engines are busy with the run and the rest of
+the run's wall time it holds them idle."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import RunConfig, ServiceHold, VLLMModel
+from halluscope.config.schema import RunConfig
 from halluscope.cost.ledger import CallTally
 from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_gpus, service_rate, services_of
-from halluscope.pipeline.nodes import service_holds
 from halluscope.pipeline.plan_view import PlanRow
+from halluscope.pipeline.service_engines import Engine, service_engines
 from halluscope.serving.throughput import PlanOptions, busy_seconds
 
 
@@ -45,31 +43,6 @@ def service_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None
             if gpus is not None:
                 busy.resource_hours, idle.resource_hours = gpus * busy_s / 3600, gpus * (wall_s - busy_s) / 3600
         out += [busy, idle]
-    return out
-
-
-@dataclass(frozen=True)
-class Engine:
-    """A shared service's engine (``cluster.service``): the model it serves, sized as a vLLM model."""
-
-    service: str
-    hold: ServiceHold
-    spec: VLLMModel
-
-
-def service_engines(cfg: RunConfig) -> dict[str, Engine]:
-    """The engines of the run's shared services by the model name they serve (``api_model``),
-    where ``cluster.service`` describes them and a shared service lists a model they serve."""
-    by_api = {m.api_model: s.name for s in cfg.costs.shared_services for m in cfg.models
-              if m.id in s.models and m.billing == "tokens"}
-    out = {}
-    for hold in service_holds(cfg.cluster) if cfg.cluster.service else []:
-        if hold.name in by_api:
-            spec = VLLMModel.model_validate({"id": hold.name, "backend": "vllm", "params": {
-                "model_source": hold.model_source or hold.name, "accelerator_type": hold.accelerator,
-                "tensor_parallel_size": hold.gpus, "engine_kwargs": hold.engine_kwargs,
-                "serve": {"num_replicas": hold.replicas}}})
-            out[hold.name] = Engine(by_api[hold.name], hold, spec)
     return out
 
 

@@ -512,7 +512,9 @@ def test_only_the_services_own_pods_and_the_operator_reach_it_and_runs_only_serv
         json.dumps({"podSelector": {"matchLabels": {"halluscope.io/component": "service"}}}, sort_keys=True): "all",
         json.dumps({"podSelector": {"matchLabels": {"halluscope.io/component": "run"}}}, sort_keys=True): [8000],
         json.dumps({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
-                   sort_keys=True): [8265]}
+                   sort_keys=True): [8000, 8265],
+        json.dumps({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+                   sort_keys=True): [8080]}
     # the runs call the service where the policy lets them: Serve's HTTP port
     served = (ROOT / "jobs" / "configs" / "open-models-served.yaml").read_text()
     assert "http://halluscope-serve-serve-svc:8000/" in served

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from tests.unit.test_deploy_files import (
     RAY_KINDS,
+    ROOT,
     base_manifests,
     cluster_spec,
     kubectl_kustomize,
     kustomize_with_components,
+    load_all,
     overlay_manifests,
 )
 
@@ -84,11 +86,12 @@ def _rendered(overlay: str) -> Callable[[], list[dict]]:
 # plus the 4 MinIO objects = 15. Prod rendered: the base's 17. Prod with the shared model cache:
 # 17 + its PVC = 18.
 SOURCES = [
-    ("base", base_manifests, 17),
+    ("base", base_manifests, 19),  # + the run's and the service's ServiceAccounts
+    ("policy", lambda: load_all(ROOT / "k8s" / "policy" / "admission.yaml"), 2),
     ("overlay-files", overlay_manifests, 4),
-    ("rendered-dev", _rendered("dev"), 15),
-    ("rendered-prod", _rendered("prod"), 17),
-    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 18),
+    ("rendered-dev", _rendered("dev"), 17),
+    ("rendered-prod", _rendered("prod"), 19),
+    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 20),
 ]
 
 

@@ -150,7 +150,8 @@ def old_rayjob(kube: DeletingKube, status: dict, **labels: str) -> None:
 
 
 def methods(kube: DeletingKube) -> list[str]:
-    return [r["method"] for r in kube.requests]
+    """The RayJob requests (the preflight's reads of CRDs, nodes and accounts come first)."""
+    return [r["method"] for r in kube.requests if r["path"].startswith("/apis/ray.io")]
 
 
 # ---------------------------------------------------------------- resubmission by name

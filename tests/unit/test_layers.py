@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "lib" / "halluscope"
 
 # layer -> module prefixes (dotted, under halluscope); the longest matching prefix places a module
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("L0 core", ("halluscope", "errors", "records", "ratelimit", "imports", "quiet", "retry")),
+    ("L0 core", ("halluscope", "errors", "records", "ratelimit", "imports", "quiet", "retry", "quantity")),
     ("L1 storage", ("storage", "sources")),
     ("L2 contract", ("contract",)),
     ("L3 config", ("config", "task_registry", "provider_registry")),
@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L5 accounting, serving", ("cost", "serving", "runkit")),
     ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "report")),
     ("L7 engine", ("pipeline",)),
-    ("L8 entry points", ("cli", "kuberay", "kuberay_cli")),
+    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "preflight", "kueue", "kueue_cli")),
 ]
 
 

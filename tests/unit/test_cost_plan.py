@@ -672,6 +672,27 @@ def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned
     assert why is None and math.isclose(gpu_s / 4, 10_000 / speed.prefill_tokens_per_s + 100 / speed.decode_tokens_per_s)
 
 
+def test_a_calibration_whose_calls_were_retried_records_nothing(data):
+    """A load in which one call timed out or was refused and retried measured the wait, not the
+    engine: the calibration stops and says so."""
+    from tests.support.openai_server import FailPlan, OpenAIStubServer
+
+    from halluscope.pipeline import engine_speed
+
+    with OpenAIStubServer(responder=lambda prompt: "no", fail_plan=FailPlan(first_n=1, status=503,
+                                                                           retry_after="0")) as server:
+        judge = {"id": "judge", "role": "judge", "backend": "openai", "params": {
+            "base_url": server.base_url, "model": "llama-3.1-70b-instruct"}}
+        cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
+                   costs={"price_table": None, "shared_services": [{"name": "svc", "gpus": 8, "resource": "H100",
+                                                                    "models": ["judge"]}]},
+                   cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
+                            "service": ["serve/judge-llama-3.1-70b.yaml"]})
+        with pytest.raises(RunError, match=r"calibrating 'judge': \d+ of \d+ calls were retried .* nothing was "
+                                           r"recorded"):
+            engine_speed.calibrate_speed(cfg, calls=4)
+
+
 def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release(data):
     """costs.overheads as the k8s manifests set them: each served model's fresh node boots (300 s),
     pulls a 15 GB image at 0.25 GB/s (60 s) and downloads its 16-bit weights into its pod at

@@ -5,6 +5,7 @@ very long strings, replay paths that are URLs."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -199,3 +200,30 @@ def test_a_relative_replay_path_still_resolves_from_the_config_folder(tmp_path):
     path = _replay_config(tmp_path, ["p0"])
     cfg = load_config(str(path))
     assert cfg.models[0].params.path == str(tmp_path / "gens.jsonl")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"trust_remote_code": True}, "trust_remote_code is True; allowed: False"),
+    ({"worker_extension_cls": "os.system"}, "worker_extension_cls is not an engine argument a config may pass"),
+    ({"worker_cls": "evil.Worker"}, "worker_cls is not an engine argument a config may pass"),
+    ({"kv_transfer_config": {"kv_connector": "evil.Connector"}}, "kv_transfer_config is not an engine argument"),
+    ({"load_format": "dummy"}, "load_format is 'dummy'; allowed: 'auto'"),
+    ({"distributed_executor_backend": "evil.Executor"}, "distributed_executor_backend is 'evil.Executor'"),
+    ({"quantization": {"class": "x"}}, "quantization is a dict; a number, string or boolean is allowed"),
+])
+def test_a_vllm_config_names_data_never_code(kwargs, message):
+    """engine_kwargs pass an allow-list of data (dtype, quantization, memory and batching knobs):
+    anything that loads or names code is refused when the config is read, before plan or run."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config({"tasks": ["halogen/code"], "models": [{"id": "v", "backend": "vllm", "params": {
+            "model_source": "x", "engine_kwargs": kwargs}}]})
+    parse_config({"tasks": ["halogen/code"], "models": [{"id": "v", "backend": "vllm", "params": {
+        "model_source": "x", "engine_kwargs": {"enforce_eager": True, "dtype": "bfloat16", "quantization": "fp8",
+                                               "gpu_memory_utilization": 0.9, "trust_remote_code": False}}}]})
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("tasks: [halogen/code]\nmodels:\n  - {id: a, backend: scripted}\ntasks: [halogen/biographies]\n")
+    with pytest.raises(ConfigError, match=r"line 4, column 1: key 'tasks' is given twice in one mapping"):
+        read_yaml(str(path))

@@ -58,6 +58,17 @@ class _ConfigLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A key given twice is refused: YAML would keep the last one silently."""
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise _Refused(key_node.start_mark, f"key {clip(str(key), 60)!r} is given twice in one mapping: "
+                                                    "keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
 
 class _Refused(yaml.YAMLError):
     def __init__(self, mark: Any, problem: str) -> None:

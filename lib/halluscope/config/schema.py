@@ -196,6 +196,50 @@ class HFParams(_Strict):
                                         "sampling.max_tokens / 5: a decode of 5 tokens/s, behind one other call")
 
 
+# vLLM engine arguments a config may pass on (params.engine_kwargs): data that tunes the engine.
+# Anything that names code to import or run (trust_remote_code, worker_cls, worker_extension_cls,
+# logits_processors, kv_transfer_config, a custom load format's loader, ...) is refused: a config
+# is data all the way. A key -> the values it may take, None: any value of the engine's own type.
+ENGINE_ARGS: dict[str, tuple | None] = {
+    "dtype": ("auto", "half", "float16", "bfloat16", "float", "float32"),
+    "quantization": None, "kv_cache_dtype": None, "max_num_seqs": None, "max_num_batched_tokens": None,
+    "gpu_memory_utilization": None, "enforce_eager": None, "enable_prefix_caching": None,
+    "enable_chunked_prefill": None, "block_size": None, "swap_space": None, "cpu_offload_gb": None, "seed": None,
+    "max_logprobs": None, "disable_log_stats": None, "disable_custom_all_reduce": None,
+    "enable_expert_parallel": None, "max_parallel_loading_workers": None, "num_gpu_blocks_override": None,
+    "calculate_kv_scales": None, "disable_sliding_window": None, "async_scheduling": None,
+    "load_format": ("auto", "safetensors", "pt", "npcache", "gguf", "runai_streamer", "runai_streamer_sharded",
+                    "fastsafetensors", "bitsandbytes", "sharded_state"),
+    "distributed_executor_backend": ("ray", "mp", "uni"),
+    "tokenizer_mode": ("auto", "slow", "mistral"),
+    "scheduling_policy": ("fcfs", "priority"),
+    "generation_config": ("auto", "vllm"),
+    "trust_remote_code": (False,),
+}
+
+
+def engine_args_problem(kwargs: dict[str, Any]) -> str | None:
+    """Why ``kwargs`` may not reach a vLLM engine, or None."""
+    for key, value in kwargs.items():
+        if key in TYPED_ENGINE_KEYS + RESERVED_ENGINE_KEYS:
+            continue  # serving.vllm.engine_kwargs says which field to set instead
+        if key not in ENGINE_ARGS:
+            return (f"{key} is not an engine argument a config may pass (data only: arguments that load or name "
+                    f"code are refused); allowed: {', '.join(sorted(ENGINE_ARGS))}")
+        allowed = ENGINE_ARGS[key]
+        if allowed is not None and value not in allowed:
+            return f"{key} is {value!r}; allowed: {', '.join(map(repr, allowed))}"
+        if allowed is None and not isinstance(value, (str, int, float, bool)):
+            return f"{key} is a {type(value).__name__}; a number, string or boolean is allowed"
+    return None
+
+
+# VLLMParams' typed fields, and what Ray takes from model_loading_config (the model id is the
+# served name): refused by serving.vllm.engine_kwargs with their own message
+TYPED_ENGINE_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "revision")
+RESERVED_ENGINE_KEYS = ("model", "served_model_name")
+
+
 class VLLMParams(_Strict):
     """vLLM engines through ray.serve.llm."""
 
@@ -205,13 +249,22 @@ class VLLMParams(_Strict):
     pipeline_parallel_size: int = Field(default=1, ge=1)
     accelerator_type: str | None = None
     max_model_len: int | None = Field(default=None, gt=0)
-    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="vLLM engine arguments from an allow-list "
+                                                                           "(ENGINE_ARGS): data, never code")
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     serve: ServeOptions = Field(default_factory=ServeOptions)
     request_timeout_s: float | None = Field(
         default=None, gt=0, description="seconds one request (its whole answer, not streamed) may take before it is "
                                         "cancelled and retried; None: 60 + sampling.max_tokens / 5, a decode of 5 "
                                         "tokens/s per sequence under a full batch")
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _data_only(cls, v: dict[str, Any]) -> dict[str, Any]:
+        problem = engine_args_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class _Model(_Strict):

@@ -133,6 +133,11 @@ def _timed(model: Model, prompts: Sequence[str]) -> tuple[float, int, int]:
     if failed:
         raise RunError(f"calibrating '{model.model_id}': {len(failed)} of {len(done)} calls failed or counted no "
                        f"tokens (first: {failed[0]})")
+    retried = sum(c.attempts > 1 for c in done)
+    if retried:  # a timed-out or refused call's wait is not the engine's speed (32 prompt tokens/s was recorded)
+        raise RunError(f"calibrating '{model.model_id}': {retried} of {len(done)} calls were retried (a timeout or "
+                       "a refusal), so the load's time is not the engine's; nothing was recorded: measure again "
+                       "on a quieter cluster, or with fewer --calls")
     return seconds, sum(c.input_tokens or 0 for c in done), sum(c.output_tokens or 0 for c in done)
 
 

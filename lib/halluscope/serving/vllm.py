@@ -22,7 +22,7 @@ import platform
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from halluscope.config.schema import VLLMModel
+from halluscope.config.schema import RESERVED_ENGINE_KEYS, TYPED_ENGINE_KEYS, VLLMModel
 from halluscope.errors import ConfigError, HalluscopeError
 from halluscope.serving.weights import local_weights
 
@@ -37,9 +37,6 @@ _NEEDS_VLLM = ("the vllm backend needs vLLM: install halluscope[gpu] on GPU node
                "(`make venv-vllm` builds .venv-vllm with it) to run it on a CPU")
 
 # Engine settings that VLLMParams carries as typed fields; engine_kwargs must not repeat them.
-_TYPED_ENGINE_KEYS = ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "revision")
-# Ray derives these from model_loading_config (the model id is the served name).
-_RESERVED_ENGINE_KEYS = ("model", "served_model_name")
 
 # Private columns: Ray's stages keep the caller's columns but add their own and overwrite
 # ``prompt`` with the chat-templated text, so the caller's column names and prompt ride along.
@@ -59,11 +56,11 @@ def engine_kwargs(spec: VLLMModel) -> dict[str, Any]:
 
     A key given both ways would leave it unclear which one wins, so that is a config error."""
     p = spec.params
-    doubled = [k for k in _TYPED_ENGINE_KEYS if k in p.engine_kwargs]
+    doubled = [k for k in TYPED_ENGINE_KEYS if k in p.engine_kwargs]
     if doubled:
         raise ConfigError(f"model '{spec.id}': params.engine_kwargs.{doubled[0]} duplicates a typed "
                           f"field; set params.{doubled[0]} instead")
-    reserved = [k for k in _RESERVED_ENGINE_KEYS if k in p.engine_kwargs]
+    reserved = [k for k in RESERVED_ENGINE_KEYS if k in p.engine_kwargs]
     if reserved:
         raise ConfigError(f"model '{spec.id}': params.engine_kwargs.{reserved[0]} is not allowed: the "
                           "weights come from params.model_source and the served name is the model id")

@@ -227,3 +227,22 @@ def test_a_key_given_twice_is_refused(tmp_path):
     path.write_text("tasks: [halogen/code]\nmodels:\n  - {id: a, backend: scripted}\ntasks: [halogen/biographies]\n")
     with pytest.raises(ConfigError, match=r"line 4, column 1: key 'tasks' is given twice in one mapping"):
         read_yaml(str(path))
+
+
+@pytest.mark.parametrize("forged, message", [
+    ({"models": {"m": {"done": -40, "total": 40}}}, "models.m.done is -40, not a count"),
+    ({"models": {"m": {"done": 4.5, "total": 40}}}, "models.m.done is 4.5, not a count"),
+    ({"models": {"m": {"done": 1, "total": 40}}, "elapsed_s": float("nan")}, "elapsed_s is nan, not a finite number"),
+    ({"spend": {"usd": float("inf")}, "models": {}}, "spend.usd is inf, not a finite number"),
+])
+def test_status_shows_nothing_from_a_forged_progress_file(tmp_path, capsys, forged, message):
+    """A progress.json no run wrote (negative, fractional or NaN counts) is named and refused, in
+    the text and the --json view alike, rather than printed as numbers."""
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"status": "running"}))
+    (run / "progress.json").write_text(json.dumps(forged))  # json writes NaN and Infinity as such
+    for extra in ([], ["--json"]):
+        assert main(["status", str(run), *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"progress.json of run r1: {message}" in err and "nothing is shown from it" in err

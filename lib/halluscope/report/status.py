@@ -4,13 +4,40 @@ rows each has generated; the spend so far; where the attempt's log is)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from halluscope.errors import DataError
 from halluscope.report.escape import terminal
+
+_COUNTS = ("done", "failed", "total", "staged_rows", "wave")
+
+
+def progress_problem(doc: Any, where: str = "") -> str | None:
+    """Why a ``progress.json`` is not one a run wrote: a count that is not a non-negative integer,
+    a number that is not finite, or None."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            path = f"{where}.{k}" if where else str(k)
+            if k in _COUNTS and v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                return f"{path} is {v!r}, not a count"
+            problem = progress_problem(v, path)
+            if problem:
+                return problem
+    elif isinstance(doc, list):
+        return next((p for i, v in enumerate(doc) if (p := progress_problem(v, f"{where}[{i}]"))), None)
+    elif isinstance(doc, float) and not math.isfinite(doc):
+        return f"{where} is {doc!r}, not a finite number"
+    return None
 
 
 def status_doc(run_id: str, manifest: dict | None, progress: dict | None) -> dict[str, Any]:
-    """The run's state in one document (``status --json``)."""
+    """The run's state in one document (``status --json``); DataError for a progress file no run
+    wrote (negative, fractional or infinite counts)."""
+    problem = progress_problem(progress or {})
+    if problem:
+        raise DataError(f"progress.json of run {run_id}: {problem}; it was not written by a run (or was edited "
+                        "since): nothing is shown from it")
     progress = progress or {}
     deployments = {d["model"]: d for d in progress.get("deployments", [])}
     models = {}

@@ -2,9 +2,11 @@
 
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 MAX_SHOWN_CHARS = 200  # of a value echoed in an error message: a 100 MB path is not printed whole
 
@@ -60,31 +62,58 @@ class Interrupted(KeyboardInterrupt):
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
+class Stops:
+    """What ``stop_signals`` yields: ``rearm`` installs its handlers again after something replaced
+    them (``ray.init`` puts in its own, which outlives ``ray.shutdown``); ``check`` raises the stop
+    a signal asked for whose exception was lost, raised while the main thread ran a finalizer or a
+    weakref callback, where Python prints and drops it (a run then ended ``complete``)."""
+
+    def __init__(self, handler: Callable[[int, object], None]) -> None:
+        self._handler = handler
+        self.raised: list[int] = []
+        self.lost: list[int] = []
+
+    def rearm(self) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, self._handler)
+
+    def check(self) -> None:
+        if self.lost:
+            raise Interrupted(self.lost[-1])
+
+
 @contextmanager
-def stop_signals() -> Iterator[Callable[[], None]]:
+def stop_signals() -> Iterator[Stops]:
     """SIGTERM and SIGHUP raise ``Interrupted`` while the block runs (a run then records why it
-    stopped, as for Ctrl-C); the handlers before are restored afterwards. The first signal only: a
-    second one while the run unwinds (removing its deployments) is ignored. Yields ``rearm``, which
-    installs them again after something replaced them (``ray.init`` puts in its own, which outlives
-    ``ray.shutdown``). Python takes signals in the main thread alone, so elsewhere this does nothing."""
+    stopped, as for Ctrl-C); the handlers before are restored afterwards. A second signal while the
+    run unwinds from the first (removing its deployments) is ignored, unless the first one's
+    exception was lost: then it is raised again, as ``Stops.check`` raises it. Python takes
+    signals in the main thread alone, so elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
+        yield Stops(lambda signum, frame: None)
         return
-    raised: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
-        if not raised:
-            raised.append(signum)
-            raise Interrupted(signum)
+        if stops.raised and not stops.lost:
+            return
+        stops.lost.clear()
+        stops.raised.append(signum)
+        raise Interrupted(signum)
 
-    def rearm() -> None:
-        for s in STOP_SIGNALS:
-            signal.signal(s, stop)
+    stops = Stops(stop)
+    hook_before = sys.unraisablehook
+
+    def unraisable(info: Any) -> None:
+        if isinstance(info.exc_value, Interrupted):
+            stops.lost.append(info.exc_value.signum)
+        hook_before(info)
 
     before = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    sys.unraisablehook = unraisable
     try:
-        yield rearm
+        yield stops
     finally:
+        sys.unraisablehook = hook_before
         for s, handler in before.items():
             signal.signal(s, handler)
 

@@ -131,3 +131,55 @@ def test_sigterm_after_the_pipeline_is_recorded_though_ray_replaced_the_handler(
     path = _replay_config(tmp_path, ["p0", "p1"])
     assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 143
     _check_recorded(tmp_path, capsys, path, "SIGTERM")
+
+
+def _signal_inside_a_finalizer(signum: int) -> None:
+    """A stop signal that lands while the main thread runs a weakref callback, where Python prints
+    and drops the handler's exception instead of raising it."""
+    import weakref
+
+    class Thing:
+        pass
+
+    def callback(_ref):
+        os.kill(os.getpid(), signum)
+        time.sleep(0.5)  # the handler runs here, inside the callback
+
+    thing = Thing()
+    ref = weakref.ref(thing, callback)
+    del thing  # the callback runs now
+    assert ref() is None
+
+
+def test_a_stop_whose_exception_a_finalizer_swallowed_is_raised_again_and_a_second_signal_too(unhandled):
+    from halluscope.errors import Interrupted, stop_signals
+
+    with pytest.raises(Interrupted) as stopped:
+        with stop_signals() as stops:
+            _signal_inside_a_finalizer(signal.SIGTERM)
+            assert stops.lost == [signal.SIGTERM]  # dropped where it was raised ...
+            stops.check()  # ... and raised where the run checks, before it records itself complete
+    assert stopped.value.signum == signal.SIGTERM
+    with pytest.raises(Interrupted) as stopped:
+        with stop_signals():
+            _signal_inside_a_finalizer(signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGHUP)  # the second signal is not ignored: the first was lost
+            time.sleep(5)
+    assert stopped.value.signum == signal.SIGHUP
+
+
+def test_sigterm_swallowed_by_a_finalizer_as_the_run_finishes_is_recorded(tmp_path, capsys, monkeypatch, unhandled):
+    """The moment the results are written, a SIGTERM lands in a weakref callback (the old code then
+    ended the run complete, exit 0): the run records itself interrupted and exits 143."""
+    from halluscope.pipeline import finish
+
+    leaderboard = finish.leaderboard
+
+    def board(*args, **kwargs):
+        _signal_inside_a_finalizer(signal.SIGTERM)
+        return leaderboard(*args, **kwargs)
+
+    monkeypatch.setattr(finish, "leaderboard", board)
+    path = _replay_config(tmp_path, ["p0", "p1"])
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 143
+    _check_recorded(tmp_path, capsys, path, "SIGTERM")

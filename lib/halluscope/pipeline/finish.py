@@ -9,7 +9,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,7 +85,9 @@ class Executed:
 
 
 def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, started: float,
-           agreement: Sequence[MetricRecord] = ()) -> RunResult:
+           agreement: Sequence[MetricRecord] = (), before_close: Callable[[], None] = lambda: None) -> RunResult:
+    """The run's records and views, then its manifest closed; ``before_close`` runs just before
+    that (a stop asked for meanwhile raises there, and the run records itself interrupted)."""
     cfg, mark = run.cfg, time.time()
     # nothing after the pipeline uses Ray: a local Ray this run started stops (its processes take
     # over a second to) while the results are read back and aggregated. The pipeline's garbage
@@ -124,6 +126,7 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
         failure = "; ".join([*unserved, *([failure] if failure else [])])
     if agreement:
         opened.manifest["judge_agreement"] = [agreement_summary(r) for r in agreement]
+    before_close()
     _close_manifest(store, opened, done, failure, missing)
     logger.info("run %s %s%s", store.run_id, "failed: " if failure else "complete", failure or "")
     write_report(store, RunData(store.run_id, opened.manifest, metrics, costs=costs), built)

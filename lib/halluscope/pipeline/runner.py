@@ -8,7 +8,7 @@ import datetime as dt
 import logging
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import ray
 
@@ -19,6 +19,7 @@ from halluscope.errors import (
     Interrupted,
     OverBudget,
     RunError,
+    Stops,
     StorageError,
     Superseded,
     error_summary,
@@ -67,8 +68,8 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_
     root.check_reachable("storage.root")  # in seconds, one line naming the URL (botocore retries for a minute)
     store = RunStore(root, run_id)
     try:
-        with RunLog(store) as log, stop_signals() as rearm:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            return _run(cfg, store, progress, retry_failed, rearm, log, agreement)
+        with RunLog(store) as log, stop_signals() as stops:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
+            return _run(cfg, store, progress, retry_failed, stops, log, agreement)
     except SystemExit as err:
         # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
         if err.code != signal.SIGTERM:
@@ -106,14 +107,15 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         pass  # the error that stopped the run is the one to report (a full disk takes the manifest too)
 
 
-def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, rearm: Callable[[], None],
+def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, stops: Stops,
          log: RunLog, agreement: Sequence[MetricRecord]) -> RunResult:
     started = time.time()
     run = ResolvedRun.of(cfg)
     opened = _open(run, store, retry_failed)
     executed = _pipeline(run, store, opened, progress, log)
-    rearm()  # Ray's handler, put in by ray.init, exits the process: the rest of the run records a stop too
-    return finish(run, store, opened, executed, started, agreement)
+    stops.rearm()  # Ray's handler, put in by ray.init, exits the process: the rest of the run records a stop too
+    stops.check()  # a signal whose exception a finalizer swallowed during the pipeline
+    return finish(run, store, opened, executed, started, agreement, before_close=stops.check)
 
 
 def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opened:

@@ -121,7 +121,7 @@ def test_a_failed_placement_leaves_nothing_behind():
 
 
 def test_a_service_that_does_not_fit_its_nodes_is_refused():
-    with pytest.raises(ConfigError, match=r"cluster.service: llama-3.1-405b-instruct-fp8 \(1 x 8 H100 GPUs"):
+    with pytest.raises(ConfigError, match=r"cluster.service: llama-3.1-405b-instruct-fp8 \(at least 1 x 8 H100 GPUs"):
         Layout.of(ClusterSpec.model_validate({"nodes": [{"name": "small", "count": 2, "gpus": 4}],
                                               "service": SERVICE}))
     with pytest.raises(ValueError, match="cluster.service places holds on cluster.nodes"):

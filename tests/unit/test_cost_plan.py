@@ -639,6 +639,32 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     assert math.isclose(busy_by_service(cfg, tally, OPTIONS)["svc"], engine_s)
 
 
+def test_a_served_models_role_calls_join_the_services_queue_when_it_is_given_back(data):
+    """A served model under test is evaluated once its deployment is given back (generation is
+    staged apart from evaluation): its calls reach the shared engine then, and the engine works
+    them in the order models are released; an API model's stream in from the start (the last
+    batch's come after its last answer: the tail)."""
+    from halluscope.pipeline.service_engines import service_engines
+    from halluscope.pipeline.service_load import ServiceLoad
+
+    judge = {"id": "judge", "role": "judge", "backend": "openai",
+             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "llama-3.1-70b-instruct"}}
+    cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
+               costs={"shared_services": [{"name": "svc", "gpus": 8, "resource": "H100", "models": ["judge"]}]},
+               cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
+                        "service": ["serve/judge-llama-3.1-70b.yaml"]})
+    load = ServiceLoad(service_engines(cfg))
+    engine = load.engines["llama-3.1-70b-instruct"]
+    scale = 8 / 70  # the table's 1,000 prompt tokens/s per GPU at 8B, on 4 GPUs of a 70B
+    per_token = 1 / (1000 * scale) / 4
+    load.add(engine, 3, 30_000, 0, OPTIONS, {"a": (10_000, 0), "b": (20_000, 0)})
+    a, b = 10_000 * per_token, 20_000 * per_token  # 21.875 s and 43.75 s of the engine's time
+    assert math.isclose(load.end_s({}), a + b)  # both stream in from the start
+    assert math.isclose(load.end_s({"a": 5.0, "b": 100.0}), 100.0 + b)  # b's calls wait for b's release
+    assert math.isclose(load.end_s({"a": 50.0, "b": 60.0}), 60.0 + b + a - 10.0)  # queued behind a's
+    assert math.isclose(load.streamed_s({"b": 60.0}), a) and load.streamed_s({"a": 1.0, "b": 2.0}) == 0.0
+
+
 def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned_at_what_was_measured(data):
     """``calibrate --throughput`` measures the judge a shared service runs (cluster.service: 70B
     TP4) where the run reaches it, over HTTP, and writes the row its resource plans with: the plan's

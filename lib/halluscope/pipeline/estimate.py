@@ -85,6 +85,9 @@ class _Acc:
     tin: float = 0.0
     tout: float = 0.0
     bases: set[str] = field(default_factory=set)
+    # role calls: the share of tin and tout each model under test's generations ask (the service's
+    # queue takes a served model's once its deployment is given back)
+    by_subject: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0.0]))
 
 
 def _count(x: float) -> int:
@@ -246,6 +249,9 @@ def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str
     a.tin += (gens - shared) * calls * tin
     a.tout += (gens - shared) * calls * tout
     a.bases.add(basis)
+    part = a.by_subject[model]
+    part[0] += (gens - shared) * calls * tin
+    part[1] += (gens - shared) * calls * tout
 
 
 def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions, stats: TokenStats) -> Plan:
@@ -274,12 +280,16 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     windows = {w.model: w for w in sched.windows}
     others = [s for m, s in busy_wall.items() if m not in windows]
     known = [s for s in others if s is not None]
-    service_s = service.wall_s()
-    wall_s = None if len(known) < len(others) or service_s is None or not math.isfinite(sched.makespan_s) else \
+    # a served model under test is evaluated once its deployment is given back: its calls join the
+    # service's queue then; the others' stream in as they generate (their last batch: the tail)
+    released = {m: w.end_s for m, w in windows.items()}
+    service_end = service.end_s(released)
+    wall_s = None if len(known) < len(others) or service_end is None or not math.isfinite(sched.makespan_s) else \
         max(sched.makespan_s, max((start[m.id] for m in served if not scheduled(m)), default=0.0)
-            + max(known, default=0.0), service_s)
+            + max(known, default=0.0), service_end)
     if wall_s is not None:  # the last batch's evaluation comes after the last generation
-        roles_s = max([service_s or 0.0, *(s or 0.0 for m, s in busy_wall.items() if specs[m].role != "test")])
+        roles_s = max([service.streamed_s(released),
+                       *(s or 0.0 for m, s in busy_wall.items() if specs[m].role != "test")])
         generated = sum(a.generations for (_, _, stage), a in acc.items() if stage == "generate")
         wall_s += roles_s * min(1.0, cfg.concurrency.batch_size / max(generated, 1))
     deployed = [m for m in served if not scheduled(m) or m.id in windows]
@@ -328,7 +338,7 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
             busy_wall[model] = (busy_wall[model] or 0.0) + out_s
         else:  # its input and output tokens at the service engine's prefill and decode rates
             row.resource = engine.hold.accelerator
-            seconds, why = service.add(engine, calls, tin, tout, o)
+            seconds, why = service.add(engine, calls, tin, tout, o, a.by_subject)
             row.resource_hours = None if seconds is None else seconds / 3600
             row.note = why or row.note
     else:

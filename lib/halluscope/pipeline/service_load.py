@@ -5,6 +5,8 @@ the run's wall time it holds them idle."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -49,20 +51,28 @@ def service_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None
 @dataclass
 class ServiceLoad:
     """The run's calls on each shared service's engines: seconds of each engine's time (``None``
-    once one cannot be sized). Its replicas share the load: the service's minimum, which it holds."""
+    once one cannot be sized), and of it each model under test's (``by_subject``), whose calls a
+    served model's release puts in the engine's queue. Its replicas share the load: the service's
+    minimum, which it holds."""
 
     engines: dict[str, Engine]
     seconds: dict[str, float | None] = field(default_factory=dict)  # engine -> wall seconds
+    by_subject: dict[str, dict[str, float]] = field(default_factory=dict)  # engine -> model under test -> seconds
 
-    def add(self, engine: Engine, calls: int, tin: int, tout: int, o: PlanOptions) -> tuple[float | None, str | None]:
-        """GPU-seconds of the calls on ``engine`` (or why unknown); adds their wall seconds."""
+    def add(self, engine: Engine, calls: int, tin: int, tout: int, o: PlanOptions,
+            subjects: Mapping[str, Sequence[float]] | None = None) -> tuple[float | None, str | None]:
+        """GPU-seconds of the calls on ``engine`` (or why unknown); adds their wall seconds, and each
+        model under test's part of them (``subjects``: its input and output tokens)."""
         gpu_s, why = busy_seconds(engine.spec, calls, tin, tout, o)
-        name = engine.hold.name
+        name, at_once = engine.hold.name, engine.hold.gpus * engine.hold.replicas
         if gpu_s is None:
             self.seconds[name] = None
         elif self.seconds.get(name, 0.0) is not None:
-            self.seconds[name] = cast(float, self.seconds.get(name, 0.0)) + gpu_s / (engine.hold.gpus *
-                                                                                     engine.hold.replicas)
+            self.seconds[name] = cast(float, self.seconds.get(name, 0.0)) + gpu_s / at_once
+        per = self.by_subject.setdefault(name, defaultdict(float))
+        for subject, (s_in, s_out) in (subjects or {}).items():
+            part, _ = busy_seconds(engine.spec, 0, round(s_in), round(s_out), o)
+            per[subject] += (part or 0.0) / at_once
         return gpu_s, why
 
     def services(self) -> set[str]:
@@ -72,11 +82,26 @@ class ServiceLoad:
         """How long the service's busiest engine works for the run (its engines work side by side)."""
         return max((s or 0.0 for e, s in self.seconds.items() if self.engines[e].service == service), default=0.0)
 
-    def wall_s(self) -> float | None:
-        """How long the run waits on the shared services' engines; None when one could not be sized."""
+    def end_s(self, released: Mapping[str, float]) -> float | None:
+        """When the last engine ends the run's calls (None when one could not be sized): a served
+        model under test's calls join its engine's queue when it is given back (``released``:
+        seconds into the run), the others' from the start; an engine works them in that order."""
         if any(s is None for s in self.seconds.values()):
             return None
-        return max((cast(float, s) for s in self.seconds.values()), default=0.0)
+        ends = [0.0]
+        for engine, total in self.seconds.items():
+            per = self.by_subject.get(engine) or {}
+            free = 0.0
+            for subject, seconds in sorted(per.items(), key=lambda kv: released.get(kv[0], 0.0)):
+                free = max(free, released.get(subject, 0.0)) + seconds
+            ends.append(max(free, cast(float, total)))
+        return max(ends)
+
+    def streamed_s(self, released: Mapping[str, float]) -> float:
+        """The busiest engine's seconds for models under test that are not given back (API
+        models): their calls stream in as they generate, the last batch's after the last answer."""
+        return max((sum(s for m, s in per.items() if m not in released) for per in self.by_subject.values()),
+                   default=0.0)
 
 
 def busy_by_service(cfg: RunConfig, tally: CallTally, o: PlanOptions) -> dict[str, float]:

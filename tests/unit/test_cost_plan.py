@@ -599,17 +599,23 @@ def test_calibrate_writes_its_table_into_a_new_folder_and_refuses_a_path_it_cann
     assert measured == ["llama"]
 
 
+def _judge_on_service(data, base_url="http://127.0.0.1:9/v1", **costs):
+    """A run whose judge a shared RayService serves (serve/judge-llama-3.1-70b.yaml on one p5)."""
+    judge = {"id": "judge", "role": "judge", "backend": "openai",
+             "params": {"base_url": base_url, "model": "llama-3.1-70b-instruct"}}
+    return _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
+                costs={"shared_services": [{"name": "svc", "gpus": 8, "resource": "H100", "models": ["judge"]}],
+                       **costs},
+                cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
+                         "service": ["serve/judge-llama-3.1-70b.yaml"]})
+
+
 def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     """The judge a shared RayService serves (serve/judge-llama-3.1-70b.yaml: 70B, TP4, one replica
     held): its calls' input and output tokens at the engine's prefill and decode rates, the table's
     8B figures scaled to 70B; the run waits on it; the service is billed for the run's wall time,
     the engine's busy hours and the rest held idle as lines of their own."""
-    judge = {"id": "judge", "role": "judge", "backend": "openai",
-             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "llama-3.1-70b-instruct"}}
-    cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
-               costs={"shared_services": [{"name": "svc", "gpus": 8, "resource": "H100", "models": ["judge"]}]},
-               cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
-                        "service": ["serve/judge-llama-3.1-70b.yaml"]})
+    cfg = _judge_on_service(data)
     p = plan(cfg, PRICES, options=OPTIONS)
     rows = _rows(p)
     calls = rows[("judge", "halogen/historical_events", "abstain")]
@@ -647,12 +653,7 @@ def test_a_served_models_role_calls_join_the_services_queue_when_it_is_given_bac
     from halluscope.pipeline.service_engines import service_engines
     from halluscope.pipeline.service_load import ServiceLoad
 
-    judge = {"id": "judge", "role": "judge", "backend": "openai",
-             "params": {"base_url": "http://127.0.0.1:9/v1", "model": "llama-3.1-70b-instruct"}}
-    cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
-               costs={"shared_services": [{"name": "svc", "gpus": 8, "resource": "H100", "models": ["judge"]}]},
-               cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
-                        "service": ["serve/judge-llama-3.1-70b.yaml"]})
+    cfg = _judge_on_service(data)
     load = ServiceLoad(service_engines(cfg))
     engine = load.engines["llama-3.1-70b-instruct"]
     scale = 8 / 70  # the table's 1,000 prompt tokens/s per GPU at 8B, on 4 GPUs of a 70B
@@ -676,13 +677,7 @@ def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned
     from halluscope.pipeline.service_engines import service_engines
 
     with OpenAIStubServer(responder=lambda prompt: "no") as server:
-        judge = {"id": "judge", "role": "judge", "backend": "openai",
-                 "params": {"base_url": server.base_url, "model": "llama-3.1-70b-instruct"}}
-        cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
-                   costs={"price_table": None, "shared_services": [{"name": "svc", "gpus": 8, "resource": "H100",
-                                                                    "models": ["judge"]}]},
-                   cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
-                            "service": ["serve/judge-llama-3.1-70b.yaml"]})
+        cfg = _judge_on_service(data, server.base_url, price_table=None)
         table, speeds = engine_speed.calibrate_speed(cfg, calls=4)
         prefill_calls = server.calls
     [speed] = speeds
@@ -707,13 +702,7 @@ def test_a_calibration_whose_calls_were_retried_records_nothing(data):
 
     with OpenAIStubServer(responder=lambda prompt: "no", fail_plan=FailPlan(first_n=1, status=503,
                                                                            retry_after="0")) as server:
-        judge = {"id": "judge", "role": "judge", "backend": "openai", "params": {
-            "base_url": server.base_url, "model": "llama-3.1-70b-instruct"}}
-        cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events",),
-                   costs={"price_table": None, "shared_services": [{"name": "svc", "gpus": 8, "resource": "H100",
-                                                                    "models": ["judge"]}]},
-                   cluster={"nodes": [{"name": "p5", "count": 1, "gpus": 8, "accelerator": "H100"}],
-                            "service": ["serve/judge-llama-3.1-70b.yaml"]})
+        cfg = _judge_on_service(data, server.base_url, price_table=None)
         with pytest.raises(RunError, match=r"calibrating 'judge': \d+ of \d+ calls were retried .* nothing was "
                                            r"recorded"):
             engine_speed.calibrate_speed(cfg, calls=4)

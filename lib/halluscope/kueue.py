@@ -55,8 +55,8 @@ def picture(cluster: ClusterSpec, checkout: Path, namespace: str = QUEUE) -> Pic
         raise ConfigError("halluscope kueue renders one GPU flavor: cluster.nodes needs one kind of GPU node, its "
                           f"accelerator and instance_type set (found {sorted(map(str, kinds))})")
     ((accelerator, instance_type),) = kinds
-    least, most = Layout.of(cluster.model_copy(update={"gpus": None})), Layout.of(
-        cluster.model_copy(update={"gpus": None}), service_at_most=True)
+    described = cluster.model_copy(update={"gpus": None})  # the runs' quota is what this renders
+    least, most = Layout.of(described), Layout.of(described, service_at_most=True)
     assert least is not None and most is not None, "checked above: nodes are described"
     pod = int(cluster.pod_gpus)
     run_gpus = pod * sum(int(m.unclaimed) // pod for m in most.machines if m.accelerator == accelerator)

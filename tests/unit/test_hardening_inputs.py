@@ -246,3 +246,38 @@ def test_status_shows_nothing_from_a_forged_progress_file(tmp_path, capsys, forg
         assert main(["status", str(run), *extra]) == 2
         err = capsys.readouterr().err
         assert f"progress.json of run r1: {message}" in err and "nothing is shown from it" in err
+
+
+def test_a_config_on_an_s3_endpoint_that_never_answers_fails_in_seconds(monkeypatch):
+    """`plan s3://bucket/cfg.yaml` against an endpoint that accepts and never answers was silent
+    for 600 s and more (botocore's and s3fs's retries on a 120 s read timeout): the endpoint is
+    asked first, 5 s at a time, twice, and the read fails in one line naming it."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception, match=rf"run config s3://bucket: cannot reach the S3 endpoint {endpoint}"):
+            read_yaml("s3://bucket/cfg.yaml")
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+    assert time.monotonic() - started < 60

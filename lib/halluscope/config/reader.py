@@ -98,6 +98,12 @@ def read_yaml_file(uri: str, what: str = "run config", storage_options: dict | N
     import halluscope.storage.fs  # noqa: F401 - its fsspec defaults bound every S3 request
 
     shown = clip(uri)
+    if uri.split("://", 1)[0] in ("s3", "s3a"):
+        # an endpoint that accepts and never answers held a read for 600 s and more (botocore's and
+        # s3fs's retries stacked on a 120 s read timeout): ask it first, in seconds, once
+        from halluscope.storage.fs import Location
+
+        Location.from_url(uri.rsplit("/", 1)[0]).check_reachable(what)
     try:
         with fsspec.open(uri, "rb", **(storage_options or {})) as f:
             data = f.read(MAX_CONFIG_BYTES + 1)

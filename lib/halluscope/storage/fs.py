@@ -164,7 +164,8 @@ class Location:
         """Fail in seconds, in one line naming the URL, when this location's object store does not
         answer: an endpoint that does not connect, no credentials, no such bucket, access denied.
         The store's own client retries for about a minute (botocore adaptive, 8 attempts); this
-        first look connects for at most 5 s, twice. Local paths: nothing to check."""
+        first look connects and waits for an answer for at most 5 s each, twice. Local paths:
+        nothing to check."""
         protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
         if not {"s3", "s3a"} & set(protocols):
             return
@@ -172,12 +173,13 @@ class Location:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         opts = dict(getattr(self.fs, "storage_options", None) or {})
-        opts["config_kwargs"] = {**(opts.get("config_kwargs") or {}), "connect_timeout": 5, "read_timeout": 10,
+        opts["config_kwargs"] = {**(opts.get("config_kwargs") or {}), "connect_timeout": 5, "read_timeout": 5,
                                  "retries": {"max_attempts": 2, "mode": "standard"}}
         quick = s3fs.S3FileSystem(**opts, skip_instance_cache=True)
         quick.retries = 1  # s3fs retries dropped connections itself, on top of botocore
         bucket, _, prefix = self.path.partition("/")
-        endpoint = (opts.get("client_kwargs") or {}).get("endpoint_url") or "AWS S3"
+        endpoint = ((opts.get("client_kwargs") or {}).get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
+                    or "AWS S3")
         try:
             quick.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1, Prefix=f"{prefix}/" if prefix else "")
         except NoCredentialsError:

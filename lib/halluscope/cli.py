@@ -210,12 +210,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
         print(terminal(_partial_report(loc)))
         return 0
+    store = _run_store(args.run_uri)
     if args.json:  # JSON only, so that it can be piped; the run's dollars as the leaderboard and plan give them
         from halluscope.report.leaderboard import json_records
 
-        print(json.dumps(json_records(loc), indent=2, sort_keys=True))  # keys sorted as metrics.json has them
+        print(json.dumps(json_records(store), indent=2, sort_keys=True))  # keys sorted as metrics.json has them
         return 0
-    print(terminal(board.read_bytes().decode()))  # a stored file: its ids may carry escape codes
+    print(terminal((store.read_view("leaderboard.md") or b"").decode()))  # a stored file: its ids may carry escapes
     return 0
 
 

@@ -14,9 +14,11 @@ from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
 
 from halluscope.config.load import parse_config
+from halluscope.cost.prices import load_prices
 from halluscope.errors import ConfigError, ModelDown
 from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.runner import run
+from halluscope.pipeline.spend import held_by_attempts
 from halluscope.serving.app import app_name_for
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -146,3 +148,27 @@ def test_a_model_whose_engine_is_lost_mid_generation_is_deployed_again_once(ray_
     assert attempts == {"lost-engine": 2, "lost-twice": 2}
     assert _peak([d.as_dict() for d in waves.deployments]) <= 4  # each deployment after the last was given back
     assert _deployed("lost", tuple(specs)) == []
+
+
+def test_a_deployment_that_holds_its_gpus_past_the_budget_before_any_commit_is_stopped(ray_head, tmp_path):
+    """A model whose node takes a minute longer to come up than the plan knows (an injected cold
+    start the plan's overheads do not state) holds 2 GPUs at $1 a second each with nothing
+    committed: the budget is checked as its held time accrues, not at its first commit, so the run
+    stops over budget within a look (5 s) of crossing it, its model given back while it loads."""
+    from halluscope.errors import OverBudget
+
+    root = f"file://{tmp_path}"
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("as_of: '2026-01-01'\nsource: test prices\ngpu_hour_usd: {GPU: 3600.0}\n")
+    model = _model("slow-node", 2, 10, load_s=1, cold_start_s=90, serve={"deploy_timeout_s": 300})
+    cfg = parse_config({**_config(root, [model], gpus=2), "limits": {"max_items_per_task": 2},
+                        "costs": {"budget_usd": 60.0, "price_table": str(prices)}})
+    assert estimate_cost(cfg, load_prices(str(prices))).total_usd < 60.0  # the plan knows no cold start
+    with pytest.raises(OverBudget, match=r"costs.budget_usd \$60.00 crossed"):
+        run(cfg, run_id="held", progress=False)
+    store = RunStore(Location.from_url(root), "held")
+    assert store.read_json("manifest.json")["status"] == "over_budget"
+    assert _deployed("held", ("slow-node",)) == []
+    (interval,) = [i for i in held_by_attempts(store) if i.model == "slow-node"]
+    # stopped within a look of crossing $60 (30 s of 2 GPUs), its node still coming up (90 s)
+    assert 30 <= interval.end - interval.start < 60

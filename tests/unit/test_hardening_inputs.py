@@ -281,3 +281,27 @@ def test_a_config_on_an_s3_endpoint_that_never_answers_fails_in_seconds(monkeypa
         for conn in held:
             conn.close()
     assert time.monotonic() - started < 60
+
+
+def test_every_reader_refuses_a_view_edited_after_the_run_wrote_it(tmp_path, capsys):
+    """metrics.json, leaderboard.md and costs.parquet are what a run builds from its parts at its
+    end; the manifest records their sha256. Edited, each is named by every reader (report, its
+    --json, compare) instead of three views printing three numbers; a run resumed rebuilds them."""
+    path = _replay_config(tmp_path, ["p0", "p1"])
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0
+    run = tmp_path / "runs" / "r1"
+    assert set(json.loads((run / "manifest.json").read_text())["views"]) == {
+        "metrics.json", "leaderboard.md", "costs.parquet"}
+    capsys.readouterr()
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps(metrics[::-1], indent=2))  # the same records, reordered
+    for args in (["report", str(run), "--json"], ["compare", str(run), str(run)]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "metrics.json was changed after the run wrote it" in err and "--run-id r1" in err
+    (run / "leaderboard.md").write_text("| model | H |\n| forged | 0.000 |\n")
+    assert main(["report", str(run)]) == 2
+    assert "leaderboard.md was changed after the run wrote it" in capsys.readouterr().err
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0  # the views rebuilt from the parts
+    capsys.readouterr()
+    assert main(["report", str(run), "--json"]) == 0 and main(["compare", str(run), str(run)]) == 0

@@ -63,6 +63,8 @@ class StageInputs:
     estimate: Plan | None = None  # the run's, made once when it opened: the waves' jobs
     deployments: list[Deployment] = field(default_factory=list)  # the waves', as they happen
     on_commit: Callable[[str, dict[str, str]], None] | None = None  # each committed batch: key, parts (spend)
+    # while the driver waits for a wave's models to generate, every TICK_S (spend: held time accrues)
+    on_tick: Callable[[], None] = lambda: None
     earlier_usd: float = 0.0  # what the run's earlier attempts spent: the budget is the run's
     ctx: Expansion = field(init=False)
 
@@ -203,7 +205,11 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
     specs = {m.id: m for m in w.run.cfg.models}
     processed, keys = 0, set[str]()
     while remaining:
-        finished = [ready.get()]
+        try:
+            finished = [ready.get(timeout=TICK_S)]
+        except queue.Empty:
+            w.on_tick()  # deployments loading or generating hold GPUs with nothing committed
+            continue
         while not ready.empty():
             finished.append(ready.get_nowait())
         if failed:
@@ -215,6 +221,9 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
                            staged={m: staged_location(w.store.loc, m) for m in generated})
             processed, keys = processed + n, keys | k
     return processed, keys
+
+
+TICK_S = 5.0  # how often the driver looks at the spend while it waits for a wave
 
 
 def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],

@@ -32,7 +32,7 @@ from halluscope.report.html import RunData, write_report
 from halluscope.report.leaderboard import leaderboard
 from halluscope.report.sections import report_sections
 from halluscope.storage.fs import Location
-from halluscope.storage.run import RunStore
+from halluscope.storage.run import RunStore, json_bytes
 
 if TYPE_CHECKING:
     from halluscope.pipeline.waves import Deployment
@@ -109,13 +109,14 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
         *stranded_rows(intervals, run.prices),
         *overhead_rows(cfg.costs.overheads, intervals, [(d.resource, d.units) for d in done.schedule
                                                          if d.wave == last], run.prices)])
-    store.write_costs(costs)
+    views = {"costs.parquet": store.write_costs(costs)}
     metrics.append(cost_record(costs))
     built = report_sections(metrics)  # once, for leaderboard.md and report.html
     board = leaderboard(metrics, store.run_id, built)
     stored = [m.as_json() for m in metrics]
-    store.write_json("metrics.json", stored)
-    store.write_text("leaderboard.md", board)
+    views["metrics.json"] = store.write_view("metrics.json", json_bytes(stored))
+    views["leaderboard.md"] = store.write_view("leaderboard.md", board.encode())
+    opened.manifest["views"] = views  # their sha256: a reader finds a view changed since
     opened.timings["aggregate_s"] = round(time.time() - mark, 2)
     if stopping is not None:
         stopping.join()

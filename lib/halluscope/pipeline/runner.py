@@ -192,7 +192,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
                 watch = SpendWatch(run, store, cfg.costs.budget_usd, *opened.spent,
                                    lambda: spend_so_far(cfg, run.prices, w.deployments, out.window[0]),
                                    lambda: held(cfg, w.deployments, (out.window[0], time.time()), time.time()))
-                w.on_commit = watch.committed
+                w.on_commit, w.on_tick = watch.committed, watch.tick
                 tracker.views.append(lambda: {"spend": watch.view(), **_planned(opened.estimate)})
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog, \
                         tracker.written_meanwhile():

@@ -99,10 +99,11 @@ def spent_before(run: ResolvedRun, store: RunStore, keys: set[str]) -> tuple[Spe
 
 
 class SpendWatch:
-    """``committed(key, parts)`` after each batch commits: the run's spend (this attempt's and
-    every earlier one's), line by line, for ``status`` (``view``) and, under ``budget_usd``, held
-    to it: ``OverBudget`` once it crosses. ``held_usd``: what this attempt's deployments have
-    held so far, in dollars; ``held``: their intervals, recorded at each commit."""
+    """``committed(key, parts)`` after each batch commits, ``tick()`` while nothing commits: the
+    run's spend (this attempt's and every earlier one's), line by line, for ``status`` (``view``)
+    and, under ``budget_usd``, held to it: ``OverBudget`` once it crosses. ``held_usd``: what this
+    attempt's deployments have held so far, in dollars; ``held``: their intervals, recorded each
+    time."""
 
     def __init__(self, run: ResolvedRun, store: RunStore, budget_usd: float | None, before: Spent, tally: CallTally,
                  held_usd: Callable[[], float | None], held: Callable[[], Sequence[Interval]]) -> None:
@@ -119,8 +120,14 @@ class SpendWatch:
             rows = self.store.read_part(table, parts[table], columns) if table in parts else None
             if rows is not None:
                 add(rows)
-        record_held(self.store, self.held())
         self.calls_usd = calls_usd(self.tally, self.run.cfg.models, self.run.prices, self.services)
+        self.tick()
+
+    def tick(self) -> None:
+        """The held time so far recorded and, under a budget, checked: a deployment that loads or
+        generates for long holds GPUs before any batch commits (a run planned at $0.0087 spent
+        $0.49 of a $0.30 budget, checked only at its first commit)."""
+        record_held(self.store, self.held())
         spent, deployments = self.spent_usd(), self.before.held_usd + (self.held_usd() or 0.0)
         if self.budget_usd is not None and spent > self.budget_usd:
             raise OverBudget(f"costs.budget_usd ${self.budget_usd:,.2f} crossed: ${spent:,.2f} spent so far "

@@ -5,6 +5,7 @@ error and 95% interval over the items both runs scored. The pairing is the bench
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -27,7 +28,8 @@ def _scored_tasks(store: RunStore) -> set[str]:
 
 
 def _values(store: RunStore) -> dict[tuple[str, str], dict]:
-    raw = store.read_json("metrics.json")
+    data = store.read_view("metrics.json")
+    raw = json.loads(data) if data is not None else None
     if not isinstance(raw, list):
         raise DataError(f"{store.loc.child('metrics.json').url}: no metrics records (has the run finished?)")
     return {(r.model, r.task): dict(r.values) for r in stored_records(raw, store.loc.child("metrics.json").url)}

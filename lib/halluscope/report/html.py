@@ -9,6 +9,7 @@ one-line note; records of no benchmark are counted.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -85,7 +86,8 @@ class RunData:
         manifest = store.read_json("manifest.json")
         if manifest is not None and not isinstance(manifest, dict):
             raise DataError(f"{store.loc.child('manifest.json').url}: expected a JSON object")
-        metrics = store.read_json("metrics.json")
+        data_bytes = store.read_view("metrics.json")
+        metrics = json.loads(data_bytes) if data_bytes is not None else None
         if manifest is None and metrics is None:
             raise DataError(f"{store.loc.url}: neither manifest.json nor metrics.json exists; not a run folder")
         data = cls(store.run_id, manifest)

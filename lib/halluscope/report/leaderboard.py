@@ -18,8 +18,7 @@ from halluscope.cost.ledger import cost_record
 from halluscope.report.escape import terminal
 from halluscope.report.render import Block, markdown_blocks, render_markdown
 from halluscope.report.sections import Built, report_sections, stored_records
-from halluscope.storage.fs import Location
-from halluscope.storage.parquet import read_parquet
+from halluscope.storage.run import RunStore
 
 
 def leaderboard(metrics: Sequence[MetricRecord], run_id: str, built: Built | None = None) -> str:
@@ -48,20 +47,18 @@ def cost_text(cost: Mapping[str, Any]) -> str:
     return f"incomplete: {n} line item{'s' * (n != 1)} unpriced (priced items ${cost.get('usd_priced') or 0:,.4f})"
 
 
-def json_records(run: Location) -> object:
+def json_records(run: RunStore) -> object:
     """A finished run's metrics.json for `halluscope report --json`, its "costs/total" record made
     from costs.parquet as the ledger reads it now: the dollars `halluscope plan` and the leaderboard
     give. A run written before the ledger counted unpriced rows has ``usd: null`` there for a run
-    with no line item at all (replayed answers only: $0). A file that is not a list is given as it is."""
-    stored = run.child("metrics.json")
-    raw = json.loads(stored.read_bytes())
-    costs = run.child("costs.parquet")
-    if not isinstance(raw, list) or not costs.exists():
+    with no line item at all (replayed answers only: $0). A file that is not a list is given as it
+    is. Both files are read as the run wrote them (``RunStore.read_view``)."""
+    data = run.read_view("metrics.json")
+    raw = json.loads(data) if data is not None else None
+    if not isinstance(raw, list) or not run.loc.child("costs.parquet").exists():
         return raw
-    records = stored_records(raw, stored.url)
-    with costs.fs.open(costs.path, "rb") as f:
-        table: pa.Table = read_parquet(f)
-    total = cost_record(table)
+    records = stored_records(raw, run.loc.child("metrics.json").url)
+    total = cost_record(run.read_table_file("costs.parquet"))
     at = next((i for i, r in enumerate(records) if r.task == COSTS_TOTAL), None)
     if at is None:
         records.append(total)

@@ -41,7 +41,7 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from halluscope.errors import Superseded
+from halluscope.errors import DataError, Superseded
 from halluscope.records import TABLES
 from halluscope.storage.fs import Location, list_private, write_private
 from halluscope.storage.names import check_run_id
@@ -135,6 +135,15 @@ def _warn_foreign(folder: Location, names: list[str]) -> None:
         logger.warning("run: %d file(s) in %s are not parts named part-<key>.<sha256>.parquet (written by an "
                        "older halluscope, or not by a run), e.g. %s: their rows are not used", len(names),
                        folder.url, names[0])
+
+
+def json_bytes(doc: object) -> bytes:
+    """A JSON document as the run folder keeps it: indented, keys sorted."""
+    return json.dumps(doc, indent=2, sort_keys=True, default=str).encode()
+
+
+class ViewChanged(DataError):
+    """A run's view (metrics.json, leaderboard.md, costs.parquet) differs from what it wrote."""
 
 
 class RunStore:
@@ -342,13 +351,37 @@ class RunStore:
         write_private(self.loc.child(table), name, body)
         return name
 
-    def write_costs(self, costs: pa.Table) -> None:
-        self.loc.child("costs.parquet").write_bytes_atomic(table_to_bytes(costs))
+    def write_costs(self, costs: pa.Table) -> str:
+        return self.write_view("costs.parquet", table_to_bytes(costs))
 
     def read_table_file(self, name: str) -> pa.Table:
-        loc = self.loc.child(name)
-        with loc.fs.open(loc.path, "rb") as f:
-            return read_parquet(f)
+        data = self.read_view(name)
+        if data is None:
+            raise FileNotFoundError(self.loc.child(name).url)
+        return read_parquet(pa.BufferReader(data))
+
+    # --- views: what the run builds from its parts at its end, each kept as it wrote it ------
+    def write_view(self, name: str, data: bytes) -> str:
+        """Writes a view (metrics.json, leaderboard.md, costs.parquet); its sha256, which the
+        manifest records under ``views``."""
+        self.loc.child(name).write_bytes_atomic(data)
+        return hashlib.sha256(data).hexdigest()
+
+    def read_view(self, name: str) -> bytes | None:
+        """A view as the run wrote it, None before it is written: its bytes must hash to the sha256
+        the manifest records (a run from before views were recorded is read as it is), else the
+        file was changed since and DataError says so: every reader then shows the same numbers,
+        the parts' (an edited metrics.json had report and compare disagree)."""
+        try:
+            data = self.loc.child(name).read_bytes()
+        except FileNotFoundError:
+            return None
+        recorded = ((self.read_json("manifest.json") or {}).get("views") or {}).get(name)
+        if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+            raise ViewChanged(f"{self.loc.child(name).url} was changed after the run wrote it (its sha256 is not the "
+                              "one manifest.json records): its numbers are not the run's; rebuild the views from "
+                              f"the run's parts with `halluscope run CONFIG --run-id {self.run_id}`")
+        return data
 
     # --- items -----------------------------------------------------------------------------
     def items_location(self, task: str) -> Location:
@@ -361,7 +394,7 @@ class RunStore:
 
     # --- json documents ----------------------------------------------------------------------
     def write_json(self, name: str, doc: object) -> None:
-        self.loc.child(name).write_bytes_atomic(json.dumps(doc, indent=2, sort_keys=True, default=str).encode())
+        self.loc.child(name).write_bytes_atomic(json_bytes(doc))
 
     def read_json(self, name: str) -> dict[str, Any] | None:
         """A JSON object the run keeps (manifest, progress, attempt), or None before it is written."""

@@ -332,7 +332,8 @@ def apply_queue(job: dict, queue: str, gpus: int | dict[str, int] | None, cpus: 
     that autoscales (unless elastic workload slices are on) or keeps its cluster after the run.
     So the groups get fixed sizes: the GPU group `cluster.gpus` GPUs' worth of pods (a whole
     number of pods: the quota admitted then equals the run's GPU budget), a CPU group
-    `cluster.cpus` worth of CPUs rounded up, or its maxReplicas when the config sets none."""
+    `cluster.cpus` worth of CPUs rounded up, or its maxReplicas when the config sets none; and
+    the cluster goes as the run ends (ttlSecondsAfterFinished 0), when Kueue frees its quota."""
     if len(queue) > 63 or not _LABEL_VALUE.fullmatch(queue):
         raise ConfigError(f"queue name {queue!r} must be a LocalQueue name usable as a label value "
                           "(lower-case letters, digits and '-', at most 63 characters)")
@@ -379,6 +380,9 @@ def apply_queue(job: dict, queue: str, gpus: int | dict[str, int] | None, cpus: 
         parts[group["groupName"]] = f"{count} x {group['groupName']} ({count * cpu_each:g} CPUs)"
     # Kueue refuses in-tree autoscaling on a job it admits (without workload slices).
     cluster["enableInTreeAutoscaling"] = False
+    # Kueue gives the run's quota to the next run the moment this one finishes: its pods go then
+    # too, or the next run's GPU pod waits for a node this one still holds (its logs are in storage)
+    spec["ttlSecondsAfterFinished"] = 0
     cluster.pop("autoscalerOptions", None)
     spec["suspend"] = True
     job["metadata"].setdefault("labels", {})[QUEUE_LABEL] = queue

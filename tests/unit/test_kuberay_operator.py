@@ -391,6 +391,7 @@ def test_queue_label_suspend_and_fixed_sizes(kube: DeletingKube, kubeconfig: str
     assert job["spec"]["suspend"] is True
     cluster = job["spec"]["rayClusterSpec"]
     assert cluster["enableInTreeAutoscaling"] is False and "autoscalerOptions" not in cluster
+    assert job["spec"]["ttlSecondsAfterFinished"] == 0  # its nodes go when Kueue gives its quota to the next run
     sizes = {n: (g["replicas"], g["minReplicas"], g["maxReplicas"]) for n, g in groups_by_name(job).items()}
     assert sizes == {"gpu-worker": (2, 2, 2), "cpu-worker": (3, 3, 3)}  # 16 / 8 GPUs; ceil(40 / 16) pods
     assert any(f"queued in Kueue LocalQueue {CONTEXT_NS}/halluscope: it starts once the ClusterQueue admits head + "

@@ -210,7 +210,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise HalluscopeError(f"no manifest.json in {args.run_uri}: is it a halluscope run folder?")
         print(terminal(_partial_report(loc)))
         return 0
-    store = _run_store(args.run_uri)
+    store = _store_at(loc)
     if args.json:  # JSON only, so that it can be piped; the run's dollars as the leaderboard and plan give them
         from halluscope.report.leaderboard import json_records
 
@@ -243,13 +243,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _run_store(uri: str) -> RunStore:
     """The run folder a URI names, checked to be one."""
-    from halluscope.storage.run import RunStore
-
     loc = Location.from_url(uri.rstrip("/"))
     loc.check_reachable("run")
     if not loc.child("manifest.json").exists():
         raise HalluscopeError(f"no manifest.json in {uri}: is it a halluscope run folder?")
-    return RunStore(Location(loc.fs, loc.path.rstrip("/").rsplit("/", 1)[0]), loc.path.rstrip("/").rsplit("/", 1)[-1])
+    return _store_at(loc)
+
+
+def _store_at(loc: Location) -> RunStore:
+    from halluscope.storage.run import RunStore
+
+    path = loc.path.rstrip("/")
+    return RunStore(Location(loc.fs, path.rsplit("/", 1)[0]), path.rsplit("/", 1)[-1])
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -145,7 +145,7 @@ def test_usage_records_are_json_under_the_root_and_resumes_add_intervals(root):
     # an unreadable record is skipped and said so
     root.child("_shared", "services", "halluscope-serve", "broken.json").write_bytes_atomic(b"{not json")
     assert set(usage(root, "halluscope-serve")[0]) == {"r"} and usage(root, "halluscope-serve")[1] == 1
-    assert "1 usage record(s) skipped: unreadable, or not what they claim" in rows(root, "r", None, None)[0]["note"]
+    assert "1 usage record(s) skipped: unreadable, unsigned, or not what they claim" in rows(root, "r", None, None)[0]["note"]
 
 
 def test_calls_to_served_models_are_priced_by_the_service_not_by_tokens(root):
@@ -254,3 +254,32 @@ def test_a_hosted_api_listed_under_a_service_is_still_priced_per_token():
     judge = CFG.models[1]  # llama-70b on the RayService: no token price, so the service's time prices it
     assert service_tokens_usd(judge, prices, "halluscope-serve", 1000, 10) == (
         0.0, "priced by the time of shared service 'halluscope-serve' (stage shared)")
+
+
+def test_with_a_usage_key_made_up_runs_cannot_dilute_a_share(root):
+    """Anyone who can write the bucket can write run folders, manifests and usage records: 20
+    made-up runs "sharing" the service cut run a's share twentyfold. Signed under the runs' key
+    (costs.usage_key_env), a record without its signature, or with another key's, is skipped and
+    counted; the runs that sign are split as before."""
+    key = b"the runs' key"
+    record_usage(root, "halluscope-serve", "b", 1 * HOUR, 2 * HOUR, key)  # a real run, signed
+    for k in range(20):
+        lived(root, f"made-up-{k}")
+        record_usage(root, "halluscope-serve", f"made-up-{k}", 0, 2 * HOUR)  # no key: unsigned
+    record_usage(root, "halluscope-serve", "other", 0, 2 * HOUR, b"another key")
+    (row,) = service_rows(CFG.models, CFG.costs.shared_services, root, "a", 0, 2 * HOUR, None, now=NOW, key=key)
+    assert math.isclose(row["resource_seconds"], 1.5 * HOUR)  # alone for an hour, half of the hour b shared
+    assert "21 usage record(s) skipped: unreadable, unsigned, or not what they claim" in row["note"]
+    (unkeyed,) = service_rows(CFG.models, CFG.costs.shared_services, root, "a", 0, 2 * HOUR, None, now=NOW)
+    assert unkeyed["resource_seconds"] < 0.1 * HOUR  # without the key, the made-up runs take the share
+
+
+def test_a_usage_key_named_but_not_set_is_refused(monkeypatch):
+    from halluscope.config.schema import CostSpec
+    from halluscope.errors import ConfigError
+
+    monkeypatch.delenv("HALLUSCOPE_USAGE_KEY", raising=False)
+    with pytest.raises(ConfigError, match="costs.usage_key_env: environment variable HALLUSCOPE_USAGE_KEY is not set"):
+        CostSpec(usage_key_env="HALLUSCOPE_USAGE_KEY").usage_key()
+    monkeypatch.setenv("HALLUSCOPE_USAGE_KEY", "s3cret")
+    assert CostSpec(usage_key_env="HALLUSCOPE_USAGE_KEY").usage_key() == b"s3cret"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
@@ -567,6 +568,20 @@ class CostSpec(_Strict):
                     "used them, and calls to them are not priced by tokens")
     overheads: Overheads = Field(default_factory=Overheads, description=(
         "the cluster's time around the served models' own: head and CPU pods, cold starts, scale-down"))
+    usage_key_env: str | None = Field(default=None, description=(
+        "environment variable holding the key with which every run of the shared services signs its usage "
+        "records (HMAC-SHA256): a record without a valid signature is then skipped, so whoever can write the "
+        "bucket but lacks the key can neither bill a run nor cut its share. None: records are not signed"))
+
+    def usage_key(self) -> bytes | None:
+        """The signing key of the usage records, None when not configured; ConfigError when the
+        variable named is not set (every run of a service must sign, or their shares disagree)."""
+        if self.usage_key_env is None:
+            return None
+        value = os.environ.get(self.usage_key_env)
+        if not value:
+            raise ConfigError(f"costs.usage_key_env: environment variable {self.usage_key_env} is not set")
+        return value.encode()
 
     @field_validator("shared_services")
     @classmethod

@@ -27,6 +27,11 @@ while it runs). On a local root the file must also be a regular file of this use
 else may write (``storage.fs.read_private``). Anything else is skipped and counted: a planted
 record can neither bill a run for time it did not live nor cut another run's share.
 
+With ``costs.usage_key_env`` every record carries an HMAC-SHA256 of its service, run and
+intervals under that key, and a record whose signature does not verify is skipped too: on shared
+storage anyone who can write the bucket can write a run folder and a manifest as well, and only
+the key, which the runs' Secret holds, tells a run's record from a made-up one.
+
 Calls to a model a shared service serves are then not priced by tokens: the ledger gives those
 rows 0 and the service's row carries the run's share (``ledger(..., extra_rows=service_rows(...))``).
 """
@@ -34,6 +39,8 @@ rows 0 and the service's row carries the run's share (``ledger(..., extra_rows=s
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import hmac
 import json
 import math
 import re
@@ -65,7 +72,23 @@ def usage_location(root: Location, service: str) -> Location:
     return root.child(*SERVICES.split("/"), service)
 
 
-def record_usage(root: Location, service: str, run_id: str, start: float, end: float | None = None) -> None:
+def signature(key: bytes, service: str, run_id: str, intervals: Sequence[Sequence[float | None]]) -> str:
+    """The HMAC-SHA256 a record carries: its service, run and intervals under the runs' key."""
+    body = json.dumps({"service": service, "run_id": run_id, "intervals": [list(iv) for iv in intervals]},
+                      sort_keys=True)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _signed(doc: dict | None, key: bytes | None) -> dict | None:
+    """``doc`` if no key is configured or its signature verifies, else None."""
+    if doc is None or key is None:
+        return doc
+    want = signature(key, str(doc.get("service")), str(doc.get("run_id")), doc.get("intervals") or [])
+    return doc if hmac.compare_digest(str(doc.get("signature", "")), want) else None
+
+
+def record_usage(root: Location, service: str, run_id: str, start: float, end: float | None = None,
+                 key: bytes | None = None) -> None:
     """Record that run ``run_id`` used ``service`` from ``start`` to ``end`` (Unix seconds).
 
     ``end`` None: the run is using it now (call at the start of the pipeline); call again with the
@@ -75,21 +98,24 @@ def record_usage(root: Location, service: str, run_id: str, start: float, end: f
         raise ValueError(f"usage of {service!r} by {run_id!r} ends ({end}) before it starts ({start})")
     loc = usage_location(root, service).child(f"{check_run_id(run_id)}.json")
     kept: list[Interval] = []
-    for s, e in _intervals(_read(loc)):
+    for s, e in _intervals(_signed(_read(loc), key)):
         if s == start:
             continue  # this attempt's interval, recorded again below
         kept.append((s, start if e is None and s < start else e))
     kept.append((start, end))
-    doc = {"service": service, "run_id": run_id, "intervals": [list(iv) for iv in sorted(kept, key=lambda iv: iv[0])]}
+    intervals = [list(iv) for iv in sorted(kept, key=lambda iv: iv[0])]
+    doc: dict = {"service": service, "run_id": run_id, "intervals": intervals}
+    if key is not None:
+        doc["signature"] = signature(key, service, run_id, intervals)
     loc.write_bytes_atomic(json.dumps(doc).encode())
 
 
 def record_run_usage(root: Location, shared_services: Sequence[Service], models: Sequence[ModelSpec],
-                     run_id: str, start: float, end: float | None = None) -> list[str]:
+                     run_id: str, start: float, end: float | None = None, key: bytes | None = None) -> list[str]:
     """``record_usage`` for each shared service that serves one of the run's models; their names."""
     names = [s.name for s in services_of(shared_services, models)]
     for name in names:
-        record_usage(root, name, run_id, start, end)
+        record_usage(root, name, run_id, start, end, key)
     return names
 
 
@@ -115,9 +141,10 @@ def check_services(shared_services: Sequence[Service], models: Sequence[ModelSpe
         raise ConfigError("costs.shared_services: " + "; ".join(problems))
 
 
-def usage(root: Location, service: str, now: float | None = None) -> tuple[dict[str, list[Interval]], int]:
+def usage(root: Location, service: str, now: float | None = None,
+          key: bytes | None = None) -> tuple[dict[str, list[Interval]], int]:
     """Every run's recorded intervals of ``service``, and the number of records skipped (unreadable,
-    or not what they claim: see the module's docstring)."""
+    unsigned under ``key``, or not what they claim: see the module's docstring)."""
     loc = usage_location(root, service)
     now = time.time() if now is None else now
     runs: dict[str, list[Interval]] = {}
@@ -127,7 +154,9 @@ def usage(root: Location, service: str, now: float | None = None) -> tuple[dict[
             continue
         run_id = name[:-len(".json")]
         try:
-            doc = json.loads(read_private(loc, name))
+            doc = _signed(json.loads(read_private(loc, name)), key)
+            if doc is None:
+                raise ValueError("carries no valid signature under costs.usage_key_env's key")
             if run_id_problem(run_id) or doc.get("run_id") != run_id or doc.get("service") != service:
                 raise ValueError("names another run or service than its file")
             intervals = _intervals(doc)
@@ -191,7 +220,7 @@ def service_rate(service: Service, prices: PriceTable | None) -> tuple[float | N
 
 def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service], root: Location, run_id: str,
                  start: float | None, end: float | None, prices: PriceTable | None, now: float | None = None,
-                 busy_s: Mapping[str, float] | None = None) -> list[dict]:
+                 busy_s: Mapping[str, float] | None = None, key: bytes | None = None) -> list[dict]:
     """The run's ledger rows for the shared services it used (task "*", role "service", model =
     the service's name, resource_seconds = the run's share of the service's hours, in seconds),
     the first with ``covers``, the run's models it serves, for ``ledger(extra_rows=)``.
@@ -206,7 +235,7 @@ def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service]
     now = time.time() if now is None else now
     rows = []
     for service in services_of(shared_services, models):
-        runs, bad = usage(root, service.name, now)
+        runs, bad = usage(root, service.name, now, key)
         own = [iv for iv in runs.pop(run_id, []) if start is None or iv[0] != start]
         if start is not None and end is not None:
             own.append((start, end))
@@ -219,7 +248,7 @@ def service_rows(models: Sequence[ModelSpec], shared_services: Sequence[Service]
         sharing = sum(_overlap(mine, _union(o, now)) for o in runs.values())
         basis = (f"{share:,.0f} s charged of {used:,.0f} s in use, shared with {sharing} other run(s)"
                  + (f" at ${rate:,.2f}/h" if rate is not None else "")
-                 + (f"; {bad} usage record(s) skipped: unreadable, or not what they claim" if bad else ""))
+                 + (f"; {bad} usage record(s) skipped: unreadable, unsigned, or not what they claim" if bad else ""))
         busy = None if busy_s is None or service.name not in busy_s else min(busy_s[service.name], share)
         parts = [("shared", share, basis)] if busy is None else [
             ("shared", busy, f"its engines busy with the run's calls (estimated: their tokens at the engines' "

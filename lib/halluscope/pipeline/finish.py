@@ -105,7 +105,7 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     last = max((d.wave for d in done.schedule), default=None)
     costs = ledger(totals.calls, cfg.models, deployment_rows(intervals), run.prices, extra_rows=[
         *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices,
-                      busy_s=busy_by_service(cfg, totals.calls, run.plan_options)),
+                      busy_s=busy_by_service(cfg, totals.calls, run.plan_options), key=cfg.costs.usage_key()),
         *stranded_rows(intervals, run.prices),
         *overhead_rows(cfg.costs.overheads, intervals, [(d.resource, d.units) for d in done.schedule
                                                          if d.wave == last], run.prices)])

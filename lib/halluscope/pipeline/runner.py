@@ -62,6 +62,7 @@ def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_
     deployment ended before); without it, such rows stay as they were committed."""
     check_api_keys(cfg.models)
     check_services(cfg.costs.shared_services, cfg.models)
+    cfg.costs.usage_key()  # a key named but not set: refused before anything starts
     fewer_collections()  # the plan and the aggregation build a row object per generation
     run_id = run_id or cfg.run_id or default_run_id(cfg)
     root = Location.from_url(cfg.storage.root, cfg.storage)
@@ -182,7 +183,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
     services, root = cfg.costs.shared_services, Location.from_url(cfg.storage.root, cfg.storage)
     if len(done) < work.total:
         out.window = (time.time(), None)
-        record_run_usage(root, services, cfg.models, store.run_id, out.window[0])
+        record_run_usage(root, services, cfg.models, store.run_id, out.window[0], key=cfg.costs.usage_key())
         w = StageInputs(run, store, work, done, {}, tracker, opened.estimate,
                         earlier_usd=opened.spent[0].usd)
         try:
@@ -200,7 +201,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
                 out.stalls = watchdog.stalls
         finally:
             out.window = (out.window[0], time.time())
-            record_run_usage(root, services, cfg.models, store.run_id, *out.window)
+            record_run_usage(root, services, cfg.models, store.run_id, *out.window, key=cfg.costs.usage_key())
             # what this attempt's deployments held, for a later attempt's budget and for the ledger
             record_held(store, held(cfg, out.schedule or w.deployments, out.window, out.window[1]))
     tracker.flush(final=True)

@@ -305,3 +305,29 @@ def test_every_reader_refuses_a_view_edited_after_the_run_wrote_it(tmp_path, cap
     assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0  # the views rebuilt from the parts
     capsys.readouterr()
     assert main(["report", str(run), "--json"]) == 0 and main(["compare", str(run), str(run)]) == 0
+
+
+def test_a_batch_copied_under_another_key_is_counted_once(tmp_path, caplog):
+    """Every part of a finished run copied under another batch key, then the run resumed: its rows
+    were counted twice (n 5 -> 10, a standard error shrunk by sqrt 2). A commit whose bytes
+    another batch committed is that batch's copy: skipped with a warning, its rows counted once."""
+    import shutil
+
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    path = _replay_config(tmp_path, ["p0", "p1"])
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0
+    run = tmp_path / "runs" / "r1"
+    before = RunStore(Location.from_url(f"file://{tmp_path}/runs"), "r1").read_table("scores", ["gen_id"]).num_rows
+    copied = 0
+    for table in (t for t in run.iterdir() if t.is_dir()):
+        for part in list(table.glob("part-*.parquet")):
+            key, digest = part.name[len("part-"):-len(".parquet")].rsplit(".", 1)
+            shutil.copy(part, table / f"part-{key}x.{digest}.parquet")
+            copied += 1
+    assert copied and before
+    assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0
+    fresh = RunStore(Location.from_url(f"file://{tmp_path}/runs"), "r1")
+    assert fresh.read_table("scores", ["gen_id"]).num_rows == before
+    assert "(a copy)" in caplog.text

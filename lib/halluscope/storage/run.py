@@ -201,13 +201,27 @@ class RunStore:
         return found
 
     def committed_keys(self) -> set[str]:
-        """The batches whose commit part verifies (each part that did is not checked again)."""
+        """The batches whose commit part verifies (each part that did is not checked again), each
+        once: a commit whose bytes another batch committed (its digest in its name) holds that
+        batch's rows, copied under another key, and is skipped with a warning (every part of a
+        finished run copied so had its rows counted twice, n 5 -> 10)."""
         listed = self.parts(COMMIT_TABLE)
         unseen = [n for names in listed.values() for n in names if n not in self._commits]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
             self._commits |= {n for n, data in zip(unseen, pool.map(lambda n: self._trusted(COMMIT_TABLE, n), unseen))
                               if data is not None}
-        return {key for key, names in listed.items() if any(n in self._commits for n in names)}
+        keys: set[str] = set()
+        owner: dict[str, str] = {}  # digest -> the first key (sorted) that committed it
+        for key in sorted(listed):
+            digests = [n.rsplit(".", 2)[1] for n in listed[key] if n in self._commits]
+            first = next((owner[d] for d in digests if d in owner), None)
+            if first is not None:
+                skip(None, "run", self.loc.child(COMMIT_TABLE).url + f" batch {key}",
+                     f"holds the rows batch {first} committed (a copy)", "they are counted once")
+                continue
+            owner.update((d, key) for d in digests)
+            keys.update([key] if digests else [])
+        return keys
 
     def _trusted(self, table: str, name: str) -> bytes | None:
         """A part's bytes if they can be used; else None, and the file skipped with a warning."""

@@ -68,14 +68,15 @@ class Stops:
     a signal asked for whose exception was lost, raised while the main thread ran a finalizer or a
     weakref callback, where Python prints and drops it (a run then ended ``complete``)."""
 
-    def __init__(self, handler: Callable[[int, object], None]) -> None:
-        self._handler = handler
+    def __init__(self, handler: Callable[[int, object], None] | None) -> None:
+        self._handler = handler  # None: not in the main thread, where no handler can be set
         self.raised: list[int] = []
         self.lost: list[int] = []
 
     def rearm(self) -> None:
-        for s in STOP_SIGNALS:
-            signal.signal(s, self._handler)
+        if self._handler is not None:
+            for s in STOP_SIGNALS:
+                signal.signal(s, self._handler)
 
     def check(self) -> None:
         if self.lost:
@@ -90,7 +91,7 @@ def stop_signals() -> Iterator[Stops]:
     exception was lost: then it is raised again, as ``Stops.check`` raises it. Python takes
     signals in the main thread alone, so elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
-        yield Stops(lambda signum, frame: None)
+        yield Stops(None)
         return
 
     def stop(signum: int, frame: object) -> None:

@@ -143,7 +143,7 @@ def test_a_part_altered_planted_or_linked_is_not_read_and_its_batch_is_done_agai
     write, or one named as an older halluscope named parts - none is read; each is warned about.
     A batch whose commit is not read is not committed: a resume prunes its parts and does it again."""
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "run1")
-    for key, ids in (("k1", ["a"]), ("k2", ["b"]), ("k3", ["c"]), ("k4", ["d"])):
+    for key, ids in (("k1", ["a"]), ("k2", ["b"]), ("k3", ["c"]), ("k4", ["d"]), ("k7", ["g"])):
         store.write_batch(key, {"generations": _gens(ids), "scores": _scores(ids)})
     scores = tmp_path / "run1" / "scores"
     named = {key: names[0] for key, names in store.parts("scores").items()}
@@ -153,6 +153,7 @@ def test_a_part_altered_planted_or_linked_is_not_read_and_its_batch_is_done_agai
     os.remove(scores / named["k3"])
     os.symlink(tmp_path / "outside.parquet", scores / named["k3"])  # a link in its place
     os.chmod(scores / named["k4"], 0o666)  # anyone may rewrite it
+    os.link(scores / named["k7"], tmp_path / "another-name.parquet")  # a hard link: changed through the other name
     (scores / "part-k5.parquet").write_bytes(run.table_to_bytes(_scores(["e"])))  # an older halluscope's name
     planted = run.table_to_bytes(_scores(["f"]))
     (scores / f"part-k6.{hashlib.sha256(b'other bytes').hexdigest()}.parquet").write_bytes(planted)
@@ -166,10 +167,11 @@ def test_a_part_altered_planted_or_linked_is_not_read_and_its_batch_is_done_agai
     assert "does not hash to the sha256 in its name" in reasons[named["k2"]]
     assert reasons[named["k3"]].startswith("is a symbolic link")
     assert "writable by others" in reasons[named["k4"]]
-    assert len(reasons) == 4 and "does not hash" in reasons[f"part-k6.{hashlib.sha256(b'other bytes').hexdigest()}.parquet"]
+    assert reasons[named["k7"]] == "has 2 hard links: its bytes can be changed under another name"
+    assert len(reasons) == 5 and "does not hash" in reasons[f"part-k6.{hashlib.sha256(b'other bytes').hexdigest()}.parquet"]
     assert "are not parts named part-<key>.<sha256>.parquet" in caplog.text and "part-k5.parquet" in caplog.text
     # the resume: what is not committed is pruned (its generations too), then done again
     fresh.claim()
-    assert fresh.prune(BATCH_TABLES, fresh.committed_keys()) == 7
+    assert fresh.prune(BATCH_TABLES, fresh.committed_keys()) == 9
     fresh.write_batch("k2", {"generations": _gens(["b"]), "scores": _scores(["b"])})
     assert sorted(fresh.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()) == ["a", "b"]

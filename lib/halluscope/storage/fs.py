@@ -240,6 +240,8 @@ def private_file_problem(st: os.stat_result) -> str | None:
         return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
     if mode & OTHERS_WRITE:
         return f"is writable by others (mode {stat.S_IMODE(mode):04o})"
+    if st.st_nlink > 1:  # a file this process writes has one name (written aside, then renamed)
+        return f"has {st.st_nlink} hard links: its bytes can be changed under another name"
     return None
 
 

@@ -172,3 +172,21 @@ def test_a_deployment_that_holds_its_gpus_past_the_budget_before_any_commit_is_s
     (interval,) = [i for i in held_by_attempts(store) if i.model == "slow-node"]
     # stopped within a look of crossing $60 (30 s of 2 GPUs), its node still coming up (90 s)
     assert 30 <= interval.end - interval.start < 60
+
+
+def test_the_logs_of_the_nodes_its_models_ran_on_outlive_their_pods(ray_head, tmp_path, monkeypatch):
+    """A served model's replica logs stay on its GPU pod, which the autoscaler removes once idle:
+    each time a model is given back, and when the pipeline ends, a task on every other node copies
+    that node's Ray and Serve logs of the attempt under logs/ray-<attempt>/node-<id>/. (One node
+    here: the driver is made to look elsewhere, so the head is "another" node.)"""
+    from halluscope.pipeline import run_log
+
+    monkeypatch.setattr(run_log, "this_node", lambda: "the-driver-is-elsewhere")
+    root = f"file://{tmp_path}"
+    cfg = parse_config({**_config(root, [_model("logged", 2, 10)], gpus=2), "limits": {"max_items_per_task": 4}})
+    run(cfg, run_id="logs", progress=False)
+    store = RunStore(Location.from_url(root), "logs")
+    attempt = store.read_json("attempt.json")["attempt"]
+    (node,) = (tmp_path / "logs" / "logs" / f"ray-{attempt}").glob("node-*")
+    replicas = [p.name for p in node.rglob("replica_*logged*.log")]
+    assert replicas, sorted(p.name for p in node.rglob("*"))[:20]

@@ -65,6 +65,8 @@ class StageInputs:
     on_commit: Callable[[str, dict[str, str]], None] | None = None  # each committed batch: key, parts (spend)
     # while the driver waits for a wave's models to generate, every TICK_S (spend: held time accrues)
     on_tick: Callable[[], None] = lambda: None
+    # a wave's models given back: their nodes' logs copied before the autoscaler removes idle pods
+    on_released: Callable[[], None] = lambda: None
     earlier_usd: float = 0.0  # what the run's earlier attempts spent: the budget is the run's
     ctx: Expansion = field(init=False)
 
@@ -215,6 +217,7 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
         if failed:
             raise failed[0]
         remaining -= {m for m, _ in finished}
+        w.on_released()
         generated = [m for m, ok in finished if ok]
         if generated:
             n, k = execute(w, [b for m in generated for b in blocks[m]], [specs[m] for m in generated],

@@ -1,8 +1,11 @@
 """Each attempt of a run leaves its story in the run's storage, where it outlives the pod that ran
 it: the package's log lines (INFO and up) as ``logs/driver-<attempt>.log``, uploaded with every
 ``progress.json`` write and when the attempt ends, however it ends; and, for a run on Ray, the
-logs Ray and Serve wrote on the driver's node (the head, for a RayJob) during the attempt, copied
-under ``logs/ray-<attempt>/`` when it ends. A killed pod leaves the lines of its last progress write."""
+logs Ray and Serve wrote during the attempt: the driver's node's (the head, for a RayJob) under
+``logs/ray-<attempt>/`` when it ends, and every other node's (the GPU pods of its served models:
+their replicas' and engines' logs) under ``logs/ray-<attempt>/node-<id>/``, copied by a task on
+that node each time a model is given back (before the autoscaler removes its idle pod) and when
+the pipeline ends. A killed pod leaves the lines of its last progress write."""
 
 from __future__ import annotations
 
@@ -13,12 +16,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import ray
+
+from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
 PACKAGE = "halluscope"
 MAX_DRIVER_BYTES = 8 * 2**20  # the lines kept past this are the first and the last ones
 RAY_FILE_BYTES = 2**20  # of each Ray log file, its last MiB
-RAY_TOTAL_BYTES = 64 * 2**20
+RAY_TOTAL_BYTES = 64 * 2**20  # per node
+NODE_COPY_TIMEOUT_S = 120.0
 _RAY_SUFFIXES = (".log", ".out", ".err")
 
 
@@ -31,6 +38,7 @@ class RunLog(logging.Handler):
         self.store = store
         self.started = time.time()
         self.ray_logs: Path | None = None  # the driver node's Ray log folder, once the run is on Ray
+        self._node_copied: dict[str, float] = {}  # node id -> when its logs were last copied
         self._lines: list[str] = []
         self._size = self._dropped = 0
         self._received = self._uploaded = 0  # records so far; and as of the last upload
@@ -108,27 +116,79 @@ class RunLog(logging.Handler):
         return f"driver-{self.store.attempt}.log"
 
     def _copy_ray_logs(self) -> None:
-        """The Ray and Serve log files this attempt's time touched, each its last MiB."""
-        if self.ray_logs is None or self.store.attempt is None or not self.ray_logs.is_dir():
+        """The Ray and Serve log files of the driver's node this attempt's time touched."""
+        if self.ray_logs is None or self.store.attempt is None:
             return
-        touched: list[tuple[float, int, Path]] = []  # newest first
-        for path in self.ray_logs.rglob("*"):
+        copy_logs(self.ray_logs, self.started, self.store.loc.child("logs", f"ray-{self.store.attempt}"))
+
+    def copy_other_nodes(self) -> None:
+        """Every other alive node's Ray and Serve logs of this attempt, each copied by a task on
+        that node to the run's storage. Best effort: a node that went meanwhile is named in a
+        warning; the run goes on."""
+        if self.store.attempt is None or not ray.is_initialized():
+            return
+        try:
+            here = this_node()
+            nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
+        except Exception as err:  # noqa: BLE001 - a Ray that went (a stop) leaves nothing to ask
+            logging.getLogger(__name__).warning("the nodes' logs were not copied: %s", err)
+            return
+        logs = self.store.loc.child("logs", f"ray-{self.store.attempt}")
+        refs = {}
+        for node in nodes:  # what changed since this node's last copy: a file is copied again as it grows
+            since, self._node_copied[node] = self._node_copied.get(node, self.started), time.time()
+            refs[node] = _copy_node_logs.options(scheduling_strategy=_on(node)).remote(
+                logs.child(f"node-{node[:12]}"), since)
+        for node, ref in refs.items():
             try:
-                st = path.stat()
-            except FileNotFoundError:  # a worker's log removed meanwhile
-                continue
-            if path.is_file() and path.suffix in _RAY_SUFFIXES and st.st_mtime >= self.started:
-                touched.append((-st.st_mtime, st.st_size, path))
-        total = 0
-        for _, size, path in sorted(touched):
-            with path.open("rb") as f:
-                f.seek(max(0, size - RAY_FILE_BYTES))
-                data = f.read(RAY_FILE_BYTES)
-            if total + len(data) > RAY_TOTAL_BYTES:
-                break
-            total += len(data)
-            self.store.loc.child("logs", f"ray-{self.store.attempt}", *path.relative_to(self.ray_logs).parts) \
-                .write_bytes_atomic(data)
+                ray.get(ref, timeout=NODE_COPY_TIMEOUT_S)
+            except Exception as err:  # noqa: BLE001 - a node gone (scaled down, lost) leaves nothing to copy
+                logging.getLogger(__name__).warning("the logs of node %s were not copied: %s", node[:12],
+                                                    str(err).splitlines()[0] if str(err) else type(err).__name__)
+
+
+def copy_logs(folder: Path, since: float, dest: Location) -> int:
+    """The log files under ``folder`` modified since ``since``, each its last RAY_FILE_BYTES,
+    newest first until RAY_TOTAL_BYTES, written under ``dest``; how many."""
+    if not folder.is_dir():
+        return 0
+    touched: list[tuple[float, int, Path]] = []  # newest first
+    for path in folder.rglob("*"):
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # a worker's log removed meanwhile
+            continue
+        if path.is_file() and path.suffix in _RAY_SUFFIXES and st.st_mtime >= since:
+            touched.append((-st.st_mtime, st.st_size, path))
+    total = copied = 0
+    for _, size, path in sorted(touched):
+        with path.open("rb") as f:
+            f.seek(max(0, size - RAY_FILE_BYTES))
+            data = f.read(RAY_FILE_BYTES)
+        if total + len(data) > RAY_TOTAL_BYTES:
+            break
+        total += len(data)
+        dest.child(*path.relative_to(folder).parts).write_bytes_atomic(data)
+        copied += 1
+    return copied
+
+
+def this_node() -> str:
+    """The Ray node this driver runs on, whose logs ``_copy_ray_logs`` copies."""
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _on(node: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node, soft=False)
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _copy_node_logs(dest: Location, since: float) -> int:
+    """``copy_logs`` of the node this task runs on."""
+    folder = ray_log_folder()
+    return 0 if folder is None else copy_logs(folder, since, dest)
 
 
 def ray_log_folder() -> Path | None:

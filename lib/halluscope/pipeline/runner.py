@@ -193,7 +193,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
                 watch = SpendWatch(run, store, cfg.costs.budget_usd, *opened.spent,
                                    lambda: spend_so_far(cfg, run.prices, w.deployments, out.window[0]),
                                    lambda: held(cfg, w.deployments, (out.window[0], time.time()), time.time()))
-                w.on_commit, w.on_tick = watch.committed, watch.tick
+                w.on_commit, w.on_tick, w.on_released = watch.committed, watch.tick, log.copy_other_nodes
                 tracker.views.append(lambda: {"spend": watch.view(), **_planned(opened.estimate)})
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog, \
                         tracker.written_meanwhile():
@@ -204,6 +204,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
             record_run_usage(root, services, cfg.models, store.run_id, *out.window, key=cfg.costs.usage_key())
             # what this attempt's deployments held, for a later attempt's budget and for the ledger
             record_held(store, held(cfg, out.schedule or w.deployments, out.window, out.window[1]))
+            log.copy_other_nodes()  # the replicas' and engines' logs, before their pods go
     tracker.flush(final=True)
     out.late = store.prune(BATCH_TABLES, opened.snapshot | out.mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)

@@ -24,12 +24,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from halluscope.errors import ConfigError, RunError
-from halluscope.preflight import Finding, check, read_view
+from halluscope.preflight import Finding, check, pod_specs, read_view
 from halluscope.quantity import parse_quantity
 from halluscope.retry import GaveUp, RetryPolicy, Transient
 from halluscope.sources import url_scheme
@@ -205,15 +205,6 @@ def rayjob_name(name: str | None, run_id: str | None, fingerprint: str) -> str:
     return check_name(name or run_id or default_name(fingerprint))
 
 
-def _pod_specs(node: Any) -> list[dict]:
-    if isinstance(node, dict):
-        found = [node] if isinstance(node.get("containers"), list) else []
-        return found + [s for v in node.values() for s in _pod_specs(v)]
-    if isinstance(node, list):
-        return [s for v in node for s in _pod_specs(v)]
-    return []
-
-
 def build_rayjob(template: dict, *, name: str, config_uri: str, fingerprint: str,
                  image: str | None = None) -> dict:
     """The RayJob to create: the template with its name, config URI and image set."""
@@ -235,7 +226,7 @@ def build_rayjob(template: dict, *, name: str, config_uri: str, fingerprint: str
         raise ConfigError(f"the RayJob's entrypoint must pass --run-id $({RUN_ID_ENV}) and its submitter set "
                           f"{RUN_ID_ENV}: without them every retry starts the run over")
     if image:
-        for pod in _pod_specs(spec):
+        for pod in pod_specs(spec):
             for c in pod["containers"] + pod.get("initContainers", []):
                 c["image"] = image
     place_gpu_pods(spec)
@@ -282,7 +273,7 @@ def place_gpu_pods(spec: dict) -> None:
 def _images(job: dict) -> list[tuple[str, str]]:
     """(where, image) for every container the RayJob declares, the autoscaler's included."""
     found = []
-    for pod in _pod_specs(job.get("spec", {})):
+    for pod in pod_specs(job.get("spec", {})):
         for c in pod["containers"] + pod.get("initContainers", []):
             found.append((c.get("name", "?"), c.get("image", "")))
     auto = ((job.get("spec", {}).get("rayClusterSpec") or {}).get("autoscalerOptions") or {})

@@ -94,7 +94,7 @@ def crds_needed(queued: bool) -> list[str]:
 
 def accounts_of(job: dict) -> list[str]:
     """The ServiceAccounts the RayJob's pods run as ("default" where a pod names none)."""
-    return sorted({p.get("serviceAccountName") or "default" for p in _pods(job["spec"])})
+    return sorted({p.get("serviceAccountName") or "default" for p in pod_specs(job["spec"])})
 
 
 def check(view: ClusterView, job: dict, *, queued: bool, instance_type: str | None, s3: bool) -> list[Finding]:
@@ -134,7 +134,7 @@ def _kueue(crd: dict | None) -> list[Finding]:
 
 
 def _gpu_nodes(nodes: list[dict] | None, job: dict, instance_type: str | None) -> list[Finding]:
-    gpu_pods = [p for p in _pods(job["spec"]) if _requests(p).get(GPU)]
+    gpu_pods = [p for p in pod_specs(job["spec"]) if _requests(p).get(GPU)]
     if not gpu_pods:
         return []
     if nodes is None:
@@ -204,12 +204,13 @@ def unknown_fields(obj: Any, schema: dict, path: str = "") -> list[str]:
     return []
 
 
-def _pods(node: Any) -> list[dict]:
+def pod_specs(node: Any) -> list[dict]:
+    """Every pod spec (a mapping with ``containers``) inside a manifest, however deep."""
     if isinstance(node, dict):
         return ([node] if isinstance(node.get("containers"), list) else []) + [p for v in node.values()
-                                                                              for p in _pods(v)]
+                                                                              for p in pod_specs(v)]
     if isinstance(node, list):
-        return [p for v in node for p in _pods(v)]
+        return [p for v in node for p in pod_specs(v)]
     return []
 
 

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from halluscope.errors import (
     OverBudget,
     StorageError,
     StorageFull,
+    error_summary,
     user_error,
 )
 from halluscope.kuberay_cli import add_parser as add_submit_parser
@@ -54,10 +56,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"halluscope: once space is freed, resume run {run_id} (committed work is kept):\n"
                   f"  {_resume_command(args, run_id)}", file=sys.stderr)
         raise  # nothing was recorded where the storage does not answer, and asking it again takes as long
-    except (Exception, KeyboardInterrupt):
-        hint = _resume_hint(cfg, args, run_id)
-        if hint:
-            print(hint, file=sys.stderr)
+    except (Exception, KeyboardInterrupt) as err:
+        setattr(err, _RESUME, _resume_hint(cfg, args, run_id))  # printed last, after the error (main)
         raise
     print(result.leaderboard)
     for note in _input_notes(cfg, result):
@@ -424,20 +424,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_RESUME = "halluscope_resume"  # the command that resumes the run an error stopped (_cmd_run sets it)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit code. Whatever stops it, its last lines are halluscope's own: the error
+    in one line (a bug's traceback above it) and, for a run it left resumable, the command that
+    resumes it (a run killed by a Ray actor's error ended on Ray's description of the actor)."""
     try:
         args = build_parser().parse_args(argv)  # a benchmark that fails to load is a user error too
         return args.fn(args)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM / SIGHUP during a run (errors.Interrupted)
         signum = err.signum if isinstance(err, Interrupted) else signal.SIGINT
         print(f"halluscope: {err}" if isinstance(err, Interrupted) else "halluscope: interrupted", file=sys.stderr)
+        _print_resume(err)
         return 128 + signum
-    except Exception as err:  # noqa: BLE001 - user errors are printed plainly, others re-raised
+    except Exception as err:  # noqa: BLE001 - user errors are printed plainly, others with their traceback
         cause = user_error(err) or _environment_error(err)
         if cause is None:
-            raise
+            traceback.print_exception(err, file=sys.stderr)
+            print(f"halluscope: error: {terminal(error_summary(err))}", file=sys.stderr)
+            _print_resume(err)
+            return 1
         print(f"halluscope: error: {terminal(cause)}", file=sys.stderr)
+        _print_resume(err)
         return OverBudget.EXIT_CODE if isinstance(cause, OverBudget) else 2
+
+
+def _print_resume(err: BaseException) -> None:
+    hint = getattr(err, _RESUME, None)
+    if hint:
+        print(hint, file=sys.stderr)
 
 
 def _environment_error(err: BaseException) -> str | None:

@@ -39,6 +39,7 @@ class RunLog(logging.Handler):
         self.started = time.time()
         self.ray_logs: Path | None = None  # the driver node's Ray log folder, once the run is on Ray
         self._node_copied: dict[str, float] = {}  # node id -> when its logs were last copied
+        self._copies: list[tuple[str, Any]] = []  # (node, the copying task's ref), not yet waited for
         self._lines: list[str] = []
         self._size = self._dropped = 0
         self._received = self._uploaded = 0  # records so far; and as of the last upload
@@ -121,25 +122,28 @@ class RunLog(logging.Handler):
             return
         copy_logs(self.ray_logs, self.started, self.store.loc.child("logs", f"ray-{self.store.attempt}"))
 
-    def copy_other_nodes(self) -> None:
+    def copy_other_nodes(self, wait: bool = False) -> None:
         """Every other alive node's Ray and Serve logs of this attempt, each copied by a task on
-        that node to the run's storage. Best effort: a node that went meanwhile is named in a
-        warning; the run goes on."""
+        that node to the run's storage: started here, and waited for (all started so far) with
+        ``wait``, at the pipeline's end; the driver goes on meanwhile. Best effort: a node that
+        went is named in a warning; the run goes on."""
         if self.store.attempt is None or not ray.is_initialized():
             return
         try:
             here = this_node()
             nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
+            logs = self.store.loc.child("logs", f"ray-{self.store.attempt}")
+            for node in nodes:  # what changed since this node's last copy: a file is copied again as it grows
+                since, self._node_copied[node] = self._node_copied.get(node, self.started), time.time()
+                self._copies.append((node, _copy_node_logs.options(scheduling_strategy=_on(node)).remote(
+                    logs.child(f"node-{node[:12]}"), since)))
         except Exception as err:  # noqa: BLE001 - a Ray that went (a stop) leaves nothing to ask
             logging.getLogger(__name__).warning("the nodes' logs were not copied: %s", err)
             return
-        logs = self.store.loc.child("logs", f"ray-{self.store.attempt}")
-        refs = {}
-        for node in nodes:  # what changed since this node's last copy: a file is copied again as it grows
-            since, self._node_copied[node] = self._node_copied.get(node, self.started), time.time()
-            refs[node] = _copy_node_logs.options(scheduling_strategy=_on(node)).remote(
-                logs.child(f"node-{node[:12]}"), since)
-        for node, ref in refs.items():
+        if not wait:
+            return
+        copies, self._copies = self._copies, []
+        for node, ref in copies:
             try:
                 ray.get(ref, timeout=NODE_COPY_TIMEOUT_S)
             except Exception as err:  # noqa: BLE001 - a node gone (scaled down, lost) leaves nothing to copy

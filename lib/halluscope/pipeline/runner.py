@@ -204,7 +204,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
             record_run_usage(root, services, cfg.models, store.run_id, *out.window, key=cfg.costs.usage_key())
             # what this attempt's deployments held, for a later attempt's budget and for the ledger
             record_held(store, held(cfg, out.schedule or w.deployments, out.window, out.window[1]))
-            log.copy_other_nodes()  # the replicas' and engines' logs, before their pods go
+            log.copy_other_nodes(wait=True)  # the replicas' and engines' logs, before their pods go
     tracker.flush(final=True)
     out.late = store.prune(BATCH_TABLES, opened.snapshot | out.mine)
     timings["pipeline_s"] = round(time.time() - mark, 2)

@@ -24,6 +24,7 @@ from halluscope.config.schema import ClusterSpec
 from halluscope.errors import ConfigError
 from halluscope.kuberay import GPU_RESOURCE, apply_queue, build_rayjob, load_template
 from halluscope.pipeline.nodes import SERVICE, Layout
+from halluscope.preflight import pod_requests
 from halluscope.quantity import parse_quantity
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -90,10 +91,7 @@ def _requests(checkout: Path, pod_gpus: int) -> tuple[dict[str, float], dict[str
     gpu_pod: dict[str, float] = defaultdict(float)
     run_cpu: dict[str, float] = defaultdict(float)
     for _, count, spec in pod_sets(job):
-        requests: dict[str, float] = defaultdict(float)
-        for c in spec["containers"]:
-            for resource, value in ((c.get("resources") or {}).get("requests") or {}).items():
-                requests[resource] += parse_quantity(value)
+        requests = defaultdict(float, pod_requests(spec))
         if requests[GPU_RESOURCE]:
             if requests[GPU_RESOURCE] != pod_gpus:
                 raise ConfigError(f"cluster.pod_gpus is {pod_gpus}; k8s/base's GPU group asks "

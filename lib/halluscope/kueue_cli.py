@@ -24,8 +24,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def main(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     import yaml
 
     from halluscope.config.load import load_config
@@ -52,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     found = [f"{k}: in {' or '.join(KUEUE_FILES)}, not in the description" for k in shipped if k not in rendered]
     found += [d for k, o in rendered.items()
               for d in (differences(o, shipped[k], k) if k in shipped else [f"{k}: missing from the checkout"])]
-    found += rayservice_bounds(yaml.safe_load(Path(root / RAYSERVICE).read_text()), drawn.service_pods)
+    found += rayservice_bounds(yaml.safe_load((root / RAYSERVICE).read_text()), drawn.service_pods)
     if found:
         print(f"{args.config}: {summary}; the checkout differs:\n  " + "\n  ".join(found), file=sys.stderr)
         return 2

@@ -134,14 +134,14 @@ def _kueue(crd: dict | None) -> list[Finding]:
 
 
 def _gpu_nodes(nodes: list[dict] | None, job: dict, instance_type: str | None) -> list[Finding]:
-    gpu_pods = [p for p in pod_specs(job["spec"]) if _requests(p).get(GPU)]
+    gpu_pods = [p for p in pod_specs(job["spec"]) if pod_requests(p).get(GPU)]
     if not gpu_pods:
         return []
     if nodes is None:
         return [Finding(False, "the nodes could not be listed: the GPU nodes' labels, GPUs and storage are not "
                                "checked", "grant this user list on nodes (a ClusterRole), or check them by hand")]
     pod = gpu_pods[0]
-    wanted = _requests(pod)
+    wanted = pod_requests(pod)
     gpu_nodes = [n for n in nodes if _allocatable(n).get(GPU) or (instance_type and _labels(n).get(
         "node.kubernetes.io/instance-type") == instance_type)]
     if not gpu_nodes:
@@ -214,7 +214,8 @@ def pod_specs(node: Any) -> list[dict]:
     return []
 
 
-def _requests(pod: dict) -> dict[str, float]:
+def pod_requests(pod: dict) -> dict[str, float]:
+    """What a pod spec's containers request, summed per resource, as numbers."""
     out: dict[str, float] = {}
     for c in pod["containers"]:
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():

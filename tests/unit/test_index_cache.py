@@ -72,6 +72,9 @@ def test_an_index_writable_by_others_is_not_used(tmp_path, snapshot):
     os.chmod(cached, 0o644)
     os.chmod(cache_dir, 0o777)  # a folder others can write to (a file could be swapped in)
     assert load_table(cached, key) is None
+    os.chmod(cache_dir, 0o755)
+    os.link(cached, tmp_path / "another-name.arrow")  # a hard link: its bytes change under the other name
+    assert load_table(cached, key) is None
 
 
 def test_an_index_of_another_source_or_damaged_is_rebuilt(tmp_path, snapshot):

@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from halluscope.sources import sha256_file
+from halluscope.storage.fs import private_file_problem
 
 _META_KEY = b"halluscope-index"
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -41,9 +42,10 @@ def load_table(path: Path, key: str) -> tuple[pa.Table, dict] | None:
     it is damaged, built for another key, or not ours (the caller then builds it)."""
     try:
         with open(path, "rb") as f:
-            if not (_ours(os.fstat(f.fileno())) and _ours(os.stat(path.parent))):
-                print(f"halluscope: ignoring {path}: the file or its folder is another user's or "
-                      "writable by others", file=sys.stderr)
+            why = private_file_problem(os.fstat(f.fileno())) or (
+                None if _ours(os.stat(path.parent)) else "is in a folder of another user's or writable by others")
+            if why:  # the runs' parts and caches' rule (storage.fs), hard links included
+                print(f"halluscope: ignoring {path}: it {why}", file=sys.stderr)
                 return None
             table = pa.ipc.open_file(f).read_all()
         meta = json.loads((table.schema.metadata or {})[_META_KEY])

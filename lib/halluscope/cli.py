@@ -26,6 +26,7 @@ from halluscope.errors import (
 )
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.kueue_cli import add_parser as add_kueue_parser
+from halluscope.service_logs_cli import add_parser as add_keep_logs_parser
 from halluscope.quiet import native_lines_to_log
 from halluscope.report.escape import terminal
 from halluscope.storage.fs import Location
@@ -421,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
             bench.commands(sub)
     add_submit_parser(sub)
     add_kueue_parser(sub)
+    add_keep_logs_parser(sub)
     return p
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-RAYSERVICE = "k8s/base/rayservice.yaml"
+RAYSERVICE = "k8s/service/rayservice.yaml"
 KUEUE_FILES = ("k8s/kueue/resourceflavors.yaml", "k8s/kueue/clusterqueue.yaml")
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def served_routes() -> set[tuple[str, str]]:
-    service = next(d for d in yaml.safe_load_all((ROOT / "k8s" / "base" / "rayservice.yaml").read_text())
+    service = next(d for d in yaml.safe_load_all((ROOT / "k8s" / "service" / "rayservice.yaml").read_text())
                    if d and d.get("kind") == "RayService")
     apps = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
     return {(app["route_prefix"], llm["model_loading_config"]["model_id"])

@@ -53,8 +53,9 @@ def node_types() -> dict[str, dict]:
 
 
 def base_manifests() -> list[dict]:
+    """The runs' base and the shared service's, each in its own namespace."""
     docs = []
-    for path in sorted((ROOT / "k8s" / "base").glob("*.yaml")):
+    for path in sorted([*(ROOT / "k8s" / "base").glob("*.yaml"), *(ROOT / "k8s" / "service").glob("*.yaml")]):
         if path.name != "kustomization.yaml":
             docs.extend(load_all(path))
     return docs
@@ -92,10 +93,15 @@ def pod_specs(node: Any, path: str = "") -> Iterator[tuple[str, dict]]:
             yield from pod_specs(value, f"{path}/{i}")
 
 
+# containers beside Ray's that call no Ray API: the service's log keeper reads files and writes storage
+SIDECARS = {"keep-logs"}
+
+
 def ray_containers(obj: dict) -> Iterator[tuple[str, dict]]:
     for path, spec in pod_specs(obj):
         for c in spec["containers"]:
-            yield f"{path}/{c['name']}", c
+            if c["name"] not in SIDECARS:
+                yield f"{path}/{c['name']}", c
     auto = (cluster_spec(obj) or {}).get("autoscalerOptions")
     if auto is not None:
         yield "autoscalerOptions", auto
@@ -114,20 +120,27 @@ def _kustomize(directory: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
+# What an operator applies for each rendering: the runs' side and the shared service's, each in
+# its own namespace (dev has no service).
+RENDERED_DIRS = {"base": ["base", "service"], "prod": ["overlays/prod", "overlays/prod-service"],
+                 "dev": ["overlays/dev"]}
+
+
 def kubectl_kustomize(overlay: str) -> list[dict]:
-    """An overlay rendered as `kubectl apply -k` sees it; "base" renders k8s/base alone."""
-    return _kustomize(ROOT / "k8s" / ("base" if overlay == "base" else f"overlays/{overlay}"))
+    """A rendering as `kubectl apply -k` sees it, service included ("base": the bases alone)."""
+    return [d for directory in RENDERED_DIRS[overlay] for d in _kustomize(ROOT / "k8s" / directory)]
 
 
 def kustomize_with_components(overlay: str, components: list[str]) -> list[dict]:
-    """An overlay with components of k8s/components added, as an operator's own overlay would
+    """A rendering with components of k8s/components added, as an operator's own overlay would
     add them (kustomize loads only files below the overlay, so it is written inside k8s/)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=ROOT / "k8s", prefix=".render-") as tmp:
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
             "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "resources": [f"../overlays/{overlay}"], "components": [f"../components/{c}" for c in components]}))
+            "resources": [f"../{d}" for d in RENDERED_DIRS[overlay]],
+            "components": [f"../components/{c}" for c in components]}))
         return _kustomize(Path(tmp))
 
 
@@ -420,7 +433,8 @@ def test_rayjob_runs_the_evaluation() -> None:
     assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] == 2
     (submitter,) = spec["submitterPodTemplate"]["spec"]["containers"]
     ref = env_of(submitter)["HALLUSCOPE_CONFIG"]["valueFrom"]["configMapKeyRef"]
-    (settings,) = by_kind(base_manifests(), "ConfigMap")
+    (settings,) = [m for m in by_kind(base_manifests(), "ConfigMap") if m["metadata"].get("namespace") is None
+                   and "HALLUSCOPE_CONFIG" in m["data"]]
     assert ref["name"] == settings["metadata"]["name"] and ref["key"] in settings["data"]
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     assert runtime_env["env_vars"] == load(ROOT / "cluster" / "runtime_env.yaml")["env_vars"]
@@ -510,14 +524,16 @@ def test_only_the_services_own_pods_and_the_operator_reach_it_and_runs_only_serv
         allowed[key] = sorted(p["port"] for p in rule.get("ports", [])) or "all"
     assert allowed == {
         json.dumps({"podSelector": {"matchLabels": {"halluscope.io/component": "service"}}}, sort_keys=True): "all",
-        json.dumps({"podSelector": {"matchLabels": {"halluscope.io/component": "run"}}}, sort_keys=True): [8000],
+        # a run pod of the runs' namespace, both selectors in one peer (two peers would admit either)
+        json.dumps({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "halluscope"}},
+                    "podSelector": {"matchLabels": {"halluscope.io/component": "run"}}}, sort_keys=True): [8000],
         json.dumps({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}},
                    sort_keys=True): [8000, 8265],
         json.dumps({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
                    sort_keys=True): [8080]}
     # the runs call the service where the policy lets them: Serve's HTTP port
     served = (ROOT / "jobs" / "configs" / "open-models-served.yaml").read_text()
-    assert "http://halluscope-serve-serve-svc:8000/" in served
+    assert "http://halluscope-serve-serve-svc.halluscope-service.svc:8000/" in served
 
 
 
@@ -767,7 +783,8 @@ def test_rendered_manifests_meet_the_operators_expectations(which: str) -> None:
     accounts = {a["metadata"]["name"]: a for a in by_kind(docs, "ServiceAccount")}
     account = accounts["halluscope-submitter"]
     # the pods' own identities, a cloud role bound to each in advance (IRSA or Pod Identity)
-    assert set(accounts) == {"halluscope-submitter", "halluscope-run", "halluscope-service"}
+    assert set(accounts) == {"halluscope-submitter", "halluscope-run"} | (set() if which == "dev" else
+                                                                           {"halluscope-service"})
     for kind, name in (("RayJob", "halluscope-run"), ("RayCluster", "halluscope-run"),
                        ("RayService", "halluscope-service")):
         for obj in by_kind(docs, kind):
@@ -829,7 +846,7 @@ def test_every_overlay_runs_a_config_and_an_entrypoint_this_repository_ships(ove
     shipped configs (uploaded to the bucket), and the entrypoint's script must exist."""
     shipped = {p.name for d in ("jobs/configs", "lib/halluscope/configs") for p in (ROOT / d).glob("*.yaml")}
     docs = kubectl_kustomize(overlay)
-    (settings,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "halluscope-settings"]
+    (settings,) = [d for d in docs if d["kind"] == "ConfigMap" and "HALLUSCOPE_CONFIG" in d["data"]]
     assert settings["data"]["HALLUSCOPE_CONFIG"].rsplit("/", 1)[-1] in shipped
     for job in (d for d in docs if d["kind"] == "RayJob"):
         script = job["spec"]["entrypoint"].split()[1]
@@ -848,3 +865,57 @@ def test_only_head_pods_mount_a_service_account_token():
             assert group["template"]["spec"]["automountServiceAccountToken"] is False, (doc["kind"], group["groupName"])
         if doc["kind"] == "RayJob":
             assert spec["submitterPodTemplate"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_the_shared_service_lives_in_a_namespace_of_its_own_that_admits_the_runs_namespace():
+    """A pod can name only Secrets and ServiceAccounts of its own namespace: with the service in
+    another, nothing a run may create reaches its token or its cloud role. The runs reach its Serve
+    port across namespaces, by the address the shipped configs use."""
+    runs = _kustomize(ROOT / "k8s" / "overlays" / "prod")
+    service = _kustomize(ROOT / "k8s" / "overlays" / "prod-service")
+    (runs_ns,) = {d["metadata"]["namespace"] for d in runs}
+    (service_ns,) = {d["metadata"]["namespace"] for d in service}
+    assert runs_ns != service_ns
+    assert "halluscope-service" not in {name for d in runs for _, s in pod_specs(d) for name in _secret_names(s)}
+    assert {name for d in service for _, s in pod_specs(d) for name in _secret_names(s)} == {"halluscope-service"}
+    (policy,) = by_kind(service, "NetworkPolicy")
+    run_peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]
+                 if peer.get("podSelector", {}).get("matchLabels", {}).get("halluscope.io/component") == "run"]
+    assert [p["namespaceSelector"]["matchLabels"] for p in run_peers] == [{"kubernetes.io/metadata.name": runs_ns}]
+    (rayservice,) = by_kind(service, "RayService")
+    address = f"http://{rayservice['metadata']['name']}-serve-svc.{service_ns}.svc:8000/"
+    for path in (ROOT / "jobs" / "configs").glob("*.yaml"):
+        urls = re.findall(r"base_url: (http://[^\s,}]*-serve-svc[^\s,}]*)", path.read_text())
+        assert all(u.startswith(address) for u in urls), (path.name, urls)
+
+
+def _secret_names(spec: dict) -> set[str]:
+    """Every Secret a pod spec names: env, envFrom and volumes."""
+    names = {v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
+    for c in spec["containers"] + spec.get("initContainers", []):
+        names |= {e["valueFrom"]["secretKeyRef"]["name"] for e in c.get("env", [])
+                  if "secretKeyRef" in e.get("valueFrom", {})}
+        names |= {f["secretRef"]["name"] for f in c.get("envFrom", []) if "secretRef" in f}
+    return names
+
+
+def test_every_service_pod_keeps_its_logs_under_storage_with_a_command_halluscope_has():
+    """The RayService's pods live for weeks and their log volume goes with them: a sidecar in each
+    copies the Ray container's log folder to a place of its own per pod."""
+    from halluscope.cli import build_parser
+
+    (service,) = by_kind(base_manifests(), "RayService")
+    (settings,) = [m for m in by_kind(base_manifests(), "ConfigMap") if "HALLUSCOPE_SERVICE_LOGS" in m["data"]]
+    assert settings["data"]["HALLUSCOPE_SERVICE_LOGS"].startswith("s3://")
+    specs = [s for _, s in pod_specs(service)]
+    assert len(specs) == 2  # head and GPU workers
+    for spec in specs:
+        (keeper,) = [c for c in spec["containers"] if c["name"] == "keep-logs"]
+        ray = spec["containers"][0]
+        logs = next(m["name"] for m in ray["volumeMounts"] if m["mountPath"] == "/tmp/ray")
+        assert {"name": logs, "mountPath": "/tmp/ray", "readOnly": True} in keeper["volumeMounts"]
+        args = build_parser().parse_args(keeper["command"][1:])
+        assert keeper["command"][0] == "halluscope" and args.command == "keep-logs"
+        assert args.dest == "$(HALLUSCOPE_SERVICE_LOGS)/$(POD_NAME)"
+        assert str(args.folder).startswith("/tmp/ray/")
+        assert env_of(keeper)["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}

@@ -78,20 +78,20 @@ def _rendered(overlay: str) -> Callable[[], list[dict]]:
     return lambda: kubectl_kustomize(overlay)
 
 
-# (source, documents, objects + pod templates checked). Base: ConfigMap 1; RBAC (ServiceAccount,
-# Role, RoleBinding) 3; NetworkPolicy 1; RayCluster head + 2 workers + autoscaler = 4; RayJob
-# submitter + head + 2 workers + autoscaler = 5; RayService head + 1 worker + autoscaler = 3; 17
-# in all. Dev files: PVC, Deployment, Service, Job = 4. Dev rendered: base without RayService and
-# its NetworkPolicy (17 - 4 = 13), one GPU group fewer in RayJob and RayCluster (13 - 2 = 11),
-# plus the 4 MinIO objects = 15. Prod rendered: the base's 17. Prod with the shared model cache:
-# 17 + its PVC = 18.
+# (source, documents, objects + pod templates checked). The runs' base: ConfigMap 1; RBAC and
+# accounts (ServiceAccounts submitter and run, Role, RoleBinding) 4; RayCluster head + 2 workers
+# + autoscaler = 4; RayJob submitter + head + 2 workers + autoscaler = 5: 14. The service's
+# (k8s/service): ConfigMap, NetworkPolicy, ServiceAccount 3; RayService head + 1 worker +
+# autoscaler = 3: 6. 20 in all. Dev files: PVC, Deployment, Service, Job = 4. Dev rendered: the
+# runs' side only, one GPU group fewer in RayJob and RayCluster (14 - 2 = 12), plus the 4 MinIO
+# objects = 16. Prod rendered (prod and prod-service): 20. With the shared model cache: + its PVC.
 SOURCES = [
-    ("base", base_manifests, 19),  # + the run's and the service's ServiceAccounts
+    ("base", base_manifests, 20),
     ("policy", lambda: load_all(ROOT / "k8s" / "policy" / "admission.yaml"), 2),
     ("overlay-files", overlay_manifests, 4),
-    ("rendered-dev", _rendered("dev"), 17),
-    ("rendered-prod", _rendered("prod"), 19),
-    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 20),
+    ("rendered-dev", _rendered("dev"), 16),
+    ("rendered-prod", _rendered("prod"), 20),
+    ("rendered-prod-shared-cache", lambda: kustomize_with_components("prod", ["shared-model-cache"]), 21),
 ]
 
 

@@ -364,7 +364,7 @@ def test_the_checkout_is_what_the_manifests_default_config_renders(capsys) -> No
         "gives 273",
         "ClusterQueue halluscope.spec.resourceGroups[0].flavors[1].resources[2].nominalQuota: '545Gi', the "
         "description gives '1089Gi'"]
-    service = yaml.safe_load((ROOT / "k8s" / "base" / "rayservice.yaml").read_text())
+    service = yaml.safe_load((ROOT / "k8s" / "service" / "rayservice.yaml").read_text())
     assert rayservice_bounds(service, (2, 2)) == []
     assert rayservice_bounds(service, (2, 3)) == [
         "its gpu-worker group has minReplicas/replicas/maxReplicas 2/2/2; the description gives 2/2/3"]

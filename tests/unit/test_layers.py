@@ -25,7 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L5 accounting, serving", ("cost", "serving", "runkit")),
     ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "report")),
     ("L7 engine", ("pipeline",)),
-    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "preflight", "kueue", "kueue_cli")),
+    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "preflight", "kueue", "kueue_cli", "service_logs",
+                          "service_logs_cli")),
 ]
 
 

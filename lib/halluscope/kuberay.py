@@ -23,6 +23,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -133,7 +134,24 @@ def cluster_uri(uri: str, root: Path) -> str:
     return located
 
 
-def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str], None]) -> str:
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where the RayJob reads its config, and the upload that puts it there if one is needed: done
+    by ``upload`` only once the cluster passed its checks, so a refused or ``--check`` submission
+    writes nothing to storage either."""
+
+    uri: str
+    why: str = ""
+    target: Location | None = None
+    data: bytes = b""
+
+    def upload(self, log: Callable[[str], None]) -> None:
+        if self.target is not None:
+            self.target.write_bytes_atomic(self.data)
+            log(f"{self.why}; uploaded it to {self.target.url}, which the RayJob runs")
+
+
+def config_for_cluster(uri: str, cfg: RunConfig, root: Path) -> ClusterConfig:
     """The config URI the RayJob runs. A URL: as it is. A local file the image holds as it is here
     (committed and unedited in the checkout, or a checkout without git, such as the image's own):
     its path in the checkout. Any other local file - edited since its commit, never committed, or
@@ -143,11 +161,11 @@ def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str]
     paths relative to its folder (those resolve against the image's working directory once the
     config is read from storage)."""
     if "://" in uri and not uri.startswith("file://"):
-        return cluster_uri(uri, root)
+        return ClusterConfig(cluster_uri(uri, root))
     local = Path(uri.removeprefix("file://")).expanduser().resolve()
     inside = local.is_relative_to(root.resolve())
     if inside and _as_committed(local.relative_to(root.resolve()), root):
-        return cluster_uri(uri, root)
+        return ClusterConfig(cluster_uri(uri, root))
     where = "edited or not committed" if inside else f"outside the repository {root}"
     why = f"config {uri} is {where}: the image does not hold it as it is here"
     if url_scheme(cfg.storage.root) in (None, "file"):
@@ -163,9 +181,7 @@ def config_for_cluster(uri: str, cfg: RunConfig, root: Path, log: Callable[[str]
                           "or commit the config and rebuild the image")
     target = Location.from_url(cfg.storage.root, cfg.storage).child(
         SUBMITTED_CONFIGS, f"{hashlib.sha256(data).hexdigest()}.yaml")
-    target.write_bytes_atomic(data)
-    log(f"{why}; uploaded it to {target.url}, which the RayJob runs")
-    return cluster_uri(target.url, root)
+    return ClusterConfig(cluster_uri(target.url, root), why, target, data)
 
 
 def _as_committed(rel: Path, root: Path) -> bool:
@@ -642,9 +658,9 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     check_layout(cfg)
     root = find_checkout()
     template = load_template(manifest, root)
-    located = config_for_cluster(config_uri, cfg, root or Path.cwd(), log)
+    located = config_for_cluster(config_uri, cfg, root or Path.cwd())
     fingerprint = cfg.fingerprint()
-    job = build_rayjob(template, name=rayjob_name(name, cfg.run_id, fingerprint), config_uri=located,
+    job = build_rayjob(template, name=rayjob_name(name, cfg.run_id, fingerprint), config_uri=located.uri,
                        fingerprint=fingerprint, image=image)
     admitted = apply_queue(job, queue, cfg.cluster.gpus, cfg.cluster.cpus) if queue else None
     if "://" not in cfg.storage.root or cfg.storage.root.startswith("file://"):
@@ -658,13 +674,16 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
         job_name = job["metadata"]["name"]
         findings = _preflight(api, ns, job, cfg, queued=bool(queue), log=log)
         if check_only:
+            if located.target is not None:
+                log(f"{located.why}; submit would upload it to {located.target.url}")
             return {"name": job_name, "namespace": ns, "findings": [str(f) for f in findings]}
         missing = [f for f in findings if f.blocking]
         if missing:
             raise ConfigError(f"the cluster cannot run RayJob {ns}/{job_name} as it is ({len(missing)} missing; "
                               "nothing was created): " + "; ".join(str(f) for f in missing))
+        located.upload(log)
         created = _create(api, job, fingerprint, poll_s=poll_s, delete_timeout_s=delete_timeout_s, log=log)
-        log(f"created RayJob {ns}/{job_name} for {located} (fingerprint {fingerprint}, run id {job_name}); "
+        log(f"created RayJob {ns}/{job_name} for {located.uri} (fingerprint {fingerprint}, run id {job_name}); "
             f"follow: kubectl -n {ns} get rayjob {job_name} -w")
         if admitted:
             log(f"queued in Kueue LocalQueue {ns}/{queue}: it starts once the ClusterQueue admits {admitted}")

@@ -576,25 +576,29 @@ def test_an_edited_config_is_uploaded_and_run_by_its_digest(tmp_path: Path, s3_e
             "storage": s3_storage(s3_endpoint, f"s3://{bucket}/runs")}
     root = _git_checkout(tmp_path, base)
     path, said = root / "jobs" / "run.yaml", []
-    assert config_for_cluster(str(path), load_config(str(path)), root, said.append) == "jobs/run.yaml" and not said
+    committed = config_for_cluster(str(path), load_config(str(path)), root)
+    assert committed.uri == "jobs/run.yaml" and committed.target is None
 
     path.write_text(yaml.safe_dump({**base, "limits": {"max_items_per_task": 3}}))  # edited after its commit
-    uri = config_for_cluster(str(path), load_config(str(path)), root, said.append)
+    located = config_for_cluster(str(path), load_config(str(path)), root)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert uri == f"s3://{bucket}/runs/_configs/{digest}.yaml"
-    body = boto3.client("s3", endpoint_url=s3_endpoint).get_object(Bucket=bucket, Key=f"runs/_configs/{digest}.yaml")
+    assert located.uri == f"s3://{bucket}/runs/_configs/{digest}.yaml"
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="runs/_configs/")  # not before it is asked
+    located.upload(said.append)
+    body = s3.get_object(Bucket=bucket, Key=f"runs/_configs/{digest}.yaml")
     assert body["Body"].read() == path.read_bytes()
     assert said == [f"config {path} is edited or not committed: the image does not hold it as it is here; "
-                    f"uploaded it to {uri}, which the RayJob runs"]
+                    f"uploaded it to {located.uri}, which the RayJob runs"]
 
     path.write_text(yaml.safe_dump({**base, "storage": {"root": f"file://{tmp_path}/runs"}}))
     with pytest.raises(ConfigError, match="storage.root file://.* is local, so it cannot be uploaded"):
-        config_for_cluster(str(path), load_config(str(path)), root, said.append)
+        config_for_cluster(str(path), load_config(str(path)), root)
     replay = tmp_path / "checkout" / "jobs" / "m.jsonl"
     replay.write_text("")
     path.write_text(yaml.safe_dump({**base, "models": [{"id": "m", "backend": "replay", "params": {"path": "m.jsonl"}}]}))
     with pytest.raises(ConfigError, match="paths relative to its folder"):
-        config_for_cluster(str(path), load_config(str(path)), root, said.append)
+        config_for_cluster(str(path), load_config(str(path)), root)
 
 
 # ---------------------------------------------------------------- preflight: submit --check
@@ -649,3 +653,30 @@ def test_check_passes_a_cluster_that_has_what_the_rayjob_needs_and_warns_of_a_ro
     assert [f.split(":")[0] for f in result["findings"]] == ["missing", "warning"]
     assert "Kueue is not installed" in result["findings"][0]
     assert "carries no IAM role (eks.amazonaws.com/role-arn)" in result["findings"][1]
+
+
+def test_check_and_a_refused_submission_write_nothing_to_storage_either(
+        kube: FakeKube, kubeconfig: str, tmp_path: Path, s3_endpoint: str, bucket: str) -> None:
+    """A config the image does not hold is uploaded for the RayJob: only once the cluster passed
+    its checks, never by `--check` nor by a submission the checks refuse."""
+    import boto3
+    from tests.support.servers import s3_storage
+
+    config = tmp_path / "edited.yaml"  # outside the checkout: the image cannot hold it
+    config.write_text(yaml.safe_dump({**yaml.safe_load(CONFIG.read_text()),
+                                      "storage": s3_storage(s3_endpoint, f"s3://{bucket}/runs")}))
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+
+    def stored() -> list[str]:
+        return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+
+    _, logs = run_submit(kubeconfig, config=str(config), check_only=True)
+    assert any(f"submit would upload it to s3://{bucket}/runs/_configs/" in line for line in logs), logs
+    kube.accounts = {}
+    with pytest.raises(ConfigError, match="nothing was created"):
+        run_submit(kubeconfig, config=str(config))
+    assert stored() == [] and not [r for r in kube.requests if r["method"] != "GET"]
+    kube.accounts = {"halluscope-run": account("halluscope-run")}
+    run_submit(kubeconfig, config=str(config), wait=False)
+    (key,) = stored()
+    assert key.startswith("runs/_configs/")

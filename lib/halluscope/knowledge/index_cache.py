@@ -3,9 +3,13 @@ loads them in a fraction of the build time.
 
 Arrow holds data only: reading a planted file cannot run code (a pickle can, and the cache folder's
 names are predictable, since the source's sha256 is in every manifest). A file is used only when it
-is ours - owned by this user, in a folder of this user's, neither writable by anyone else - so a
-file planted in a shared folder (``/tmp``) cannot change verdicts either, and only when its
-metadata names the key it was built for (the source's sha256 and the layout version).
+is ours - a regular file with one name (no hard link), neither it nor its folder a symbolic link, owned by
+this user, in a folder of this user's, neither writable by anyone else - so a file planted in a
+shared folder (``/tmp``) cannot change verdicts either; only when its metadata names the key it was
+built for (the source's sha256 and the layout version); and only when its rows hash to the content
+digest recorded beside that key when it was built, so rows rewritten under a valid key are rebuilt
+from the source. The digest sits in the file itself: it stops a file edited by anything that does
+not recompute it, not this user's own processes, which can write the cache and recompute it.
 
 ``cached_table`` keys what is derived from a data file (the replay join's index of a recorded
 file, a recorded pipeline's answers) by the file's content, what else it is derived from and a
@@ -27,33 +31,54 @@ from pathlib import Path
 import pyarrow as pa
 
 from halluscope.sources import sha256_file
-from halluscope.storage.fs import private_file_problem
+from halluscope.storage.fs import OTHERS_WRITE, Location, UntrustedPath, private_folder_problem, read_private
 
 _META_KEY = b"halluscope-index"
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
-def _ours(st: os.stat_result) -> bool:
-    return st.st_uid == os.getuid() and not st.st_mode & _OTHERS_WRITE
+def _content_digest(table: pa.Table) -> str:
+    """sha256 of the table as Arrow's IPC format lays it out uncompressed, schema metadata aside:
+    the same for the table a build returns as for the one decoded from its file (Arrow serialises
+    a sliced or chunked column canonically), so a load can check the rows are those saved."""
+    h = hashlib.sha256(table.schema.remove_metadata().serialize())
+    for batch in table.to_batches():
+        h.update(batch.serialize())
+    return h.hexdigest()
+
+
+def _ignore(path: Path, why: str) -> None:
+    print(f"halluscope: ignoring {path}: it {why}", file=sys.stderr)
 
 
 def load_table(path: Path, key: str) -> tuple[pa.Table, dict] | None:
     """The table cached at ``path`` for ``key`` and the info saved with it; None if there is none,
-    it is damaged, built for another key, or not ours (the caller then builds it)."""
+    it is damaged, built for another key, not ours or not the rows that were built (the caller then
+    builds it). Neither the file nor its folder is followed through a symbolic link."""
+    folder = path.parent
+    where = Location.from_url(f"file://{folder}")
     try:
-        with open(path, "rb") as f:
-            why = private_file_problem(os.fstat(f.fileno())) or (
-                None if _ours(os.stat(path.parent)) else "is in a folder of another user's or writable by others")
-            if why:  # the runs' parts and caches' rule (storage.fs), hard links included
-                print(f"halluscope: ignoring {path}: it {why}", file=sys.stderr)
-                return None
-            table = pa.ipc.open_file(f).read_all()
+        # the runs' parts and caches' rule (storage.fs): links, hard or symbolic, owners, modes
+        data = read_private(where, path.name)
+        why = private_folder_problem(os.lstat(folder))
+        if why:
+            _ignore(path, f"is in {folder}, which {why}")
+            return None
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
         meta = json.loads((table.schema.metadata or {})[_META_KEY])
+    except UntrustedPath as err:
+        _ignore(path, err.reason if err.url == where.child(path.name).url else f"is in {err.url}, which {err.reason}")
+        return None
     except (OSError, KeyError, ValueError, TypeError):  # ArrowInvalid is a ValueError
         return None
-    if not isinstance(meta, dict) or meta.get("key") != key:
+    if not isinstance(meta, dict) or meta.get("key") != key or "sha256" not in meta:
+        return None  # another key's, or an earlier layout's (no digest): rebuilt over
+    table = table.replace_schema_metadata(None)
+    found = _content_digest(table)
+    if found != meta["sha256"]:
+        _ignore(path, f"holds rows other than those built for its key (sha256 {found[:16]}..., "
+                      f"{str(meta['sha256'])[:16]}... recorded)")
         return None
-    return table.replace_schema_metadata(None), meta.get("info") or {}
+    return table, meta.get("info") or {}
 
 
 def save_table(path: Path, key: str, table: pa.Table, info: dict, compression: str | None = None,
@@ -64,14 +89,16 @@ def save_table(path: Path, key: str, table: pa.Table, info: dict, compression: s
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-        st = os.stat(folder)
-        if st.st_uid != os.getuid():
+        st = os.lstat(folder)
+        if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):  # another user's, or a link
             return False
-        if st.st_mode & _OTHERS_WRITE:  # e.g. made under umask 002 by an earlier version
-            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~_OTHERS_WRITE)
-        meta = json.dumps({"key": key, "info": info}).encode()
+        if st.st_mode & OTHERS_WRITE:  # e.g. made under umask 002 by an earlier version
+            os.chmod(folder, stat.S_IMODE(st.st_mode) & ~OTHERS_WRITE)
+        meta = json.dumps({"key": key, "info": info, "sha256": _content_digest(table)}).encode()
         tmp = folder / f".tmp-{os.getpid()}-{path.name}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with contextlib.suppress(FileNotFoundError):  # a crashed process's of the same pid
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         with os.fdopen(fd, "wb") as f:
             with pa.ipc.new_file(f, table.schema.with_metadata({_META_KEY: meta}),
                                  options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import stat
@@ -243,6 +244,47 @@ def private_file_problem(st: os.stat_result) -> str | None:
     if st.st_nlink > 1:  # a file this process writes has one name (written aside, then renamed)
         return f"has {st.st_nlink} hard links: its bytes can be changed under another name"
     return None
+
+
+def private_folder_problem(st: os.stat_result) -> str | None:
+    """Why an lstat result is not a folder of this user's that no one else can write to (where no
+    one else can swap a checked file for another), or None if it is."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(mode):
+        return "is not a folder"
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if mode & OTHERS_WRITE:
+        return f"is writable by others (mode {stat.S_IMODE(mode):04o})"
+    return None
+
+
+_DIGESTS: dict[tuple[int, int, int, int, int], str] = {}
+
+
+def file_sha256(path: str, cache: bool = True) -> str:
+    """sha256 of a local file, hashed once per process while its inode, size, mtime and ctime stay
+    the same (a write changes the ctime, which no one can set): a model's hundreds of MB are read
+    once per process, not at each use. A ``cache`` file (one a cache of this user's wrote) must
+    pass ``private_file_problem`` - no link, hard or symbolic, owned by this user, writable by no
+    one else - else UntrustedPath says why; another (an installed package's) is taken as it is."""
+    try:
+        fd = os.open(path, _FILE_FLAGS if cache else os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        if err.errno == errno.ELOOP and cache:
+            raise UntrustedPath(path, "is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        problem = private_file_problem(st) if cache else None
+        if problem:
+            raise UntrustedPath(path, problem)
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if stamp not in _DIGESTS:
+            _DIGESTS[stamp] = hashlib.file_digest(f, "sha256").hexdigest()
+        return _DIGESTS[stamp]
 
 
 def _open_real_dir(folder: Location) -> int | None:

@@ -307,11 +307,17 @@ def test_every_reader_refuses_a_view_edited_after_the_run_wrote_it(tmp_path, cap
     assert main(["report", str(run), "--json"]) == 0 and main(["compare", str(run), str(run)]) == 0
 
 
-def test_a_batch_copied_under_another_key_is_counted_once(tmp_path, caplog):
+@pytest.mark.parametrize("how", ["copied", "re-encoded"])
+def test_a_batch_copied_under_another_key_is_counted_once(tmp_path, caplog, how):
     """Every part of a finished run copied under another batch key, then the run resumed: its rows
-    were counted twice (n 5 -> 10, a standard error shrunk by sqrt 2). A commit whose bytes
-    another batch committed is that batch's copy: skipped with a warning, its rows counted once."""
+    were counted twice (n 5 -> 10, a standard error shrunk by sqrt 2). A batch holding generation
+    ids another batch committed is that batch's copy, whether its bytes are the same or the rows
+    were written again (another compression: other bytes, another digest in its name): skipped
+    with a warning, its rows counted once."""
+    import hashlib
     import shutil
+
+    import pyarrow.parquet as pq
 
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
@@ -324,7 +330,13 @@ def test_a_batch_copied_under_another_key_is_counted_once(tmp_path, caplog):
     for table in (t for t in run.iterdir() if t.is_dir()):
         for part in list(table.glob("part-*.parquet")):
             key, digest = part.name[len("part-"):-len(".parquet")].rsplit(".", 1)
-            shutil.copy(part, table / f"part-{key}x.{digest}.parquet")
+            if how == "copied":
+                shutil.copy(part, table / f"part-{key}x.{digest}.parquet")
+            else:
+                staging = tmp_path / "staging.parquet"
+                pq.write_table(pq.read_table(part), staging, compression="gzip")
+                data = staging.read_bytes()
+                (table / f"part-{key}x.{hashlib.sha256(data).hexdigest()}.parquet").write_bytes(data)
             copied += 1
     assert copied and before
     assert main(["run", str(path), "--run-id", "r1", "--quiet"]) == 0

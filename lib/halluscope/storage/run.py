@@ -160,7 +160,13 @@ class RunStore:
         self.attempt: str | None = None  # set by claim; travels with the store to the actors
         # (table, part key) -> the part's values of each _KEYED column (None: its footer cannot tell)
         self._keyed: dict[tuple[str, str], dict[str, frozenset[str] | None]] = {}
-        self._commits: set[str] = set()  # commit files that verified (their rows are checked again when read)
+        # commit files that verified -> their generation ids (their rows are checked again when read)
+        self._commits: dict[str, frozenset[str]] = {}
+
+    def __getstate__(self) -> dict:
+        """What an actor needs to write parts: not the driver's memo of what it verified (the
+        generation ids of every commit, megabytes in a large run)."""
+        return {**self.__dict__, "_keyed": {}, "_commits": {}}
 
     # --- ownership ---------------------------------------------------------------------------
     def claim(self) -> None:
@@ -202,25 +208,32 @@ class RunStore:
 
     def committed_keys(self) -> set[str]:
         """The batches whose commit part verifies (each part that did is not checked again), each
-        once: a commit whose bytes another batch committed (its digest in its name) holds that
-        batch's rows, copied under another key, and is skipped with a warning (every part of a
-        finished run copied so had its rows counted twice, n 5 -> 10)."""
+        row once by its generation id: a batch holding an id an earlier batch (by key) committed is
+        a copy, whatever its bytes (copied, or re-encoded under another key), and is skipped with a
+        warning. Every part of a finished run copied so had its rows counted twice, n 5 -> 10. A
+        batch redone for a failed row is taken back before it is done again, so runs of this code
+        never commit an id twice."""
         listed = self.parts(COMMIT_TABLE)
         unseen = [n for names in listed.values() for n in names if n not in self._commits]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            self._commits |= {n for n, data in zip(unseen, pool.map(lambda n: self._trusted(COMMIT_TABLE, n), unseen))
-                              if data is not None}
+            for name, data in zip(unseen, pool.map(lambda n: self._trusted(COMMIT_TABLE, n), unseen)):
+                if data is not None:
+                    ids = read_parquet(pa.BufferReader(data), columns=["gen_id"]).column("gen_id")
+                    self._commits[name] = frozenset(ids.to_pylist())
         keys: set[str] = set()
-        owner: dict[str, str] = {}  # digest -> the first key (sorted) that committed it
+        owner: dict[str, str] = {}  # gen_id -> the first key (sorted) that committed it
         for key in sorted(listed):
-            digests = [n.rsplit(".", 2)[1] for n in listed[key] if n in self._commits]
-            first = next((owner[d] for d in digests if d in owner), None)
+            verified = [n for n in sorted(listed[key]) if n in self._commits]
+            if not verified:
+                continue
+            ids = self._commits[verified[0]]
+            first = next((owner[i] for i in ids if i in owner), None)
             if first is not None:
                 skip(None, "run", self.loc.child(COMMIT_TABLE).url + f" batch {key}",
-                     f"holds the rows batch {first} committed (a copy)", "they are counted once")
+                     f"holds rows batch {first} committed (a copy)", "they are counted once")
                 continue
-            owner.update((d, key) for d in digests)
-            keys.update([key] if digests else [])
+            owner.update(dict.fromkeys(ids, key))
+            keys.add(key)
         return keys
 
     def _trusted(self, table: str, name: str) -> bytes | None:

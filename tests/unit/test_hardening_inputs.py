@@ -17,7 +17,7 @@ from halluscope.cli import main
 from halluscope.config.load import load_config, parse_config
 from halluscope.config.reader import read_yaml
 from halluscope.config.schema import ReplayModel
-from halluscope.errors import ConfigError
+from halluscope.errors import ConfigError, StorageError
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.sources import DataResolver, jsonl_rows
 from halluscope.task_registry import get_task, unknown_task
@@ -248,10 +248,9 @@ def test_status_shows_nothing_from_a_forged_progress_file(tmp_path, capsys, forg
         assert f"progress.json of run r1: {message}" in err and "nothing is shown from it" in err
 
 
-def test_a_config_on_an_s3_endpoint_that_never_answers_fails_in_seconds(monkeypatch):
-    """`plan s3://bucket/cfg.yaml` against an endpoint that accepts and never answers was silent
-    for 600 s and more (botocore's and s3fs's retries on a 120 s read timeout): the endpoint is
-    asked first, 5 s at a time, twice, and the read fails in one line naming it."""
+@pytest.fixture()
+def silent_endpoint():
+    """An S3 endpoint on 127.0.0.1 that accepts every connection and never answers."""
     import socket
     import threading
 
@@ -268,19 +267,49 @@ def test_a_config_on_an_s3_endpoint_that_never_answers_fails_in_seconds(monkeypa
                 return
 
     threading.Thread(target=accept, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_config_on_an_s3_endpoint_that_never_answers_fails_in_seconds(monkeypatch, silent_endpoint):
+    """`plan s3://bucket/cfg.yaml` against an endpoint that accepts and never answers was silent
+    for 600 s and more (botocore's and s3fs's retries on a 120 s read timeout): the endpoint is
+    asked first, 5 s at a time, twice, and the read fails in one line naming it."""
+    endpoint = silent_endpoint
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     started = time.monotonic()
-    try:
-        with pytest.raises(Exception, match=rf"run config s3://bucket: cannot reach the S3 endpoint {endpoint}"):
-            read_yaml("s3://bucket/cfg.yaml")
-    finally:
-        server.close()
-        for conn in held:
-            conn.close()
+    with pytest.raises(Exception, match=rf"run config s3://bucket: cannot reach the S3 endpoint {endpoint}"):
+        read_yaml("s3://bucket/cfg.yaml")
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("operation", ["read", "write", "list", "exists", "footer", "run table"])
+def test_every_storage_operation_during_a_run_ends_by_its_deadline(monkeypatch, silent_endpoint, operation):
+    """A run's storage reads and writes, past the first look at its root, stacked botocore's and
+    s3fs's retries on the read timeout: an endpoint that stopped answering mid-run held a worker for
+    over an hour. Each one now ends at its deadline (here made 2 s), in one line naming the URL."""
+    from halluscope.storage import fs
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+    from halluscope.storage.spec import StorageSpec
+
+    monkeypatch.setattr(fs, "DEADLINE_BASE_S", 2.0)
+    spec = StorageSpec(root="s3://bucket/runs", endpoint_url=silent_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    root = Location.from_url(spec.root, spec)
+    part = root.child("r1", "scores", "part-k.0.parquet")
+    do = {"read": part.read_bytes, "write": lambda: part.write_bytes_atomic(b"x" * 1000),
+          "list": root.list_names, "exists": part.exists, "footer": part.parquet_metadata,
+          "run table": lambda: RunStore(root, "r1").read_table("scores")}[operation]
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"s3://bucket/runs.*: storage did not answer within 2 s"):
+        do()
+    assert time.monotonic() - started < 10
 
 
 def test_every_reader_refuses_a_view_edited_after_the_run_wrote_it(tmp_path, capsys):

@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import ray
 
 from halluscope.config.schema import ModelSpec
@@ -55,8 +54,7 @@ class StagedRows:
         for name in names:
             part = loc.child(name)
             if part.url not in self._rows:
-                with part.fs.open(part.path, "rb") as f:
-                    self._rows[part.url] = pq.ParquetFile(f).metadata.num_rows
+                self._rows[part.url] = part.parquet_metadata().num_rows
         return sum(self._rows[loc.child(n).url] for n in names)
 
 

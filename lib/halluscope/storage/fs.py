@@ -10,9 +10,13 @@ import os
 import stat
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.asyn import AsyncFileSystem
+from fsspec.exceptions import FSTimeoutError
 from fsspec.implementations.local import LocalFileSystem
 
 from halluscope.errors import ConfigError, StorageError, StorageFull
@@ -60,6 +64,19 @@ def _static_keys(spec: StorageSpec) -> dict:
                        " and ".join(unset), ", ".join(chain))
     # Never one static half with the chain's other half: all or nothing.
     return {}
+
+
+# One storage operation's deadline, every retry of every layer included: a minute for the
+# round trips, plus the bytes at 1 MiB/s (a part of 100 MiB: ~2.7 min). A run that meets a dead
+# endpoint stops with the URL named instead of waiting on it for hours.
+DEADLINE_BASE_S = 60.0
+DEADLINE_BYTES_PER_S = 2**20
+_FOOTER_GUESS = 64 * 2**10  # most parts' footers fit in one read of this tail
+
+
+def deadline_s(size: int = 0) -> float:
+    """How long one storage operation moving ``size`` bytes may take."""
+    return DEADLINE_BASE_S + size / DEADLINE_BYTES_PER_S
 
 
 CONNECT_TIMEOUT_S = 10.0  # an S3 endpoint that does not accept the connection in this long is down
@@ -117,11 +134,40 @@ class Location:
         proto = self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol
         return self.path if proto in ("file", "local") else f"{proto}://{self.path}"
 
+    def _bounded(self, method: str, *args: object, size: int = 0, **kwargs: object) -> Any:
+        """``self.fs.<method>(self.path, ...)`` done or refused within ``deadline_s(size)``, every
+        layer's retries included (botocore's and s3fs's stack to over an hour on an endpoint that
+        accepts and never answers): an object store's call runs on fsspec's event loop, which
+        cancels it at the deadline. A local filesystem answers or fails by itself."""
+        if not isinstance(self.fs, AsyncFileSystem):
+            return getattr(self.fs, method)(self.path, *args, **kwargs)
+        deadline = deadline_s(size)
+        try:
+            return getattr(self.fs, method)(self.path, *args, timeout=deadline, **kwargs)
+        except FSTimeoutError:
+            raise StorageError(f"{self.url}: storage did not answer within {deadline:.0f} s "
+                               f"({method.removesuffix('_file')}, retries included)") from None
+
     def exists(self) -> bool:
-        return self.fs.exists(self.path)
+        return bool(self._bounded("exists"))
 
     def read_bytes(self) -> bytes:
-        return self.fs.cat_file(self.path)
+        return bytes(self._bounded("cat_file"))
+
+    def read_tail(self, size: int) -> bytes:
+        """The last ``size`` bytes (all of a smaller object), within the deadline."""
+        return bytes(self._bounded("cat_file", start=-size, size=size))
+
+    def parquet_metadata(self) -> pq.FileMetaData:
+        """A Parquet object's footer, read by its tail (two bounded reads at most), not its rows."""
+        tail = self.read_tail(_FOOTER_GUESS)
+        if len(tail) < 12 or tail[-4:] != b"PAR1":
+            raise StorageError(f"{self.url}: not a Parquet file (no footer)")
+        need = int.from_bytes(tail[-8:-4], "little") + 8
+        if need > len(tail):
+            tail = self.read_tail(need)
+        # the footer alone, behind the leading magic a reader checks: row groups are never read from it
+        return pq.ParquetFile(pa.BufferReader(b"PAR1" + tail[-need:])).metadata
 
     def write_bytes_atomic(self, data: bytes) -> None:
         """Readers see the old object or the whole new one, never a half-written file.
@@ -145,7 +191,7 @@ class Location:
                 _raise_if_full(err, self.path, len(data))
                 raise
         else:
-            self.fs.pipe_file(self.path, data)
+            self._bounded("pipe_file", data, size=len(data))
 
     @property
     def is_local(self) -> bool:
@@ -155,7 +201,7 @@ class Location:
     def list_names(self) -> list[str]:
         """Names directly under this folder, hidden temporaries excluded; [] if it does not exist."""
         try:
-            entries = self.fs.ls(self.path, detail=False, refresh=True)
+            entries = self._bounded("ls", detail=False, refresh=True)
         except FileNotFoundError:
             return []
         names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
@@ -197,8 +243,8 @@ class Location:
                                f"({type(err).__name__}: {_one_line(err)})") from None
 
     def remove(self) -> None:
-        if self.fs.exists(self.path):
-            self.fs.rm(self.path, recursive=True)
+        if self.exists():
+            self._bounded("rm", recursive=True)
 
 
 # ---- Files a cache reads back: only the ones it wrote ------------------------------------------

@@ -298,9 +298,7 @@ class RunStore:
             if values is not None and _excluded(values, wanted):
                 return None
             if values is None and wanted:  # the part's first read: its footer, then (if wanted) its rows
-                loc = self.part_file(table, sorted(listed[key])[0])
-                with loc.fs.open(loc.path, "rb") as f:
-                    values = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
+                values = self._remember(table, key, self.part_file(table, sorted(listed[key])[0]).parquet_metadata())
                 if _excluded(values, wanted):
                     return None
             data = self._read(table, listed[key])
@@ -337,9 +335,7 @@ class RunStore:
         def values(key: str) -> set[str]:
             known = self._keyed.get((table, key))
             if known is None:
-                loc = self.part_file(table, sorted(listed[key])[0])
-                with loc.fs.open(loc.path, "rb") as f:
-                    known = self._remember(table, key, pq.ParquetFile(f, pre_buffer=False).metadata)
+                known = self._remember(table, key, self.part_file(table, sorted(listed[key])[0]).parquet_metadata())
             found = known[column]
             if found is not None:
                 return set(found)
@@ -415,9 +411,7 @@ class RunStore:
         return self.loc.child("items", task.replace("/", "__") + ".parquet")
 
     def read_items(self, task: str) -> pa.Table:
-        loc = self.items_location(task)
-        with loc.fs.open(loc.path, "rb") as f:
-            return read_parquet(f)
+        return read_parquet(pa.BufferReader(self.items_location(task).read_bytes()))
 
     # --- json documents ----------------------------------------------------------------------
     def write_json(self, name: str, doc: object) -> None:

@@ -26,9 +26,9 @@ from halluscope.errors import (
 )
 from halluscope.kuberay_cli import add_parser as add_submit_parser
 from halluscope.kueue_cli import add_parser as add_kueue_parser
-from halluscope.service_logs_cli import add_parser as add_keep_logs_parser
 from halluscope.quiet import native_lines_to_log
 from halluscope.report.escape import terminal
+from halluscope.service_logs_cli import add_parser as add_keep_logs_parser
 from halluscope.storage.fs import Location
 from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 from halluscope.task_registry import benchmarks

@@ -146,11 +146,10 @@ def _live_pypi_names() -> bytes:
 def _fetch_any(url: str) -> bytes:
     import fsspec
 
-    import halluscope.storage.fs  # noqa: F401 - its fsspec defaults bound every S3 request
+    from halluscope.storage.fs import Location
 
     try:
-        with fsspec.open(url, "rb") as src:
-            return src.read()
+        return Location(*fsspec.core.url_to_fs(url)).read_bytes()  # within the storage deadline
     except (OSError, ValueError) as err:
         raise DataError(f"cannot fetch {url}: {err}") from None
 

@@ -287,8 +287,9 @@ def test_a_config_on_an_s3_endpoint_that_never_answers_fails_in_seconds(monkeypa
     assert time.monotonic() - started < 60
 
 
-@pytest.mark.parametrize("operation", ["read", "write", "list", "exists", "footer", "run table"])
-def test_every_storage_operation_during_a_run_ends_by_its_deadline(monkeypatch, silent_endpoint, operation):
+@pytest.mark.parametrize("operation", ["read", "write", "list", "exists", "footer", "run table", "download",
+                                       "input file"])
+def test_every_storage_operation_during_a_run_ends_by_its_deadline(monkeypatch, silent_endpoint, operation, tmp_path):
     """A run's storage reads and writes, past the first look at its root, stacked botocore's and
     s3fs's retries on the read timeout: an endpoint that stopped answering mid-run held a worker for
     over an hour. Each one now ends at its deadline (here made 2 s), in one line naming the URL."""
@@ -305,7 +306,9 @@ def test_every_storage_operation_during_a_run_ends_by_its_deadline(monkeypatch, 
     part = root.child("r1", "scores", "part-k.0.parquet")
     do = {"read": part.read_bytes, "write": lambda: part.write_bytes_atomic(b"x" * 1000),
           "list": root.list_names, "exists": part.exists, "footer": part.parquet_metadata,
-          "run table": lambda: RunStore(root, "r1").read_table("scores")}[operation]
+          "run table": lambda: RunStore(root, "r1").read_table("scores"),
+          "download": lambda: part.download(str(tmp_path / "copy")),  # an article store
+          "input file": lambda: part.read_stream()}[operation]  # a data set a benchmark parses
     started = time.monotonic()
     with pytest.raises(StorageError, match=r"s3://bucket/runs.*: storage did not answer within 2 s"):
         do()

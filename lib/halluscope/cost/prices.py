@@ -91,9 +91,10 @@ class PriceTable(BaseModel):
 def load_prices(uri: str) -> PriceTable:
     import fsspec
 
+    from halluscope.storage.fs import Location
+
     try:
-        with fsspec.open(uri, "r") as f:
-            text = f.read()
+        text = Location(*fsspec.core.url_to_fs(uri)).read_bytes().decode()  # within the storage deadline
     except FileNotFoundError:
         raise ConfigError(f"costs.price_table: price table not found: {uri}") from None
     return read_table(text, PriceTable, f"price table {uri}")

@@ -120,7 +120,7 @@ def _read(source: str | Location, storage_options: dict | None) -> tuple[bytes, 
     loc = source if isinstance(source, Location) \
         else Location(*fsspec.core.url_to_fs(source, **(storage_options or {})))
     try:
-        with loc.fs.open(loc.path, "rb", compression="infer") as f:
+        with loc.read_stream() as f:  # within the storage deadline
             return f.read(), loc.url
     except FileNotFoundError:
         raise DataError(f"data file not found: {loc.url}") from None

@@ -12,6 +12,7 @@ are kept (a ``</s>`` becomes a paragraph break), and only re-cut if longer than 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 
 from halluscope.errors import DataError
 from halluscope.sources import jsonl_rows, sha256_stream
@@ -208,8 +208,24 @@ class _Unreadable(str):
     """Stands in for the title of a row that could not be parsed; its value is the reason."""
 
 
+@contextlib.contextmanager
+def _on_this_machine(loc: Location) -> Iterator[Location]:
+    """The store itself when it is on this machine, else a copy of it in a temporary file, made
+    within the storage deadline its size gives (a stream from an object store has none)."""
+    if loc.is_local:
+        yield loc
+        return
+    fd, tmp = tempfile.mkstemp(suffix=f"-{Path(loc.path).name}")  # its suffix names its compression
+    os.close(fd)
+    try:
+        loc.download(tmp)
+        yield Location.from_url(tmp)
+    finally:
+        os.remove(tmp)
+
+
 def _jsonl_rows(loc: Location, _wanted: list[str] | None) -> Iterator[Row]:
-    with loc.fs.open(loc.path, "rt", encoding="utf-8", compression="infer") as f:
+    with _on_this_machine(loc) as here, here.fs.open(here.path, "rt", encoding="utf-8", compression="infer") as f:
         for number, record, problem in jsonl_rows(f, invalid="invalid JSON"):
             if record is None:
                 yield number, _Unreadable(problem), None
@@ -220,7 +236,7 @@ def _jsonl_rows(loc: Location, _wanted: list[str] | None) -> Iterator[Row]:
 def _parquet_rows(loc: Location, _wanted: list[str] | None) -> Iterator[Row]:
     import pyarrow.parquet as pq
 
-    with loc.fs.open(loc.path, "rb") as f:
+    with _on_this_machine(loc) as here, here.fs.open(here.path, "rb") as f:
         pf = pq.ParquetFile(f)
         missing = {"title", "text"} - set(pf.schema_arrow.names)
         if missing:
@@ -235,14 +251,12 @@ def _parquet_rows(loc: Location, _wanted: list[str] | None) -> Iterator[Row]:
 def _sqlite_rows(loc: Location, wanted: list[str] | None) -> Iterator[Row]:
     """Rows by rowid; with ``wanted``, exact titles via the primary key, then one scan of the titles
     for the normalised matches. A remote database is copied to a temporary file first."""
-    tmp = None
-    path = loc.path
-    if not isinstance(loc.fs, LocalFileSystem):
-        fd, tmp = tempfile.mkstemp(suffix=".db")
-        os.close(fd)
-        loc.fs.get_file(loc.path, tmp)
-        path = tmp
-    con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+    with _on_this_machine(loc) as here:
+        yield from _sqlite_file_rows(Path(here.path), wanted)
+
+
+def _sqlite_file_rows(path: Path, wanted: list[str] | None) -> Iterator[Row]:
+    con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
     try:
         if wanted is None:
             yield from con.execute("SELECT rowid, title, text FROM documents ORDER BY rowid")
@@ -261,5 +275,3 @@ def _sqlite_rows(loc: Location, wanted: list[str] | None) -> Iterator[Row]:
                     yield from con.execute("SELECT rowid, title, text FROM documents WHERE rowid = ?", (rowid,))
     finally:
         con.close()
-        if tmp:
-            os.unlink(tmp)

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from halluscope.errors import DataError
 from halluscope.ragtruth.taxonomy import LabelType, Quality, TaskType, parse_label_type
 from halluscope.sources import jsonl_rows
+from halluscope.storage.fs import Location
 
 RESPONSE_FILE = "response.jsonl"
 SOURCE_FILE = "source_info.jsonl"
@@ -180,8 +181,7 @@ class Corpus:
 def _read(url: str, name: str, expected: str | None,
           storage_options: Mapping[str, Any]) -> tuple[list[str], FileDigest]:
     try:
-        with fsspec.open(url, "rb", **storage_options) as f:
-            raw = f.read()
+        raw = Location(*fsspec.core.url_to_fs(url, **storage_options)).read_bytes()  # within the storage deadline
     except Exception as err:  # fsspec backends raise many types (OSError, aiohttp, botocore)
         raise DataError(f"cannot read {name} from {url}: {err}") from None
     digest = hashlib.sha256(raw).hexdigest()

@@ -5,19 +5,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import logging
 import os
 import stat
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.asyn import AsyncFileSystem
+from fsspec.compression import compr
 from fsspec.exceptions import FSTimeoutError
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.utils import infer_compression
 
 from halluscope.errors import ConfigError, StorageError, StorageFull
 
@@ -151,8 +154,31 @@ class Location:
     def exists(self) -> bool:
         return bool(self._bounded("exists"))
 
+    def size(self) -> int:
+        """The object's size in bytes, within the deadline."""
+        return int(self._bounded("size"))
+
     def read_bytes(self) -> bytes:
-        return bytes(self._bounded("cat_file"))
+        """The whole object, within the deadline its size gives (an object store is asked its size
+        first: one more request, so a large object is not cut off and a dead endpoint still is)."""
+        if not isinstance(self.fs, AsyncFileSystem):
+            return bytes(self.fs.cat_file(self.path))
+        return bytes(self._bounded("cat_file", size=self.size()))
+
+    def read_stream(self) -> IO[bytes]:
+        """The object as a file read from memory, decompressed by its name's suffix (.gz, .bz2,
+        .xz, .zst): read whole within its deadline, for inputs a reader parses at once."""
+        data = io.BytesIO(self.read_bytes())
+        codec = infer_compression(self.path)
+        return compr[codec](data, mode="rb") if codec else data
+
+    def download(self, dest: str) -> None:
+        """A copy of the object at the local path ``dest``, within the deadline its size gives: for
+        inputs too large to hold in memory (an article store)."""
+        if not isinstance(self.fs, AsyncFileSystem):
+            self.fs.get_file(self.path, dest)
+            return
+        self._bounded("get_file", dest, size=self.size())
 
     def read_tail(self, size: int) -> bytes:
         """The last ``size`` bytes (all of a smaller object), within the deadline."""

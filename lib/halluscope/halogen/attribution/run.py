@@ -75,8 +75,7 @@ def _item_fields(store: RunStore, task: str) -> dict[str, dict]:
     loc = store.items_location(task)
     if not loc.exists():
         raise RunError(f"{store.loc.url} has no items for {task} ({loc.url}); attribution needs the item fields")
-    with loc.fs.open(loc.path, "rb") as f:
-        items = read_parquet(f, columns=["item_id", "fields"])
+    items = read_parquet(pa.BufferReader(loc.read_bytes()), columns=["item_id", "fields"])
     return {i: json.loads(fields) for i, fields in zip(items["item_id"].to_pylist(), items["fields"].to_pylist())}
 
 

@@ -170,6 +170,6 @@ def test_rows_asking_the_same_share_one_call_and_replies_return_in_order():
     replies = roles.answer(calls, "verify", usage, {"a": "m", "b": "m", "c": "m"})
     assert [r.prompt for r in echo.requests] == ["p1", "p2", "p2"]  # "b" asks what "a" asked; no call for ()
     assert [c.text for c in replies["a"]] == ["re: p1", "re: p2"] and replies["b"][0].text == "re: p2"
-    assert replies["b"][0].extra == {"cached": True} and not replies["a"][1].extra
+    assert replies["b"][0].cached and not replies["a"][1].cached
     assert [(u["calls"], u["cached_calls"], u["input_tokens"]) for k in "abc" for u in usage[k]] \
         == [(2, 0, 6), (0, 1, 0), (1, 0, 3)]

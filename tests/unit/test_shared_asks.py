@@ -39,7 +39,7 @@ def test_equal_requests_of_a_batch_are_sent_once_and_share_the_answer():
     out = Model(provider).generate_batch(asks)
     assert sorted(provider.sent) == ["a", "a", "b"]  # the constrained ask is another question
     assert [c.text for c in out] == ["A", "A", "B", "A"]
-    assert [(c.attempts, c.extra.get("cached", False)) for c in out] == [(1, False), (0, True), (1, False), (1, False)]
+    assert [(c.attempts, c.cached) for c in out] == [(1, False), (0, True), (1, False), (1, False)]
     assert (out[1].input_tokens, out[1].output_tokens) == (3, 1)
 
 

@@ -162,11 +162,11 @@ def test_the_cache_keys_a_format_only_where_the_backend_sends_it(tmp_path):
     first = _Fake(constrains=False)
     CachedBackend(first, cache, None, "meeting-v1", SAMPLING).generate_batch(plain)
     off = _Fake(constrains=False)
-    assert CachedBackend(off, cache, None, "meeting-v1", SAMPLING).generate_batch(formatted)[0].extra["cached"]
+    assert CachedBackend(off, cache, None, "meeting-v1", SAMPLING).generate_batch(formatted)[0].cached
     on = _Fake(constrains=True)
     CachedBackend(on, cache, None, "meeting-v1", SAMPLING).generate_batch(formatted)
     again = _Fake(constrains=True)
-    assert CachedBackend(again, cache, None, "meeting-v1", SAMPLING).generate_batch(formatted)[0].extra["cached"]
+    assert CachedBackend(again, cache, None, "meeting-v1", SAMPLING).generate_batch(formatted)[0].cached
     assert (first.calls, off.calls, on.calls, again.calls) == (1, 0, 1, 0)
 
 

@@ -15,4 +15,7 @@ class Completion:
     latency_s: float = 0.0
     error: str | None = None
     attempts: int = 1
+    # answered without a call of its own (the call cache, or an equal prompt of its batch): the
+    # ledger counts it as a hit, at no cost
+    cached: bool = False
     extra: dict = field(default_factory=dict)

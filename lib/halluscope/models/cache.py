@@ -147,7 +147,7 @@ class CachedBackend:
                 misses.append(i)
             else:
                 out[i] = Completion(hit["text"], hit["input_tokens"], hit["output_tokens"], hit["latency_s"],
-                                    attempts=0, extra={"cached": True})
+                                    attempts=0, cached=True)
         if misses:
             fresh = self.backend.generate_batch([requests[i] for i in misses])
             new_rows = []

@@ -206,7 +206,7 @@ def _shared(answer: Completion) -> Completion:
     """The answer to a request another of its batch asked first: no call of its own, so the
     ledger counts it as a cache hit (a failure stays a failure, to be asked again)."""
     return Completion(answer.text, answer.input_tokens, answer.output_tokens, 0.0, error=answer.error,
-                      attempts=0, extra={**answer.extra, "cached": answer.error is None})
+                      attempts=0, cached=answer.error is None, extra=answer.extra)
 
 
 async def gather_or_cancel(tasks: list[asyncio.Task[T]]) -> list[T]:

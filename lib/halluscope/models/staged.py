@@ -61,5 +61,5 @@ class StagedProvider(LocalProvider):
                 continue
             out.append(Completion(row["text"], row["input_tokens"], row["output_tokens"], row["latency_s"] or 0.0,
                                   error=row["error"], attempts=row["attempts"] or 0,
-                                  extra={"cached": bool(row["cached"])}))
+                                  cached=bool(row["cached"])))
         return out

@@ -43,7 +43,7 @@ class Usage:
 
     def add(self, completions: Iterable[Completion]) -> Usage:
         for c in completions:
-            if c.extra.get("cached"):
+            if c.cached:
                 self.cached_calls += 1
                 continue
             self.calls += 1

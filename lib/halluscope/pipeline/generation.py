@@ -122,7 +122,7 @@ def generate_model(spec: ModelSpec, endpoint: ServedEndpoint | None, blocks: lis
         answers = backend.generate_batch([GenerationRequest(r["task"], r["item_id"], r["prompt"]) for r in chunk])
         rows: list[dict[str, Any]] = [
             {"gen_id": r["gen_id"], "text": c.text, "input_tokens": c.input_tokens, "output_tokens": c.output_tokens,
-             "latency_s": c.latency_s, "attempts": c.attempts, "cached": bool(c.extra.get("cached")),
+             "latency_s": c.latency_s, "attempts": c.attempts, "cached": c.cached,
              "error": c.error} for r, c in zip(chunk, answers)]
         write_part(out, table_to_bytes(pa.Table.from_pylist(rows, schema=STAGED)))  # named by its digest
         return len(rows)

@@ -99,7 +99,7 @@ class RoleModels:
             per_row: dict[str, list[Completion]] = {}
             paid: set[int] = set()
             for (key, i, _, _, _), j in zip(entries, answered_by):
-                completion = done[j] if j not in paid else replace(done[j], extra={**done[j].extra, "cached": True})
+                completion = done[j] if j not in paid else replace(done[j], cached=True)
                 paid.add(j)
                 replies[key][i] = completion
                 per_row.setdefault(key, []).append(completion)

@@ -70,7 +70,7 @@ class Generate:
             for i, c in zip(idx, self.backends[model].generate_batch(reqs)):
                 rows[i].update(text=c.text, input_tokens=c.input_tokens, output_tokens=c.output_tokens,
                                latency_s=c.latency_s, attempts=c.attempts, error=c.error,
-                               cached=bool(c.extra.get("cached")))
+                               cached=c.cached)
         return pa.Table.from_pylist(rows, schema=batch.schema)
 
 

@@ -59,8 +59,9 @@ def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     t0 = time.perf_counter()
     cfg = default_config() if max_items is None else parse_config(demo_config(max_items))
     store = RunStore(Location.from_url(root), "loop")
-    work = plan_work(cfg, store)
-    committed = driver_batches(ResolvedRun.of(cfg), store, work, work.blocks, GenerationIds(), cfg.models)
+    run = ResolvedRun.of(cfg)
+    work = plan_work(cfg, store, run.items)
+    committed = driver_batches(run, store, work, work.blocks, GenerationIds(), cfg.models)
     rows = sum(sum(t.column("rows").to_pylist()) for t in committed)
     return time.perf_counter() - t0, rows
 

@@ -46,8 +46,9 @@ def _config():
 def test_paper_rules_reproduce_the_released_numbers(tmp_path):
     cfg = _config()
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "repro")
-    work = workset.plan_work(cfg, store)
-    ctx = workset.expansion(cfg, store, work)
+    items = workset.item_source(cfg)
+    work = workset.plan_work(cfg, store, items)
+    ctx = workset.Expansion(store, items)
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size, ctx.item)
     for batch in workset.expand_unit(work.units, ctx, GenerationIds()):
         list(evaluate(batch))

@@ -105,8 +105,9 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
     cfg = parse_config(_config(f"file://{tmp_path}", concurrency={"batch_size": 5}))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     store.claim()
-    work = plan_work(cfg, store)
-    batches = driver_batches(ResolvedRun.of(cfg), store, work, work.blocks, GenerationIds(), cfg.models)
+    run = ResolvedRun.of(cfg)
+    work = plan_work(cfg, store, run.items)
+    batches = driver_batches(run, store, work, work.blocks, GenerationIds(), cfg.models)
     first = next(batches)
     assert first.column("key").to_pylist()[0] == written[0]
     batches.close()
@@ -118,15 +119,16 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     fetches them once."""
     cfg = parse_config(_config(f"file://{tmp_path}"))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
-    work = plan_work(cfg, store)
-    first = next(workset.expand_unit(work.blocks[0], workset.expansion(cfg, store, work), GenerationIds()))
+    items = workset.item_source(cfg)
+    work = plan_work(cfg, store, items)
+    first = next(workset.expand_unit(work.blocks[0], workset.Expansion(store, items), GenerationIds()))
     done = GenerationIds(first.column("gen_id").slice(0, 5))
     fetched: list[ray.ObjectRef] = []
     monkeypatch.setattr(workset.ray, "get", lambda ref: fetched.append(ref) or done)
     ref = ray.ObjectRef(b"\x01" * 28)
     workset.committed_before.cache_clear()
     try:
-        ids = [g for b in work.blocks for t in workset.expand_unit(b, workset.expansion(cfg, store, work), ref)
+        ids = [g for b in work.blocks for t in workset.expand_unit(b, workset.Expansion(store, items), ref)
                for g in t.column("gen_id").to_pylist()]
     finally:
         workset.committed_before.cache_clear()

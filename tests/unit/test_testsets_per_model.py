@@ -31,10 +31,11 @@ def _testsets(tmp_path) -> list[str]:
 
 
 def _rows(cfg, store) -> dict[str, set[str]]:
-    work = plan_work(cfg, store)
+    items = workset.item_source(cfg)
+    work = plan_work(cfg, store, items)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
-        for t in expand_unit(work.units.slice(i, 1), workset.expansion(cfg, store), GenerationIds()):
+        for t in expand_unit(work.units.slice(i, 1), workset.Expansion(store, items), GenerationIds()):
             for r in t.to_pylist():
                 rows.setdefault(r["model"], set()).add(r["item_id"])
     return rows
@@ -50,7 +51,8 @@ def test_per_model_test_sets_give_each_model_its_own_items(tmp_path):
     assert rows["a"] and rows["b"] and not rows["a"] & rows["b"]  # different seeds, different items
     written = set(store.read_items(TASK).column("item_id").to_pylist())
     assert written == rows["a"] | rows["b"]
-    assert plan_work(per_model, store).totals == {("a", TASK): len(rows["a"]), ("b", TASK): len(rows["b"])}
+    totals = plan_work(per_model, store, workset.item_source(per_model)).totals
+    assert totals == {("a", TASK): len(rows["a"]), ("b", TASK): len(rows["b"])}
 
     shared = parse_config({**per_model.model_dump(mode="json"), "testsets": {TASK: [first]}})
     rows = _rows(shared, RunStore(Location.from_url(per_model.storage.root), "shared"))

@@ -59,7 +59,7 @@ from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.service_engines import check_service_load, service_engines
 from halluscope.pipeline.service_load import ServiceLoad, service_rows
 from halluscope.pipeline.token_stats import TokenStats
-from halluscope.pipeline.workset import item_source, models_under_test, resolver_for
+from halluscope.pipeline.workset import ItemSource, item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
 from halluscope.runkit import is_served
 from halluscope.serving.placement import placement
@@ -107,13 +107,14 @@ def _prompt_tokens(items: list[Item], o: PlanOptions) -> float:
 
 def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = None, *,
          options: PlanOptions | None = None, cache: Location | None = None,
-         done: GenerationIds | None = None) -> Plan:
+         done: GenerationIds | None = None, items: ItemSource | None = None) -> Plan:
     """The estimate of a run: rows per (model, role, task, stage), idle rows of served models.
 
     ``stats``: measured sizes (``TokenStats.measure``) used before any estimate. ``cache``: the
     call cache; generation calls found there are counted as cached and cost nothing (role calls
     cannot be looked up: their prompts depend on the generations). ``done``: generation ids a
-    resumed run already committed; they make no more calls."""
+    resumed run already committed; they make no more calls. ``items``: the run's item source,
+    whose sources the run's plan then reads without loading them again."""
     check_service_load(cfg)
     o = options or PlanOptions()
     stats = stats or TokenStats()
@@ -121,7 +122,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     roles: dict[str, ModelSpec] = {m.role: m for m in cfg.models if m.role != "test"}
     # evidence per fact: the passages retrieved from the article store the task's benchmark names
     evidence = {t: evidence_words(cfg.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}
-    items = item_source(cfg)
+    items = items or item_source(cfg)
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
     evaluated: dict[str, int] = defaultdict(int)  # task -> items a model under test is evaluated on
     # model -> prompts a served model under test is asked by earlier tasks: its generation task

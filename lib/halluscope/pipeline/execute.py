@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import queue
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,9 +17,6 @@ import pyarrow as pa
 import ray
 
 from halluscope.config.schema import ModelSpec, RunConfig
-from halluscope.cost.nodes import Interval, held_usd
-from halluscope.cost.overheads import HEAD, pods_cpus
-from halluscope.cost.prices import PriceTable
 from halluscope.models.registry import cached_prompts
 from halluscope.pipeline import stages
 from halluscope.pipeline.generation import (
@@ -33,10 +28,11 @@ from halluscope.pipeline.generation import (
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun
-from halluscope.pipeline.schedule import Job, job_of, layout, scheduled
 from halluscope.pipeline.schedule import budget as schedule_budget
+from halluscope.pipeline.schedule import layout, scheduled
+from halluscope.pipeline.spend import dollar_gate
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit, expansion
+from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -71,7 +67,7 @@ class StageInputs:
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
-        self.ctx = expansion(self.run.cfg, self.store, self.plan)
+        self.ctx = Expansion(self.store, self.run.items)
 
 
 def in_process(cfg: RunConfig, todo: int) -> bool:
@@ -104,7 +100,7 @@ def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: li
     what Evaluate committed. ``ctx``: the run's expansion, when the caller has built it."""
     cfg = run.cfg
     generate = stages.Generate(models, {}, run.cache) if _live(models) else None
-    ctx = ctx or expansion(cfg, store, work)
+    ctx = ctx or Expansion(store, run.items)
     evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size, ctx.item)
     size = cfg.concurrency.generate_batch_size  # as Ray Data batches generation: what a budget stop waits for
     for block in blocks:
@@ -171,7 +167,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
                   lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
                   layout=layout(cfg),
-                  allowed=_dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}, w.earlier_usd))
+                  allowed=dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}, w.earlier_usd))
     w.deployments = waves.deployments
     staged = StagedRows(w.store.loc)
     w.tracker.views.append(lambda: {"deployments": [{**d.as_dict(), "staged_rows": staged.of(d.model)}
@@ -229,32 +225,6 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
 TICK_S = 5.0  # how often the driver looks at the spend while it waits for a wave
 
 
-def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],
-         now: float | None = None) -> list[Interval]:
-    """What the run's deployments held when: the waves' models from request to release (to
-    ``now`` for those not released yet), the roles it served and its head and CPU pods
-    (``costs.overheads``) for the pipeline's time."""
-    out = [Interval(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units, d.model)
-           for d in schedule]
-    start, end = window
-    if start is not None and end is not None:
-        out += [Interval(start, end, j.resource, j.units, m.id) for m in cfg.models
-                if m.served and not scheduled(m) for j in [job_of(m)]]
-        if pods_cpus(cfg.costs.overheads):  # the head and CPU worker pods (costs.overheads)
-            out.append(Interval(start, end, "CPU", pods_cpus(cfg.costs.overheads), HEAD))
-    return out
-
-
-def spend_so_far(cfg: RunConfig, prices: PriceTable | None, schedule: list[Deployment],
-                 started: float | None) -> float | None:
-    """Dollars of the resources the run's deployments have held until now (the waves' models and
-    the roles it serves); calls to priced APIs are counted at the end, from the committed rows."""
-    if prices is None or started is None:
-        return None
-    now = time.time()
-    return round(held_usd(prices, held(cfg, list(schedule), (started, now), now)), 4)
-
-
 def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
     return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
 
@@ -275,31 +245,6 @@ def _to_deploy(w: StageInputs, specs: dict[str, ModelSpec], blocks: dict[str, li
         logger.info("%s: every answer left is in the call cache; staged from there, not deployed", m)
     ray.get([generate(specs[m], None) for m in cached])
     return [m for m in left if m not in cached]
-
-
-def _dollar_gate(cfg: RunConfig, prices: PriceTable | None, jobs: dict[str, Job],
-                 earlier_usd: float = 0.0) -> Callable[[Job, list[Deployment]], str | None] | None:
-    """Holds back a model whose estimated time would take the run's served models past
-    ``costs.budget_usd`` (what earlier attempts spent, what they held so far, the estimate of
-    those still held, and its own); the run then stops before it, and resumes under a raised budget."""
-    budget = cfg.costs.budget_usd
-    if budget is None or prices is None:
-        return None
-
-    def usd(resource: str, seconds: float) -> float:
-        return prices.hours_usd(resource, seconds) or 0.0
-
-    def allowed(job: Job, deployments: list[Deployment]) -> str | None:
-        spent = earlier_usd + math.fsum(usd(d.resource, d.units * (d.held_s if d.released_at else
-                                                                   max(d.held_s, jobs[d.model].seconds or 0.0)))
-                                        for d in deployments)
-        need = usd(job.resource, job.units * (job.seconds or 0.0))
-        if spent + need <= budget:
-            return None
-        return (f"costs.budget_usd ${budget:,.2f} would be crossed: model '{job.model}' is estimated at "
-                f"${need:,.2f} beside ${spent:,.2f} spent so far; raise the budget and resume the run")
-
-    return allowed
 
 
 def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], staged: dict[str, Location] | None = None,

@@ -1,7 +1,7 @@
 """What a run derives from its config, once, in the driver, and hands to every step after it: the
 fingerprint that guards a resume, the price table, the estimate's options over the throughput
-table, the call cache's place and the verifiers' knowledge (each benchmark's options are parsed
-once by the config itself, ``options_for``)."""
+table, the call cache's place, the verifiers' knowledge and the run's one item source (each
+benchmark's options are parsed once by the config itself, ``options_for``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from halluscope.config.schema import DEFAULT_PRICE_TABLE, RunConfig
 from halluscope.cost.prices import PriceTable, load_prices
 from halluscope.knowledge.base import Knowledge
-from halluscope.pipeline.workset import resolver_for
+from halluscope.pipeline.workset import ItemSource, item_source, resolver_for
 from halluscope.serving.throughput import PlanOptions, load_throughput
 from halluscope.storage.fs import Location
 from halluscope.storage.names import CALL_CACHE, INDEX_CACHE, shared_url
@@ -27,10 +27,12 @@ class ResolvedRun:
     plan_options: PlanOptions
     cache: Location | None  # the call cache; None when it is off
     knowledge: Knowledge  # unloaded: each actor loads what its tasks use
+    items: ItemSource  # each source loaded at its first use: the estimate's, the plan's, the workers'
 
     @classmethod
     def of(cls, cfg: RunConfig) -> ResolvedRun:
-        return cls(cfg, cfg.fingerprint(), price_table(cfg), plan_options(cfg), cache_location(cfg), knowledge_for(cfg))
+        return cls(cfg, cfg.fingerprint(), price_table(cfg), plan_options(cfg), cache_location(cfg), knowledge_for(cfg),
+                   item_source(cfg))
 
 
 def price_table(cfg: RunConfig) -> PriceTable | None:

@@ -28,14 +28,14 @@ from halluscope.errors import (
 from halluscope.pipeline.aggregate import count_rows
 from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.estimate import plan as estimate_cost
-from halluscope.pipeline.execute import StageInputs, held, in_process, in_waves, ray_budget, spend_so_far
+from halluscope.pipeline.execute import StageInputs, in_process, in_waves, ray_budget
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
 from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
 from halluscope.pipeline.run_log import RunLog, ray_log_folder
 from halluscope.pipeline.schedule import budget_source, check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
-from halluscope.pipeline.spend import SpendWatch, check_spent, record_held, spent_before
+from halluscope.pipeline.spend import SpendWatch, check_spent, held, record_held, spend_so_far, spent_before
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
 from halluscope.pipeline.workset import plan_work
@@ -137,14 +137,14 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
         # once, before anything is written or started: the budget gate and the waves' schedule
         committed = GenerationIds(store.read_table("scores", ["gen_id"], keys=kept).column("gen_id"))
         estimate = estimate_cost(cfg, run.prices, TokenStats.measure([store]) if committed else None,
-                                 options=run.plan_options, cache=run.cache, done=committed)
+                                 options=run.plan_options, cache=run.cache, done=committed, items=run.items)
         if cfg.costs.budget_usd is not None:
             # the budget is the run's: what earlier attempts spent counts, and an attempt that
             # would cross it starts nothing (a retry of an over-budget run ends here, in seconds)
             check_spent(spent[0], cfg.costs.budget_usd, estimate.total_usd)
             check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()
-    work = plan_work(cfg, store)
+    work = plan_work(cfg, store, run.items)
     knowledge = knowledge_provenance(cfg, run.knowledge)
     check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings = {"plan_s": round(time.time() - mark, 2)}

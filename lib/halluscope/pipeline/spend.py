@@ -16,18 +16,27 @@ or stopped attempt's GPU time is still counted by the next one and billed by the
 
 from __future__ import annotations
 
+import math
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from halluscope.config.schema import RunConfig
 from halluscope.cost.ledger import CallTally, calls_usd
 from halluscope.cost.nodes import Interval, held_usd
-from halluscope.cost.overheads import HEAD
+from halluscope.cost.overheads import HEAD, pods_cpus
+from halluscope.cost.prices import PriceTable
 from halluscope.errors import OverBudget
 from halluscope.pipeline.resolved import ResolvedRun
+from halluscope.pipeline.schedule import Job, job_of, scheduled
 from halluscope.storage.run import RunStore
+
+if TYPE_CHECKING:
+    from halluscope.pipeline.waves import Deployment
 
 _GENERATION_COLUMNS = ["model", "task", "cached", "error", "input_tokens", "output_tokens"]
 _ROLE_CALL_COLUMNS = ["role_model", "task", "stage", "calls", "cached_calls", "failed_calls", "input_tokens",
@@ -152,3 +161,54 @@ def check_spent(before: Spent, budget_usd: float, planned_usd: float) -> None:
                          f"${before.usd:,.2f} (calls ${before.calls_usd:,.2f}, deployments "
                          f"${before.held_usd:,.2f}) and the work left is estimated at ${planned_usd:,.2f}; "
                          "nothing was started: raise the budget and resume the run")
+
+
+def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],
+         now: float | None = None) -> list[Interval]:
+    """What the run's deployments held when: the waves' models from request to release (to
+    ``now`` for those not released yet), the roles it served and its head and CPU pods
+    (``costs.overheads``) for the pipeline's time."""
+    out = [Interval(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units, d.model)
+           for d in schedule]
+    start, end = window
+    if start is not None and end is not None:
+        out += [Interval(start, end, j.resource, j.units, m.id) for m in cfg.models
+                if m.served and not scheduled(m) for j in [job_of(m)]]
+        if pods_cpus(cfg.costs.overheads):  # the head and CPU worker pods (costs.overheads)
+            out.append(Interval(start, end, "CPU", pods_cpus(cfg.costs.overheads), HEAD))
+    return out
+
+
+def spend_so_far(cfg: RunConfig, prices: PriceTable | None, schedule: list[Deployment],
+                 started: float | None) -> float | None:
+    """Dollars of the resources the run's deployments have held until now (the waves' models and
+    the roles it serves); calls to priced APIs are counted at the end, from the committed rows."""
+    if prices is None or started is None:
+        return None
+    now = time.time()
+    return round(held_usd(prices, held(cfg, list(schedule), (started, now), now)), 4)
+
+
+def dollar_gate(cfg: RunConfig, prices: PriceTable | None, jobs: dict[str, Job],
+                 earlier_usd: float = 0.0) -> Callable[[Job, list[Deployment]], str | None] | None:
+    """Holds back a model whose estimated time would take the run's served models past
+    ``costs.budget_usd`` (what earlier attempts spent, what they held so far, the estimate of
+    those still held, and its own); the run then stops before it, and resumes under a raised budget."""
+    budget = cfg.costs.budget_usd
+    if budget is None or prices is None:
+        return None
+
+    def usd(resource: str, seconds: float) -> float:
+        return prices.hours_usd(resource, seconds) or 0.0
+
+    def allowed(job: Job, deployments: list[Deployment]) -> str | None:
+        spent = earlier_usd + math.fsum(usd(d.resource, d.units * (d.held_s if d.released_at else
+                                                                   max(d.held_s, jobs[d.model].seconds or 0.0)))
+                                        for d in deployments)
+        need = usd(job.resource, job.units * (job.seconds or 0.0))
+        if spent + need <= budget:
+            return None
+        return (f"costs.budget_usd ${budget:,.2f} would be crossed: model '{job.model}' is estimated at "
+                f"${need:,.2f} beside ${spent:,.2f} spent so far; raise the budget and resume the run")
+
+    return allowed

@@ -37,8 +37,6 @@ class WorkPlan:
     total: int  # generations in the run, done or not
     totals: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, task) -> generations
     sources: dict[str, str] = field(default_factory=dict)  # data file -> sha256
-    # (task, test set urls) -> its items as loaded here, shipped to the workers so they do not parse them again
-    loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] = field(default_factory=dict)
 
 
 def models_under_test(cfg: RunConfig) -> list[ModelSpec]:
@@ -56,18 +54,6 @@ def testset_locations(cfg: RunConfig) -> dict[tuple[str, str], tuple[Location, .
             for task in cfg.testsets for m in models_under_test(cfg)}
 
 
-_LOADED: dict[tuple, LoadedItems] = {}
-
-
-def _load(task_name: str, resolver: DataResolver, testsets: tuple[Location, ...], options: BaseModel) -> LoadedItems:
-    """A task's items from one source (released files, a model's test sets, or the files its
-    benchmark's options name), loaded once per process."""
-    key = (task_name, resolver, tuple(t.url for t in testsets), type(options).__name__, options.model_dump_json())
-    if key not in _LOADED:
-        _LOADED[key] = get_task(task_name).load_items(resolver, testsets, options)
-    return _LOADED[key]
-
-
 def task_options(cfg: RunConfig) -> dict[str, BaseModel]:
     """task -> its benchmark's validated options, as the workers receive them."""
     return {t: cfg.options_for(benchmark_of(t).name) for t in cfg.tasks}
@@ -76,25 +62,27 @@ def task_options(cfg: RunConfig) -> dict[str, BaseModel]:
 class ItemSource:
     """A run's items per (task, model under test): the model's test sets for the task, else the
     task's released files or the files its benchmark's options name; the run's item limit
-    applied. The one loader of the run's plan, of its workers and of the cost estimate, so the
-    three read the same items of a (task, model). A plain class, as ``Expansion`` that extends it."""
+    applied. One per run (``ResolvedRun.items``): the loader of the run's plan, of its cost
+    estimate and, shipped with what it loaded, of its workers, so the three read the same items
+    of a (task, model), each source loaded once. A plain class (see ``Expansion``)."""
 
     def __init__(self, resolver: DataResolver, limit: int | None,
-                 testsets: dict[tuple[str, str], tuple[Location, ...]], options: dict[str, BaseModel],
-                 loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] | None = None) -> None:
+                 testsets: dict[tuple[str, str], tuple[Location, ...]], options: dict[str, BaseModel]) -> None:
         self.resolver = resolver
         self.limit = limit
         self.testsets = testsets  # testset_locations
         self.options = options  # task -> its benchmark's validated options
-        self.loaded = loaded if loaded is not None else {}  # WorkPlan.loaded: sources loaded already
+        # (task, test set urls) -> its items, as loaded at the source's first use
+        self.loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] = {}
 
     def source(self, task: str, model: str) -> tuple[tuple[str, tuple[str, ...]], LoadedItems]:
         """The source of (task, model): its key (task, test set urls), shared by the models that
-        read it, and all its items (``_load``: once per process where not loaded already)."""
+        read it, and all its items, loaded at its first use."""
         sets = self.testsets.get((task, model), ())
         key = (task, tuple(t.url for t in sets))
-        found = self.loaded.get(key)
-        return key, found if found is not None else _load(task, self.resolver, sets, self.options[task])
+        if key not in self.loaded:
+            self.loaded[key] = get_task(task).load_items(self.resolver, sets, self.options[task])
+        return key, self.loaded[key]
 
     def item(self, task: str, model: str, item_id: str) -> Item:
         """The item a row of (task, model) names: rows carry item ids, the workers hold the items."""
@@ -111,9 +99,8 @@ class ItemSource:
         return self.limited(self.source(task, model)[1].items)
 
 
-def item_source(cfg: RunConfig, loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] | None = None) -> ItemSource:
-    return ItemSource(resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg), task_options(cfg),
-                      loaded)
+def item_source(cfg: RunConfig) -> ItemSource:
+    return ItemSource(resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg), task_options(cfg))
 
 
 def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
@@ -126,22 +113,20 @@ def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc.write_bytes_atomic(table_to_bytes(table))
 
 
-def plan_work(cfg: RunConfig, store: RunStore) -> WorkPlan:
-    """Load each task's items once here (they are written to the run), hash every input file,
-    and list the units. Fails early, before any worker starts, on a missing file."""
-    source = item_source(cfg)
+def plan_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> WorkPlan:
+    """Load each task's items once here, from the run's item source (they are written to the
+    run), hash every input file, and list the units. Fails early, before any worker starts, on
+    a missing file."""
     sources: dict[str, str] = {}
     totals: dict[tuple[str, str], int] = {}
     shared: dict[tuple[str, str], str] = {}  # (model, task) -> the recorded file it replays
-    found_items: dict[tuple[str, tuple[str, ...]], LoadedItems] = {}
     for name in cfg.tasks:
         task = get_task(name)
         written: dict[str, Item] = {}  # per-model test sets: the items of every model's sets
         for m in models_under_test(cfg):
             if name not in cfg.tasks_of(m):
                 continue
-            key, loaded = source.source(name, m.id)
-            found_items[key] = loaded
+            _, loaded = source.source(name, m.id)
             sources.update(loaded.sources)
             items = source.limited(loaded.items)
             written.update((i.item_id, i) for i in items)
@@ -162,31 +147,27 @@ def plan_work(cfg: RunConfig, store: RunStore) -> WorkPlan:
     # the largest first, so the actors finish together rather than one waiting on a large last block
     order = sorted(by_block.values(), key=lambda rows: -sum(totals.get(keys[i], 0) for i in rows))
     blocks = [units.take(rows) for rows in order]
-    return WorkPlan(units, blocks, sum(totals.values()), totals, sources, found_items)
+    return WorkPlan(units, blocks, sum(totals.values()), totals, sources)
 
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
 
 
-class Expansion(ItemSource):
-    """What a worker needs to expand a unit into rows, built once from the run config: the run's
-    items and its store (for quarantined input rows).
+class Expansion:
+    """What a worker needs to expand a unit into rows: the run's item source, with every source
+    its plan loaded (shipped, so a worker parses none again), and its store (for quarantined
+    input rows).
 
     A plain class, not a dataclass: Ray Data describes a stage's arguments for its dashboard,
     and converts a dataclass whole (every loaded item: 0.8 s of the driver's time before the
     demo's first block went out) where it writes an object's name."""
 
-    def __init__(self, store: RunStore, resolver: DataResolver, limit: int | None,
-                 testsets: dict[tuple[str, str], tuple[Location, ...]], options: dict[str, BaseModel],
-                 loaded: dict[tuple[str, tuple[str, ...]], LoadedItems]) -> None:
-        super().__init__(resolver, limit, testsets, options, loaded)
+    def __init__(self, store: RunStore, items: ItemSource) -> None:
         self.store = store
+        self.items = items
 
-
-def expansion(cfg: RunConfig, store: RunStore, work: WorkPlan | None = None) -> Expansion:
-    """``work``: the run's plan, whose loaded items the workers then reuse."""
-    return Expansion(store, resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg),
-                     task_options(cfg), work.loaded if work else {})
+    def item(self, task: str, model: str, item_id: str) -> Item:
+        return self.items.item(task, model, item_id)
 
 
 @lru_cache(maxsize=1)
@@ -206,8 +187,8 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | Generatio
     tables: list[pa.Table] = []
     for unit in units.to_pylist():
         task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
-        all_items = ctx.source(task.name, spec.id)[1].items
-        items = ctx.limited(all_items)
+        all_items = ctx.items.source(task.name, spec.id)[1].items
+        items = ctx.items.limited(all_items)
         ids = [generation_id(task.name, i.item_id, spec.id) for i in items]
         todo = [(i, g) for i, g, new in zip(items, ids, done.unseen(ids)) if new]
         if not todo:
@@ -215,7 +196,7 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | Generatio
         texts: list[str | None] | None = None  # a replayed model's, None where its file has no text
         if spec.replayed:
             # joined against every item of the task, so rows past a limit are not "unmatched"
-            rep = load_replay(spec, task, all_items, ctx.resolver)
+            rep = load_replay(spec, task, all_items, ctx.items.resolver)
             texts = [rep.texts.get(item.item_id) for item, _ in todo]
             if rep.quarantine:
                 ctx.store.write_part("quarantine", stable_id("replay", spec.id, task.name),

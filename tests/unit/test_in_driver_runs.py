@@ -121,14 +121,14 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     items = workset.item_source(cfg)
     work = plan_work(cfg, store, items)
-    first = next(workset.expand_unit(work.blocks[0], workset.Expansion(store, items), GenerationIds()))
+    first = next(workset.expand_unit(work.blocks[0], workset.Expansion(store, items, workset.models_under_test(cfg)), GenerationIds()))
     done = GenerationIds(first.column("gen_id").slice(0, 5))
     fetched: list[ray.ObjectRef] = []
     monkeypatch.setattr(workset.ray, "get", lambda ref: fetched.append(ref) or done)
     ref = ray.ObjectRef(b"\x01" * 28)
     workset.committed_before.cache_clear()
     try:
-        ids = [g for b in work.blocks for t in workset.expand_unit(b, workset.Expansion(store, items), ref)
+        ids = [g for b in work.blocks for t in workset.expand_unit(b, workset.Expansion(store, items, workset.models_under_test(cfg)), ref)
                for g in t.column("gen_id").to_pylist()]
     finally:
         workset.committed_before.cache_clear()

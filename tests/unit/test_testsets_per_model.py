@@ -35,7 +35,7 @@ def _rows(cfg, store) -> dict[str, set[str]]:
     work = plan_work(cfg, store, items)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
-        for t in expand_unit(work.units.slice(i, 1), workset.Expansion(store, items), GenerationIds()):
+        for t in expand_unit(work.units.slice(i, 1), workset.Expansion(store, items, workset.models_under_test(cfg)), GenerationIds()):
             for r in t.to_pylist():
                 rows.setdefault(r["model"], set()).add(r["item_id"])
     return rows

@@ -32,7 +32,7 @@ from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.schedule import layout, scheduled
 from halluscope.pipeline.spend import dollar_gate
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit
+from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit, models_under_test
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -67,7 +67,7 @@ class StageInputs:
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
-        self.ctx = Expansion(self.store, self.run.items)
+        self.ctx = Expansion(self.store, self.run.items, models_under_test(self.run.cfg))
 
 
 def in_process(cfg: RunConfig, todo: int) -> bool:
@@ -100,7 +100,7 @@ def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: li
     what Evaluate committed. ``ctx``: the run's expansion, when the caller has built it."""
     cfg = run.cfg
     generate = stages.Generate(models, {}, run.cache) if _live(models) else None
-    ctx = ctx or Expansion(store, run.items)
+    ctx = ctx or Expansion(store, run.items, models_under_test(cfg))
     evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size, ctx.item)
     size = cfg.concurrency.generate_batch_size  # as Ray Data batches generation: what a budget stop waits for
     for block in blocks:

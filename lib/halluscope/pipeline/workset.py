@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import pyarrow as pa
 import ray
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from halluscope import records
 from halluscope.config.schema import ModelSpec, RunConfig
@@ -26,7 +26,7 @@ from halluscope.storage.parquet import table_to_bytes
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
 
-UNITS = pa.schema([("model", pa.string()), ("spec", pa.string()), ("task", pa.string())])
+UNITS = pa.schema([("model", pa.string()), ("task", pa.string())])  # a unit names its model; the specs travel once
 
 
 @dataclass
@@ -137,7 +137,7 @@ def plan_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> WorkPlan:
                     sources[found[0]] = sha256_file(found[1])
                     shared[(m.id, task.name)] = str(found[1])
         _write_items(store, task, list(written.values()))
-    units = pa.Table.from_pylist([{"model": m.id, "spec": m.model_dump_json(), "task": t}
+    units = pa.Table.from_pylist([{"model": m.id, "task": t}
                                   for t in cfg.tasks for m in models_under_test(cfg) if t in cfg.tasks_of(m)],
                                  schema=UNITS)
     keys = list(zip(units.column("model").to_pylist(), units.column("task").to_pylist()))
@@ -150,9 +150,6 @@ def plan_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> WorkPlan:
     return WorkPlan(units, blocks, sum(totals.values()), totals, sources)
 
 
-_MODEL_SPEC = TypeAdapter(ModelSpec)  # built once: a unit's model spec travels as JSON
-
-
 class Expansion:
     """What a worker needs to expand a unit into rows: the run's item source, with every source
     its plan loaded (shipped, so a worker parses none again), and its store (for quarantined
@@ -162,9 +159,10 @@ class Expansion:
     and converts a dataclass whole (every loaded item: 0.8 s of the driver's time before the
     demo's first block went out) where it writes an object's name."""
 
-    def __init__(self, store: RunStore, items: ItemSource) -> None:
+    def __init__(self, store: RunStore, items: ItemSource, models: list[ModelSpec]) -> None:
         self.store = store
         self.items = items
+        self.specs = {m.id: m for m in models}  # the models under test the units name
 
     def item(self, task: str, model: str, item_id: str) -> Item:
         return self.items.item(task, model, item_id)
@@ -186,7 +184,7 @@ def expand_unit(units: pa.Table, ctx: Expansion, done: ray.ObjectRef | Generatio
         done = committed_before(done)
     tables: list[pa.Table] = []
     for unit in units.to_pylist():
-        task, spec = get_task(unit["task"]), _MODEL_SPEC.validate_json(unit["spec"])
+        task, spec = get_task(unit["task"]), ctx.specs[unit["model"]]
         all_items = ctx.items.source(task.name, spec.id)[1].items
         items = ctx.items.limited(all_items)
         ids = [generation_id(task.name, i.item_id, spec.id) for i in items]

@@ -47,7 +47,7 @@ def test_paper_rules_reproduce_the_released_numbers(tmp_path):
     cfg = _config()
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "repro")
     items = workset.item_source(cfg)
-    work = workset.plan_work(cfg, store, items)
+    work = workset.list_work(cfg, store, items)
     ctx = workset.Expansion(store, items, workset.models_under_test(cfg))
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size, ctx.item)
     for batch in workset.expand_unit(work.units, ctx, GenerationIds()):

@@ -7,9 +7,9 @@ from typing import Any
 
 from halluscope.models.model import Model
 from halluscope.models.openai_http import OpenAIProvider
-from halluscope.models.provider import Limits, RemoteProvider
+from halluscope.models.provider import CallLimits, RemoteProvider
 
-_LIMITS = {f.name for f in fields(Limits)}
+_LIMITS = {f.name for f in fields(CallLimits)}
 
 
 def limited(provider: RemoteProvider, **limits: Any) -> Model:
@@ -23,5 +23,5 @@ def openai_model(**kw: Any) -> Model:
     as the config names ``calls_in_flight``)."""
     if "max_concurrency" in kw:
         kw["calls_in_flight"] = kw.pop("max_concurrency")
-    limits = Limits(**{k: kw.pop(k) for k in list(kw) if k in _LIMITS})
+    limits = CallLimits(**{k: kw.pop(k) for k in list(kw) if k in _LIMITS})
     return Model(OpenAIProvider(limits=limits, **kw))

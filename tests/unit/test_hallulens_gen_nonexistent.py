@@ -260,7 +260,7 @@ def test_generated_entities_bounded_when_every_name_exists():
 def test_generated_entities_config_and_reuse(tmp_path):
     with pytest.raises(ValueError, match="business names need places: set cities"):
         gen_config(cities={})
-    with pytest.raises(ConfigError, match=r"no Generate callable for model\(s\) \['m-c'\]"):
+    with pytest.raises(ConfigError, match=r"no generation function for model\(s\) \['m-c'\]"):
         generate_generated_entities(gen_config(), {m: brainstormer(m) for m in MODELS[:2]}, RuleSearch())
     generators, calls = fake_models(MODELS)
     root = Location.from_url(str(tmp_path))

@@ -16,7 +16,7 @@ from halluscope.pipeline import stages, workset
 from halluscope.pipeline.execute import driver_batches, in_process
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.runner import run
-from halluscope.pipeline.workset import plan_work
+from halluscope.pipeline.workset import list_work
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -106,7 +106,7 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     store.claim()
     run = ResolvedRun.of(cfg)
-    work = plan_work(cfg, store, run.items)
+    work = list_work(cfg, store, run.items)
     batches = driver_batches(run, store, work, work.blocks, GenerationIds(), cfg.models)
     first = next(batches)
     assert first.column("key").to_pylist()[0] == written[0]
@@ -120,7 +120,7 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     cfg = parse_config(_config(f"file://{tmp_path}"))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     items = workset.item_source(cfg)
-    work = plan_work(cfg, store, items)
+    work = list_work(cfg, store, items)
     first = next(workset.expand_unit(work.blocks[0], workset.Expansion(store, items, workset.models_under_test(cfg)), GenerationIds()))
     done = GenerationIds(first.column("gen_id").slice(0, 5))
     fetched: list[ray.ObjectRef] = []

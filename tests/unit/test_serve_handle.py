@@ -16,7 +16,7 @@ from halluscope import retry
 from halluscope.errors import EndpointDown, ModelDown
 from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
-from halluscope.models.provider import Limits
+from halluscope.models.provider import CallLimits
 from halluscope.models.serve_handle import ServeHandleProvider
 
 
@@ -67,7 +67,7 @@ def no_waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def _backend(handle: _Handle, **kw: Any) -> Model:
-    provider = ServeHandleProvider("m", "m-app", "M", limits=Limits(**{"prompts_per_call": 2, "max_retries": 3,
+    provider = ServeHandleProvider("m", "m-app", "M", limits=CallLimits(**{"prompts_per_call": 2, "max_retries": 3,
                                                                       "breaker_threshold": 5, **kw}))
     provider._handle = handle  # what open() finds on a worker
     return Model(provider)

@@ -14,7 +14,7 @@ from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
-from halluscope.models.provider import Limits, RemoteProvider, Retry
+from halluscope.models.provider import CallLimits, RemoteProvider, Retry
 from halluscope.pipeline.estimate import plan
 
 
@@ -23,7 +23,7 @@ class Echo(RemoteProvider):
 
     def __init__(self) -> None:
         self.model_id = "echo"
-        self.limits = Limits(prompts_per_call=2, max_retries=0)
+        self.limits = CallLimits(prompts_per_call=2, max_retries=0)
         self.sent: list[str] = []
 
     async def call(self, requests: Sequence[GenerationRequest]) -> list[Completion | Retry]:

@@ -11,7 +11,7 @@ from halluscope.hallulens import tasks as hallulens_tasks
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
 from halluscope.pipeline import estimate, workset
-from halluscope.pipeline.workset import expand_unit, plan_work
+from halluscope.pipeline.workset import expand_unit, list_work
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -32,7 +32,7 @@ def _testsets(tmp_path) -> list[str]:
 
 def _rows(cfg, store) -> dict[str, set[str]]:
     items = workset.item_source(cfg)
-    work = plan_work(cfg, store, items)
+    work = list_work(cfg, store, items)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
         for t in expand_unit(work.units.slice(i, 1), workset.Expansion(store, items, workset.models_under_test(cfg)), GenerationIds()):
@@ -51,7 +51,7 @@ def test_per_model_test_sets_give_each_model_its_own_items(tmp_path):
     assert rows["a"] and rows["b"] and not rows["a"] & rows["b"]  # different seeds, different items
     written = set(store.read_items(TASK).column("item_id").to_pylist())
     assert written == rows["a"] | rows["b"]
-    totals = plan_work(per_model, store, workset.item_source(per_model)).totals
+    totals = list_work(per_model, store, workset.item_source(per_model)).totals
     assert totals == {("a", TASK): len(rows["a"]), ("b", TASK): len(rows["b"])}
 
     shared = parse_config({**per_model.model_dump(mode="json"), "testsets": {TASK: [first]}})

@@ -17,7 +17,7 @@ from ray.exceptions import RayTaskError
 from halluscope.errors import ModelDown
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import Model
-from halluscope.models.provider import Limits
+from halluscope.models.provider import CallLimits
 from halluscope.models.vllm_handle import VLLMHandleProvider
 
 
@@ -79,7 +79,7 @@ class _Handle:
 
 
 def _provider(handle: _Handle, sampling: SamplingParams = SamplingParams(), **limits: Any) -> VLLMHandleProvider:
-    p = VLLMHandleProvider("m", "m-app", "OpenAiIngress", limits=Limits(backoff_base_s=0.0, **limits),
+    p = VLLMHandleProvider("m", "m-app", "OpenAiIngress", limits=CallLimits(backoff_base_s=0.0, **limits),
                            sampling=sampling)
     p._handle, p._request_cls = handle, SimpleNamespace  # what open() finds on a worker
     return p

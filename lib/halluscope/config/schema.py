@@ -91,7 +91,7 @@ class OpenAIParams(_Strict):
 
 
 Role = Literal["test", "judge", "extractor", "reference"]
-Billing = Literal["free", "in_process", "tokens", "deployment"]
+BillingBasis = Literal["free", "in_process", "tokens", "deployment"]
 
 
 class ServeOptions(_Strict):
@@ -303,7 +303,7 @@ class _Model(_Strict):
         return None
 
     @property
-    def billing(self) -> Billing:
+    def billing(self) -> BillingBasis:
         """How its calls are paid: ``free`` (answers on record), ``in_process`` (a stand-in answered
         where it is called), ``tokens`` (an API's price per token of ``api_model``) or
         ``deployment`` (the time its Ray Serve deployment holds its resources)."""
@@ -368,7 +368,7 @@ class OpenAIModel(_Model):
     params: OpenAIParams
 
     @property
-    def billing(self) -> Billing:
+    def billing(self) -> BillingBasis:
         return "tokens"
 
     @property
@@ -393,7 +393,7 @@ class ScriptedModel(_Model):
         return not self.params.in_process
 
     @property
-    def billing(self) -> Billing:
+    def billing(self) -> BillingBasis:
         return "deployment" if self.served else "in_process"
 
 
@@ -437,7 +437,7 @@ class InstalledModel(_Model):
         return self
 
     @property
-    def billing(self) -> Billing:
+    def billing(self) -> BillingBasis:
         return getattr(kind_named(self.backend, self.id), "billing", "tokens")
 
     @property

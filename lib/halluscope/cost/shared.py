@@ -62,7 +62,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SLACK_S = 60.0  # clocks of the pods that write a run's records and its manifest may differ this much
 
 Service = CostSpec.SharedService
-Interval = tuple[float, float | None]
+Span = tuple[float, float | None]  # a run's time with the service: start, end (None: still going)
 
 
 def usage_location(root: Location, service: str) -> Location:
@@ -97,7 +97,7 @@ def record_usage(root: Location, service: str, run_id: str, start: float, end: f
     if end is not None and end < start:
         raise ValueError(f"usage of {service!r} by {run_id!r} ends ({end}) before it starts ({start})")
     loc = usage_location(root, service).child(f"{check_run_id(run_id)}.json")
-    kept: list[Interval] = []
+    kept: list[Span] = []
     for s, e in _intervals(_signed(_read(loc), key)):
         if s == start:
             continue  # this attempt's interval, recorded again below
@@ -142,12 +142,12 @@ def check_services(shared_services: Sequence[Service], models: Sequence[ModelSpe
 
 
 def usage(root: Location, service: str, now: float | None = None,
-          key: bytes | None = None) -> tuple[dict[str, list[Interval]], int]:
+          key: bytes | None = None) -> tuple[dict[str, list[Span]], int]:
     """Every run's recorded intervals of ``service``, and the number of records skipped (unreadable,
     unsigned under ``key``, or not what they claim: see the module's docstring)."""
     loc = usage_location(root, service)
     now = time.time() if now is None else now
-    runs: dict[str, list[Interval]] = {}
+    runs: dict[str, list[Span]] = {}
     bad = 0
     for name in loc.list_names():
         if not name.endswith(".json"):
@@ -168,7 +168,7 @@ def usage(root: Location, service: str, now: float | None = None,
     return runs, bad
 
 
-def _lived(root: Location, run_id: str, intervals: list[Interval], now: float) -> bool:
+def _lived(root: Location, run_id: str, intervals: list[Span], now: float) -> bool:
     """Whether every interval is finite, ordered and inside the run's lifetime (its manifest)."""
     try:
         manifest = json.loads(root.child(run_id, "manifest.json").read_bytes())
@@ -181,7 +181,7 @@ def _lived(root: Location, run_id: str, intervals: list[Interval], now: float) -
                and (e is None or (math.isfinite(e) and s <= e <= died)) for s, e in intervals)
 
 
-def charged_seconds(own: Iterable[Interval], others: Iterable[Iterable[Interval]], now: float) -> float:
+def charged_seconds(own: Iterable[Span], others: Iterable[Iterable[Span]], now: float) -> float:
     """The integral over ``own`` of dt / n(t), n(t) = 1 + the number of ``others`` (one interval
     list per run) that cover t. Open intervals end at ``now``, at most MAX_OPEN_S after they begin."""
     mine = _union(own, now)
@@ -272,7 +272,7 @@ def _read(loc: Location) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _intervals(doc: dict | None) -> list[Interval]:
+def _intervals(doc: dict | None) -> list[Span]:
     if doc is None:
         return []
     return [(float(s), None if e is None else float(e)) for s, e in doc.get("intervals", [])]
@@ -282,7 +282,7 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool
     return any(s < f and r < e for s, e in a for r, f in b)
 
 
-def _union(intervals: Iterable[Interval], now: float) -> list[tuple[float, float]]:
+def _union(intervals: Iterable[Span], now: float) -> list[tuple[float, float]]:
     """Closed, sorted, non-overlapping intervals (an open one ends at ``now``, MAX_OPEN_S at most)."""
     closed = sorted((s, min(now, s + MAX_OPEN_S) if e is None else e) for s, e in intervals)
     out: list[tuple[float, float]] = []

@@ -47,7 +47,7 @@ from halluscope.models.base import GenerationRequest, ModelBackend
 from halluscope.records import stable_id
 from halluscope.storage.fs import Location
 
-Generate = Callable[[list[str]], list[Completion]]
+GenerateFn = Callable[[list[str]], list[Completion]]
 """A batch of prompts -> one completion per prompt, in order (errors as data, like ModelBackend)."""
 
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
@@ -70,7 +70,7 @@ def difficulty_bin(h_score: float, edges: Sequence[float]) -> int | None:
 
 @dataclass(frozen=True)
 class BackendGenerate:
-    """A ``ModelBackend`` (OpenAI-compatible, Serve handle, scripted, replay) as a ``Generate``."""
+    """A ``ModelBackend`` (OpenAI-compatible, Serve handle, scripted, replay) as a ``GenerateFn``."""
 
     backend: ModelBackend
     task: str
@@ -80,7 +80,7 @@ class BackendGenerate:
             [GenerationRequest(self.task, stable_id(p), p) for p in prompts])
 
 
-def call_generator(generate: Generate, prompts: list[str], step: str, report: GenerationReport) -> list[Completion]:
+def call_generator(generate: GenerateFn, prompts: list[str], step: str, report: GenerationReport) -> list[Completion]:
     """One batched call, counted in the report; a reply of the wrong length is a broken backend."""
     if not prompts:
         return []
@@ -292,7 +292,7 @@ def _item(config: _WikiConfig, c: _Candidate, answer: str, round_no: int) -> Tes
                     prompt=c.question, bin=str(c.bin), answer=answer, fields=fields, provenance=provenance)
 
 
-def _run_round(batch: list[_Candidate], states: dict[int, _Bin], config: _WikiConfig, generate: Generate,
+def _run_round(batch: list[_Candidate], states: dict[int, _Bin], config: _WikiConfig, generate: GenerateFn,
                report: GenerationReport) -> None:
     replies = call_generator(generate, [config.question_prompt(c.page.title, c.section) for c in batch],
                              f"{config.task} question generation", report)
@@ -324,7 +324,7 @@ def _run_round(batch: list[_Candidate], states: dict[int, _Bin], config: _WikiCo
 
 
 def generate_wiki_items(config: WikiConfig, pages: Sequence[WikiPage], scores: CentralityScores,
-                        generate: Generate, *, allowed_titles: Collection[str] | None = None
+                        generate: GenerateFn, *, allowed_titles: Collection[str] | None = None
                         ) -> tuple[list[TestItem], GenerationReport]:
     """Items of every bin (bin order, then acceptance order) and the report of how they were made.
 
@@ -353,7 +353,7 @@ def _named_refs(names: Sequence[str], refs: Sequence[SourceRef], stem: str) -> d
 
 
 def build_wiki_testset(root: Location, config: WikiConfig, pages: PageSet, scores: CentralityScores,
-                       generate: Generate, *, allowed_titles: Collection[str] | None = None) -> TestSet:
+                       generate: GenerateFn, *, allowed_titles: Collection[str] | None = None) -> TestSet:
     """The stored PreciseWikiQA/LongWiki test set for this config and these sources, or a new one."""
     sources = {**_named_refs(["goodwiki"], pages.refs, "goodwiki"),
                **_named_refs(["wikirank_titles", "wikirank_h"] if len(scores.refs) == 2 else ["h_scores"],

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from halluscope.errors import ConfigError
 from halluscope.hallulens import templates
-from halluscope.hallulens.generation import Generate, call_generator
+from halluscope.hallulens.generation import GenerateFn, call_generator
 from halluscope.hallulens.search import SearchError, SearchProvider, SearchResult, entity_exists, entity_query
 from halluscope.hallulens.sources import MedicineTable, SourceRef, Taxonomy
 from halluscope.hallulens.testset import BinReport, GenerationReport, TestItem, TestSet, TestSetSpec, build_testset
@@ -363,7 +363,7 @@ def _domain_combos(config: GeneratedEntitiesConfig, domain: GeneratedDomain) -> 
     return combos, count
 
 
-def _ask(jobs: list[tuple[str, str]], generators: Mapping[str, Generate], step: str,
+def _ask(jobs: list[tuple[str, str]], generators: Mapping[str, GenerateFn], step: str,
          report: GenerationReport) -> list[str | None]:
     """(model, prompt) jobs, one batched call per model; replies in job order (None on error)."""
     out: list[str | None] = [None] * len(jobs)
@@ -376,7 +376,7 @@ def _ask(jobs: list[tuple[str, str]], generators: Mapping[str, Generate], step: 
 
 
 def _round(bins: list[_EntityBin], round_no: int, config: GeneratedEntitiesConfig,
-           generators: Mapping[str, Generate], search: SearchProvider, workers: int, report: GenerationReport,
+           generators: Mapping[str, GenerateFn], search: SearchProvider, workers: int, report: GenerationReport,
            seen: set[str]) -> None:
     jobs: list[tuple[_EntityBin, int]] = []
     for b in bins:
@@ -451,14 +451,14 @@ def _trim(b: _EntityBin) -> None:
         b.report.surplus += 1
 
 
-def generate_generated_entities(config: GeneratedEntitiesConfig, generators: Mapping[str, Generate],
+def generate_generated_entities(config: GeneratedEntitiesConfig, generators: Mapping[str, GenerateFn],
                                 search: SearchProvider, *, search_workers: int = 1
                                 ) -> tuple[list[TestItem], GenerationReport]:
     """Rounds of brainstorm -> mix -> search over all short bins (a bin = domain x rotation) until each
     is full, has searched its ``attempts_limit`` names, or a round brings it no new name."""
     absent = [m for m in config.models if m not in generators]
     if absent:
-        raise ConfigError(f"generated_entities: no Generate callable for model(s) {absent}")
+        raise ConfigError(f"generated_entities: no generation function for model(s) {absent}")
     report = GenerationReport(bins={})
     bins: list[_EntityBin] = []
     for domain in config.per_rotation:
@@ -511,7 +511,7 @@ def _entity_items(config: GeneratedEntitiesConfig, b: _EntityBin) -> list[TestIt
     return out
 
 
-def build_generated_testset(root: Location, config: GeneratedEntitiesConfig, generators: Mapping[str, Generate],
+def build_generated_testset(root: Location, config: GeneratedEntitiesConfig, generators: Mapping[str, GenerateFn],
                             search: SearchProvider, *, search_workers: int = 1) -> TestSet:
     spec = config.spec(str(search.describe().get("kind", type(search).__name__)))
     return build_testset(root, spec, lambda: generate_generated_entities(config, generators, search,

@@ -24,7 +24,7 @@ from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.answer_formats import chosen, response_format, structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams, share_of
-from halluscope.models.provider import Limits, ProviderKind, RemoteProvider, Retry, Unanswered
+from halluscope.models.provider import CallLimits, ProviderKind, RemoteProvider, Retry, Unanswered
 from halluscope.models.registry import sampling_of
 from halluscope.models.usage import reported_tokens
 from halluscope.retry import retry_after_s
@@ -48,7 +48,7 @@ class OpenAIProvider(RemoteProvider):
     LIVE: ClassVar[tuple[str, ...]] = ("_client", "_api_key", "_headers")
 
     def __init__(self, *, model_id: str, base_url: str, model: str | None = None, api_key_env: str | None = None,
-                 limits: Limits = Limits(), sampling: SamplingParams = SamplingParams(),
+                 limits: CallLimits = CallLimits(), sampling: SamplingParams = SamplingParams(),
                  structured_output: StructuredOutput = "off") -> None:
         if structured_output not in STRUCTURED_OUTPUTS:
             raise ValueError(f"structured_output must be one of {STRUCTURED_OUTPUTS}, got {structured_output!r}")
@@ -157,7 +157,7 @@ def _build(spec: OpenAIModel, context: Context) -> OpenAIProvider:
     """The ``openai`` backend's factory: ``context.clients`` clients share ``max_concurrency``."""
     p = spec.params
     return OpenAIProvider(model_id=spec.id, base_url=p.base_url, model=p.model, api_key_env=p.api_key_env,
-                          limits=Limits(calls_in_flight=share_of(p.max_concurrency, context.clients),
+                          limits=CallLimits(calls_in_flight=share_of(p.max_concurrency, context.clients),
                                         timeout_s=p.timeout_s, max_retries=p.max_retries),
                           sampling=sampling_of(spec),
                           structured_output=p.structured_output)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from halluscope.config.schema import Billing
+from halluscope.config.schema import BillingBasis
 from halluscope.contract.completion import Completion
 from halluscope.errors import ModelDown
 from halluscope.models.base import GenerationRequest
@@ -51,7 +51,7 @@ class Retry:
 
 
 @dataclass(frozen=True)
-class Limits:
+class CallLimits:
     """How the model calls its provider: ``calls_in_flight`` at once (this client's share of the
     endpoint's capacity), ``prompts_per_call`` to a call, each answered within ``timeout_s`` or
     cancelled; ``max_retries`` more attempts with backoff; ``breaker_threshold`` unanswered calls
@@ -100,7 +100,7 @@ class Provider(ABC):
 class RemoteProvider(Provider):
     """A provider the model calls over a network or Ray: fails in ways a retry can mend."""
 
-    limits: Limits
+    limits: CallLimits
 
     async def open(self) -> None:
         """Set up what this process needs to call (a client, a handle), on the model's loop. A
@@ -151,7 +151,7 @@ class ProviderKind:
 
     A provider installed beside halluscope also declares its config: ``params``, the pydantic
     model its ``params`` section is validated with, and ``billing``, how its calls are paid (as
-    ``config.schema``'s ``Billing``: ``tokens`` are priced by the price table under
+    ``config.schema``'s ``BillingBasis``: ``tokens`` are priced by the price table under
     ``params.model`` or the model's id). The built-in kinds' configs are ``config.schema``'s."""
 
     build: Callable[[Any, Context], Provider]
@@ -160,4 +160,4 @@ class ProviderKind:
     # known before it is built: the estimate keys cached role calls by it
     constrains: Callable[[Any], bool] = lambda spec: False
     params: type[BaseModel] | None = None
-    billing: Billing = "tokens"
+    billing: BillingBasis = "tokens"

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import describe_error
-from halluscope.models.provider import Limits, RemoteProvider, Retry, Unanswered
+from halluscope.models.provider import CallLimits, RemoteProvider, Retry, Unanswered
 
 
 class ServeHandleProvider(RemoteProvider):
@@ -25,7 +25,7 @@ class ServeHandleProvider(RemoteProvider):
 
     LIVE: ClassVar[tuple[str, ...]] = ("_handle",)
 
-    def __init__(self, model_id: str, app_name: str, deployment_name: str, *, limits: Limits,
+    def __init__(self, model_id: str, app_name: str, deployment_name: str, *, limits: CallLimits,
                  sampling: SamplingParams = SamplingParams()) -> None:
         self.model_id = model_id
         self.app_name = app_name

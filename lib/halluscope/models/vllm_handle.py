@@ -27,7 +27,7 @@ from halluscope.errors import ModelDown
 from halluscope.models.answer_formats import structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import describe_error
-from halluscope.models.provider import Limits, RemoteProvider, Retry, Unanswered
+from halluscope.models.provider import CallLimits, RemoteProvider, Retry, Unanswered
 from halluscope.models.serve_handle import answer_of, forget_serve_client
 from halluscope.models.usage import reported_tokens
 
@@ -43,7 +43,7 @@ class VLLMHandleProvider(RemoteProvider):
     constrains_answers = True  # a request's answer format is sent (and keys its cached answer)
     LIVE: ClassVar[tuple[str, ...]] = ("_handle", "_request_cls")
 
-    def __init__(self, model_id: str, app_name: str, ingress_name: str, *, limits: Limits = Limits(),
+    def __init__(self, model_id: str, app_name: str, ingress_name: str, *, limits: CallLimits = CallLimits(),
                  sampling: SamplingParams = SamplingParams()) -> None:
         self.model_id = model_id
         self.app_name = app_name

@@ -32,7 +32,7 @@ from halluscope.pipeline.schedule import budget as schedule_budget
 from halluscope.pipeline.schedule import layout, scheduled
 from halluscope.pipeline.spend import dollar_gate
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import Expansion, WorkPlan, expand_unit, models_under_test
+from halluscope.pipeline.workset import Expansion, Work, expand_unit, models_under_test
 from halluscope.records import GenerationIds
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -45,14 +45,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class StageInputs:
-    """What the stages of one run are handed: its plan, its store, the ids an earlier attempt
+    """What the stages of one run are handed: its work, its store, the ids an earlier attempt
     committed, the endpoints of the models it serves for the whole run, and the progress it
     reports; ``ctx``, the expansion of its units with every item loaded, is built once for every
     call of the stages (the waves call them once per model)."""
 
     run: ResolvedRun
     store: RunStore
-    plan: WorkPlan
+    work: Work
     done: GenerationIds
     endpoints: dict
     tracker: Progress
@@ -93,7 +93,7 @@ def _live(models: list[ModelSpec]) -> bool:
     return any(not m.replayed for m in models if m.role == "test")
 
 
-def driver_batches(run: ResolvedRun, store: RunStore, work: WorkPlan, blocks: list[pa.Table], done: GenerationIds,
+def driver_batches(run: ResolvedRun, store: RunStore, work: Work, blocks: list[pa.Table], done: GenerationIds,
                    models: list[ModelSpec], ctx: Expansion | None = None) -> Iterator[pa.Table]:
     """The stages of ``execute`` as plain calls in this process, one block after another: a small
     run's execution (``in_process``), and the single-process baseline of ``make bench``. Yields
@@ -132,7 +132,7 @@ def in_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float],
     cfg = w.run.cfg
     served_under_test = {m.id for m in cfg.models if scheduled(m)}
     blocks: dict[str, list[pa.Table]] = defaultdict(list)
-    for b in w.plan.blocks:
+    for b in w.work.blocks:
         blocks[b.column("model")[0].as_py()].append(b)
     others = [b for m, bs in blocks.items() if m not in served_under_test for b in bs]
     wanted = [m for m in served_under_test if blocks.get(m)]
@@ -259,10 +259,10 @@ def execute(w: StageInputs, blocks: list[pa.Table], models: list[ModelSpec], sta
     in between, sized apart from evaluation (``staged``: models that generated earlier in the run
     answer from there). ``in_driver``: the same stages in this process instead (``in_process``)."""
     if in_driver:
-        return _tracked(driver_batches(w.run, w.store, w.plan, blocks, w.done, models, w.ctx), w)
+        return _tracked(driver_batches(w.run, w.store, w.work, blocks, w.done, models, w.ctx), w)
     run, cfg = w.run, w.run.cfg
     conc = cfg.concurrency
-    rows = sum(w.plan.totals.get(unit, 0) for b in blocks
+    rows = sum(w.work.totals.get(unit, 0) for b in blocks
                for unit in zip(b.column("model").to_pylist(), b.column("task").to_pylist()))
     ds = ray.data.from_blocks(blocks)
     ds = ds.map_batches(expand_unit, batch_size=None, batch_format="pyarrow",

@@ -25,7 +25,7 @@ from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.service_load import busy_by_service
 from halluscope.pipeline.spend import Spent, deployment_rows, held_by_attempts
-from halluscope.pipeline.workset import WorkPlan
+from halluscope.pipeline.workset import Work
 from halluscope.records import GenerationIds
 from halluscope.report.agreement import agreement_summary
 from halluscope.report.html import RunData, write_report
@@ -57,7 +57,7 @@ class RunResult:
 class Opened:
     """A run claimed and planned: its plan, what an earlier attempt committed, its manifest so far."""
 
-    work: WorkPlan
+    work: Work
     done: GenerationIds
     done_counts: dict[tuple[str, str], int]  # (model, task) -> generations committed before
     snapshot: set[str]  # the keys of the batches committed before

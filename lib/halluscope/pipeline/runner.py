@@ -38,7 +38,7 @@ from halluscope.pipeline.schedule import budget_source, check_cpus, check_fits, 
 from halluscope.pipeline.spend import SpendWatch, check_spent, held, record_held, spend_so_far, spent_before
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import plan_work
+from halluscope.pipeline.workset import list_work
 from halluscope.records import GenerationIds, transient_error
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
 from halluscope.storage.fs import Location
@@ -144,7 +144,7 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
             check_spent(spent[0], cfg.costs.budget_usd, estimate.total_usd)
             check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()
-    work = plan_work(cfg, store, run.items)
+    work = list_work(cfg, store, run.items)
     knowledge = knowledge_provenance(cfg, run.knowledge)
     check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings = {"plan_s": round(time.time() - mark, 2)}

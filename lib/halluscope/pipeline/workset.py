@@ -30,7 +30,10 @@ UNITS = pa.schema([("model", pa.string()), ("task", pa.string())])  # a unit nam
 
 
 @dataclass
-class WorkPlan:
+class Work:
+    """The units of a run (each model under test on each of its tasks) and their generations: what
+    it does, as the estimate (``Plan``) is what it costs."""
+
     units: pa.Table  # one row per (model, task)
     # the units in input blocks, those replaying the same file together (one worker reads it once)
     blocks: list[pa.Table]
@@ -113,7 +116,7 @@ def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc.write_bytes_atomic(table_to_bytes(table))
 
 
-def plan_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> WorkPlan:
+def list_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> Work:
     """Load each task's items once here, from the run's item source (they are written to the
     run), hash every input file, and list the units. Fails early, before any worker starts, on
     a missing file."""
@@ -147,7 +150,7 @@ def plan_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> WorkPlan:
     # the largest first, so the actors finish together rather than one waiting on a large last block
     order = sorted(by_block.values(), key=lambda rows: -sum(totals.get(keys[i], 0) for i in rows))
     blocks = [units.take(rows) for rows in order]
-    return WorkPlan(units, blocks, sum(totals.values()), totals, sources)
+    return Work(units, blocks, sum(totals.values()), totals, sources)
 
 
 class Expansion:

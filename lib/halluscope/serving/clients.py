@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from halluscope.config.schema import HFModel, ScriptedModel, VLLMModel
 from halluscope.models.base import SamplingParams, share_of
-from halluscope.models.provider import Context, Endpoint, Limits, ProviderKind
+from halluscope.models.provider import CallLimits, Context, Endpoint, ProviderKind
 from halluscope.models.registry import sampling_of
 from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.models.serve_handle import ServeHandleProvider
@@ -30,7 +30,7 @@ def _handle(spec: ScriptedModel | HFModel, context: Context, in_flight: int, sam
     endpoint = _endpoint(spec, context)
     # a Serve call is answered within its timeout or is retried; five calls in a row with no answer
     # from a replica mean the deployment is gone
-    limits = Limits(calls_in_flight=share_of(in_flight, context.clients),
+    limits = CallLimits(calls_in_flight=share_of(in_flight, context.clients),
                     prompts_per_call=spec.params.serve.max_batch_prompts, timeout_s=timeout_s, max_retries=3,
                     backoff_max_s=10.0, breaker_threshold=5)
     return ServeHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name, limits=limits, sampling=sampling)
@@ -66,7 +66,7 @@ def _vllm(spec: VLLMModel, context: Context) -> VLLMHandleProvider:
     """The engine deployment by handle, one prompt per call: no HTTP proxy needed on the caller's node."""
     endpoint = _endpoint(spec, context)
     opts = spec.params.serve
-    limits = Limits(calls_in_flight=share_of(opts.num_replicas * opts.max_ongoing_requests, context.clients),
+    limits = CallLimits(calls_in_flight=share_of(opts.num_replicas * opts.max_ongoing_requests, context.clients),
                     timeout_s=request_timeout_s(spec))
     return VLLMHandleProvider(spec.id, endpoint.app_name, endpoint.deployment_name, limits=limits,
                               sampling=sampling_of(spec))

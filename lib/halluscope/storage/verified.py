@@ -39,11 +39,11 @@ _skipped_lock = threading.Lock()
 
 
 def is_part_name(name: str) -> bool:
-    """Whether ``name`` is one ``part_name`` gives (its content still to be checked: ``read_parts``)."""
+    """Whether ``name`` is one ``digest_name`` gives (its content still to be checked: ``read_parts``)."""
     return _PART.fullmatch(name) is not None
 
 
-def part_name(data: bytes) -> str:
+def digest_name(data: bytes) -> str:
     """The name a part's bytes are stored under: their sha256."""
     return f"part-{hashlib.sha256(data).hexdigest()}.parquet"
 
@@ -117,6 +117,6 @@ def read_parts(folder: Location, schema: pa.Schema, what: str, consequence: str,
 
 def write_part(folder: Location, data: bytes) -> str:
     """Write a part as ``read_parts`` accepts it; its name."""
-    name = part_name(data)
+    name = digest_name(data)
     write_private(folder, name, data)
     return name

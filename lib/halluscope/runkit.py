@@ -108,7 +108,7 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None, scope: str 
             # the resource and units one replica holds: for vLLM every tensor/pipeline-parallel worker
             resource, units = placement(s)
             deployments.append({"model": s.id, "resource": resource,
-                                "resource_seconds": held * s.params.serve.num_replicas * units})
+                                "resource_seconds": held * s.replicas * units})
 
 
 def init_ray(spec: RaySpec, cpus_needed: float = 0.0) -> bool:

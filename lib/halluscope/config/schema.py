@@ -325,10 +325,22 @@ class _Model(_Strict):
         return 1
 
     @property
+    def _serve(self) -> ServeOptions | None:
+        """Its Serve options, for a backend the run serves."""
+        serve: ServeOptions | None = getattr(getattr(self, "params", None), "serve", None)
+        return serve
+
+    @property
     def deploy_timeout_s(self) -> float:
         """For a served model: seconds its deployment may take to become healthy before it fails."""
-        serve: ServeOptions | None = getattr(getattr(self, "params", None), "serve", None)
+        serve = self._serve
         return (serve.deploy_timeout_s if serve else None) or self.DEFAULT_DEPLOY_TIMEOUT_S
+
+    @property
+    def replicas(self) -> int:
+        """The replicas a served model deploys (each holding its placement); 1 for any other."""
+        serve = self._serve
+        return serve.num_replicas if serve else 1
 
 
 class RecordedParams(_Strict):

@@ -231,7 +231,7 @@ def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSp
     resource, units = placement(spec)
     row = measured_throughput(spec, o, speed.prefill_tokens_per_s, speed.decode_tokens_per_s)
     measured = Measured(model=speed.model, params_b=known_size(spec, o).active_b, units=units,
-                        replicas=spec.params.serve.num_replicas, hardware=hardware(resource), date=today,
+                        replicas=spec.replicas, hardware=hardware(resource), date=today,
                         calls=speed.calls, prefill_tokens_per_s=round(speed.prefill_tokens_per_s, 2),
                         decode_tokens_per_s=round(speed.decode_tokens_per_s, 2),
                         deploy_s=None if speed.deploy_s is None else round(speed.deploy_s, 1))

@@ -265,7 +265,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     served = [m for m in cfg.models if is_served(m)]  # Ray Serve hosts them
     oh = cfg.costs.overheads
     cold = {m.id: cold_start_s(oh, size.total_b * size.bytes_per_param if isinstance(size, ModelSize) else 0.0,
-                               m.params.serve.num_replicas)
+                               m.replicas)
             for m in served if measured_by_table(m) for size in [model_size(m, o)]}
     start = {m.id: startup_seconds(m, o) + cold.get(m.id, 0.0) for m in served}
     jobs = [job_of(m, start[m.id], busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
@@ -353,7 +353,7 @@ def _priced(spec: ModelSpec, task: str, stage: str, a: _Acc, prices: PriceTable 
             row.resource_hours = seconds / 3600
             busy = busy_wall[model]
             if busy is not None:
-                busy_wall[model] = busy + (seconds / (units * served.params.serve.num_replicas) if units else 0.0)
+                busy_wall[model] = busy + (seconds / (units * served.replicas) if units else 0.0)
             row.usd, row.note = _hours_usd(prices, row.resource, seconds, why)
     return row
 
@@ -365,12 +365,12 @@ def _idle(m: ServedModel, window: Window | None, wall_s: float | None, rows: lis
     resource, units = placement(m)
     idle = PlanRow(m.id, m.role, "*", "idle", 0, 0, 0, 0, 0, resource, None, None, "estimated")
     if window is not None and math.isfinite(window.end_s):
-        held_s: float | None = window.held_s * units * m.params.serve.num_replicas
+        held_s: float | None = window.held_s * units * m.replicas
     elif wall_s is None:
         idle.note = "the run's wall time is unknown: a model's busy time could not be estimated"
         held_s = None
     else:
-        held_s = wall_s * units * m.params.serve.num_replicas
+        held_s = wall_s * units * m.replicas
     if held_s is not None:
         busy_s = math.fsum(r.resource_hours * 3600 for r in rows if r.model == m.id and r.resource_hours)
         idle_s = max(0.0, held_s - busy_s)
@@ -388,7 +388,7 @@ def _cold_start(m: ServedModel, seconds: float, prices: PriceTable | None) -> Pl
     weights (``costs.overheads``): part of its window, carved out of its idle time."""
     resource, units = placement(m)
     row = PlanRow(m.id, m.role, "*", "cold_start", 0, 0, 0, 0, 0, resource,
-                  seconds * units * m.params.serve.num_replicas / 3600, None, "estimated")
+                  seconds * units * m.replicas / 3600, None, "estimated")
     row.usd, row.note = _hours_usd(prices, resource, cast(float, row.resource_hours) * 3600, None)
     return row
 

@@ -250,13 +250,9 @@ def scheduled(spec: ModelSpec) -> bool:
     return spec.role == "test" and spec.served
 
 
-def _replicas(spec: ModelSpec) -> int:
-    return spec.params.serve.num_replicas  # type: ignore[union-attr]  # served backends only
-
-
 def job_of(spec: ModelSpec, deploy_s: float | None = None, generate_s: float | None = None) -> Job:
     resource, units = placement(spec)
-    return Job(spec.id, resource, units * _replicas(spec), deploy_s, generate_s, _replicas(spec))
+    return Job(spec.id, resource, units * spec.replicas, deploy_s, generate_s, spec.replicas)
 
 
 def layout(cfg: RunConfig) -> Layout | None:
@@ -323,7 +319,7 @@ def cpu_demand(cfg: RunConfig, scheduled_models: bool = True) -> dict[str, float
     out: dict[str, float] = {}
     for m in cfg.models:
         if m.served and (scheduled_models or not scheduled(m)):
-            out[f"model '{m.id}' ({m.role})"] = cpus_of(m) * _replicas(m)
+            out[f"model '{m.id}' ({m.role})"] = cpus_of(m) * m.replicas
     conc = cfg.concurrency
     out["Evaluate actors (concurrency.verify_actors x 1)"] = float(conc.verify_actors)
     if any(not m.replayed for m in cfg.models if m.role == "test"):

@@ -58,14 +58,19 @@ def revision_of(spec: ModelSpec) -> str | None:
     return getattr(spec.params, "revision", None)
 
 
-def client(spec: ModelSpec, context: Context, cache: Location | None, template: str) -> ModelBackend:
+def client(spec: ModelSpec, context: Context, cache: Location | None, template: str,
+           misses: ModelBackend | None = None) -> ModelBackend:
     """The model to call: its provider under the engine's model, answering from the call cache
     first when there is one. ``template`` names the prompt template, so a change of wording never
-    reuses old answers."""
-    model = Model(provider(spec, context))
-    if cache is None or not model.provider.cached:
-        return model
-    return CachedBackend(model, cache, revision_of(spec), template, sampling_of(spec).as_dict())
+    reuses old answers. ``misses``: what answers the cache's misses in the model's place (a model
+    the run did not deploy, since the cache held every answer left)."""
+    if misses is None:
+        model = Model(provider(spec, context))
+        if cache is None or not model.provider.cached:
+            return model
+        misses = model
+    assert cache is not None, "a model answered in its place is answered from the call cache"
+    return CachedBackend(misses, cache, revision_of(spec), template, sampling_of(spec).as_dict())
 
 
 def cached_prompts(spec: ModelSpec, cache: Location, prompts: Iterable[str]) -> set[str]:

@@ -21,9 +21,9 @@ import ray
 
 from halluscope.config.schema import ModelSpec
 from halluscope.contract.completion import Completion
-from halluscope.models.base import GenerationRequest, ModelBackend
-from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
-from halluscope.models.registry import Context, client, revision_of, sampling_of
+from halluscope.models.base import GenerationRequest
+from halluscope.models.cache import GENERATION_TEMPLATE
+from halluscope.models.registry import Context, client
 from halluscope.models.staged import read_staged, settled
 from halluscope.pipeline.workset import Expansion, expand_unit
 from halluscope.records import NOT_STAGED, STAGED, GenerationIds, transient_error
@@ -110,12 +110,8 @@ def generate_model(spec: ModelSpec, endpoint: ServedEndpoint | None, blocks: lis
                    done: GenerationIds, cache: Location | None, out: Location, batch_size: int) -> int:
     """Generate every row of ``blocks`` not yet committed or staged; returns the rows generated.
     Without an ``endpoint`` (a model the call cache answers, ``prompts_left``), the cache answers them all."""
-    if endpoint is None:
-        assert cache is not None, "only a model answered by the call cache is left undeployed"
-        backend: ModelBackend = CachedBackend(_NotDeployed(spec.id), cache, revision_of(spec), GENERATION_TEMPLATE,
-                                              sampling_of(spec).as_dict())
-    else:
-        backend = client(spec, Context(endpoint), cache, GENERATION_TEMPLATE)
+    backend = client(spec, Context(endpoint), cache, GENERATION_TEMPLATE,
+                     misses=_NotDeployed(spec.id) if endpoint is None else None)
     staged = staged_ids(out)
 
     def one(chunk: list[dict]) -> int:

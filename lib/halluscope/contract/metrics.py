@@ -197,7 +197,8 @@ class MetricRecord:
                **{k: v.value if isinstance(v, Estimate) else v for k, v in self.values.items()}}
         estimates = {k: v for k, v in self.values.items() if isinstance(v, Estimate)}
         if estimates:
-            parts: dict[str, dict[str, Any]] = {"stderr": {k: e.se for k, e in estimates.items()},
+            parts: dict[str, dict[str, Any]] = {
+                "stderr": {k: e.se for k, e in estimates.items()},
                 "ci95": {k: None if e.ci95 is None else list(e.ci95) for k, e in estimates.items()},
                 "method": {k: e.method for k, e in estimates.items()}}
             out.update({name: {**self.values.get(name, {}), **part} for name, part in parts.items()})
@@ -225,8 +226,7 @@ def _estimated(values: dict[str, Any]) -> dict[str, Any]:
     if not (isinstance(se, Mapping) and isinstance(ci, Mapping) and isinstance(method, Mapping)):
         return values
     keys = [k for k in se if k in ci and k in method and k in values and k not in BARS
-            and (values[k] is None or _number(values[k])) and (se[k] is None or _number(se[k]))
-            and isinstance(method[k], str) and (ci[k] is None or (isinstance(ci[k], list) and len(ci[k]) == 2))]
+            and _an_estimate(values[k], se[k], ci[k], method[k])]
     if not keys:
         return values
     out = {k: v for k, v in values.items() if k not in BARS}
@@ -237,3 +237,9 @@ def _estimated(values: dict[str, Any]) -> dict[str, Any]:
         if rest:
             out[name] = rest
     return out
+
+
+def _an_estimate(value: object, se: object, ci: object, method: object) -> bool:
+    """Whether a figure's value and its entries in the ``BARS`` objects are an estimate's."""
+    return ((value is None or _number(value)) and (se is None or _number(se)) and isinstance(method, str)
+            and (ci is None or (isinstance(ci, list) and len(ci) == 2)))

@@ -52,7 +52,7 @@ def test_paper_rules_reproduce_the_released_numbers(tmp_path):
     evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size, ctx.item)
     for batch in workset.expand_unit(work.units, ctx, GenerationIds()):
         list(evaluate(batch))
-    metrics = [m for m in halogen_metrics.compute(store.read_table("scores")) if not m.get("aggregate")]
+    metrics = halogen_metrics.task_metrics(store.read_table("scores"))
     assert len(metrics) == len(DOMAINS) * len(MODELS)
     calls = store.read_table("role_calls").to_pylist()
     assert sum(c["calls"] for c in calls) > 20_000 and all(c["input_tokens"] == 0 for c in calls)

@@ -10,7 +10,7 @@ import pyarrow as pa
 from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.ledger import CallTally
-from halluscope.pipeline.aggregate import benchmark_metrics, comparisons, summarized, tasks_by_benchmark
+from halluscope.pipeline.aggregate import benchmark_metrics, comparisons, merged, tasks_by_benchmark
 
 
 def every_metric(cfg: RunConfig, store, scores: pa.Table) -> list[MetricRecord]:
@@ -18,7 +18,7 @@ def every_metric(cfg: RunConfig, store, scores: pa.Table) -> list[MetricRecord]:
     ``store``: what the hooks read besides the scores (``read_table``, ``read_items``)."""
     out: list[MetricRecord] = []
     for name, tasks in tasks_by_benchmark(cfg).items():
-        out += summarized(name, tasks, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))
+        out += merged(name, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))
         out += comparisons(name, tasks, [scores], store, cfg)
     return out
 
@@ -29,3 +29,10 @@ def tally(models: Sequence[ModelSpec], generations: pa.Table, role_calls: pa.Tab
     if role_calls is not None:
         out.add_role_calls(role_calls)
     return out
+
+
+def with_groups(benchmark: str, per_task: Sequence[dict]) -> list[dict]:
+    """A benchmark's records (flat objects) with its groups' records the engine adds (HALOGEN's
+    averages over tasks), as metrics.json holds them."""
+    records = [MetricRecord.from_json(r) for r in per_task]
+    return [r.as_json() for r in merged(benchmark, records)]

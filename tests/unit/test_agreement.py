@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from halluscope.contract.metrics import AGREEMENT, MetricRecord
+from halluscope.contract.metrics import AGREEMENT, Estimate, MetricRecord
 from halluscope.pipeline.agreement import agreement
 from halluscope.report.agreement import TITLE, agreement_section
 from halluscope.report.leaderboard import leaderboard
@@ -66,7 +66,8 @@ def test_the_interval_is_seeded_and_clustered_by_response():
 def _record(kappa: float) -> MetricRecord:
     return MetricRecord("tiny-judge", "halogen/historical_events", None, {
         "table": AGREEMENT, "aggregate": True, "decision": "responded", "reference": "halogen-recorded-judge",
-        "decisions": 28, "responses": 28, "accuracy": 0.5, "kappa": kappa, "ci95": {"kappa": [kappa - 0.2, kappa + 0.2]},
+        "decisions": 28, "responses": 28, "accuracy": Estimate(0.5, None, "bootstrap"),
+        "kappa": Estimate(kappa, 0.1, "bootstrap", (kappa - 0.2, kappa + 0.2)),
         "min_kappa": 0.4, "below_threshold": kappa < 0.4, "items_per_model": 2})
 
 

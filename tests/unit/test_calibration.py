@@ -33,7 +33,7 @@ def test_the_recorded_judge_agrees_with_itself_throughout(tmp_path, in_driver):
                                calibration={"items_per_model": 1}))
     records = calibrate(cfg)
     # code asks no judge; historical events asks it whether a response answered, summarization per fact
-    got = {(r.task, r.values["decision"]): r.values for r in records}
+    got = {(r.task, r.values["decision"]): r.as_json() for r in records}
     assert sorted(got) == [("halogen/historical_events", "responded"), ("halogen/summarization", "supported")]
     released = len(benchmarks()["halogen"].recorded_models)
     for v in got.values():

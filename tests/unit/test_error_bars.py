@@ -11,7 +11,9 @@ import pytest
 from scipy import stats
 
 from halluscope.contract.errorbars import Z95, mean_se, proportion_se, ratio_se
-from halluscope.halogen.metrics import averages, task_metrics
+from halluscope.contract.metrics import MetricRecord
+from halluscope.halogen.metrics import task_metrics
+from halluscope.pipeline.aggregate import merged
 
 RNG = np.random.default_rng(7)
 
@@ -59,7 +61,8 @@ def test_every_task_record_carries_its_error_interval_and_method():
     assert rec["stderr"]["utility_score"] == pytest.approx(stats.sem([r["g"] for r in rows]))
     assert set(rec["stderr"]) == set(rec["ci95"]) == set(rec["method"]) == {
         "response_ratio", "hallucination_score", "hallucination_score_micro", "utility_score"}
-    (avg,) = averages([rec, {**rec, "task": "halogen/references"}])
+    two = [MetricRecord.from_json(r) for r in (rec, {**rec, "task": "halogen/biographies"})]  # both response-based
+    (avg,) = [r.as_json() for r in merged("halogen", two) if r.values.get("aggregate")]
     assert avg["stderr"]["utility_score"] == pytest.approx(math.sqrt(2) * rec["stderr"]["utility_score"] / 2)
 
 

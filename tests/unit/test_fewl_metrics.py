@@ -40,7 +40,7 @@ def test_each_model_from_its_own_evidence_and_the_evaluation_from_each_questions
     items = pa.table({"item_id": ["q1", "q2"], "prompt": ["", ""], "fields": ["{}", "{}"]})
     records = report.metrics(MetricInputs([TASK], scores, read_table, lambda task: items, None))
     assert reads == [[("task", "==", TASK), ("model", "==", m)] for m in ("m1", "m2")]  # one model's evidence at a time
-    by_model = {r.model: r.values for r in records}
+    by_model = {r.model: r.as_json() for r in records}
     assert (by_model["m1"]["scored"], by_model["m1"]["unscored"], by_model["m1"]["mean_score"]) == (1, 1, 0.5)
     assert by_model["m2"]["scored"] == 2 and by_model["m2"]["mean_score"] == pytest.approx(-0.125)
     assert [r.model for r in records] == ["m1", "m2", report.EVALUATION]

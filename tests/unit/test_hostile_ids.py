@@ -10,7 +10,8 @@ import pyarrow as pa
 from halluscope import records
 from halluscope.cli import main
 from halluscope.contract.metrics import MetricRecord
-from halluscope.halogen.metrics import compute
+from halluscope.halogen.metrics import task_metrics
+from halluscope.pipeline.aggregate import merged
 from halluscope.pipeline.progress import Progress
 from halluscope.report.escape import markdown, terminal
 from halluscope.report.leaderboard import leaderboard
@@ -31,7 +32,8 @@ def _score(model: str, task: str, kind: str, i: int) -> dict:
 def _metrics() -> list[MetricRecord]:
     rows = [_score(m, t, k, i) for m in HOSTILE + ["plain_model"] for t, k in
             (("halogen/code", "response"), ("halogen/false_presuppositions", "refusal")) for i in range(2)]
-    return [MetricRecord.from_json(r) for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES))]
+    per_task = task_metrics(pa.Table.from_pylist(rows, schema=records.SCORES))
+    return merged("halogen", [MetricRecord.from_json(r) for r in per_task])
 
 
 def _cells(line: str) -> list[str]:

@@ -54,7 +54,9 @@ def test_the_engine_tags_each_record_with_its_benchmark_and_refuses_a_dict(monke
     bench = benchmark_of("halogen/code")
     hooks = {"halogen": lambda inputs: [MetricRecord("m", "halogen/code", values={"n": 1}),
                                         MetricRecord("m", "halogen/x", "other", {})]}
-    monkeypatch.setattr(aggregate, "benchmark_of", lambda t: type(bench)(bench.name, bench.tasks, metrics=hooks["halogen"]))
+    plain = type(bench)(bench.name, bench.tasks, metrics=lambda inputs: hooks["halogen"](inputs))
+    monkeypatch.setattr(aggregate, "benchmark_of", lambda t: plain)
+    monkeypatch.setattr(aggregate, "benchmarks", lambda: {"halogen": plain})
     scores = records.SCORES.empty_table()
     got = every_metric(cfg, _Store(), scores)
     assert [(r.task, r.benchmark) for r in got] == [("halogen/code", "halogen"), ("halogen/x", "other")]

@@ -1,9 +1,15 @@
 import math
 
 import pyarrow as pa
+from tests.support.totals import with_groups
 
 from halluscope import records
-from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, compute
+from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, task_metrics
+
+
+def compute(scores: pa.Table) -> list[dict]:
+    """HALOGEN's records of a run as metrics.json holds them: per task, then the engine's averages."""
+    return with_groups("halogen", task_metrics(scores))
 
 
 def _row(model, task, kind, responded, n_atoms, n_unsup, n_unver=0, error=None):
@@ -21,23 +27,23 @@ def _row(model, task, kind, responded, n_atoms, n_unsup, n_unver=0, error=None):
 
 def test_hand_computed():
     rows = [
-        _row("m", "t1", "response", True, 4, 1),   # f = .25
-        _row("m", "t1", "response", True, 1, 1),   # f = 1
-        _row("m", "t1", "response", False, 0, 0),  # abstained
-        _row("m", "t1", "response", True, 3, 0, n_unver=1),  # f = 0 over 2 verified
-        _row("m", "t1", "response", None, 0, 0, error="no recorded response"),
-        _row("m", "t2", "refusal", True, 2, 2),    # f = 1, g = 0
-        _row("m", "t2", "refusal", False, 0, 0),   # g = 1
+        _row("m", "halogen/code", "response", True, 4, 1),   # f = .25
+        _row("m", "halogen/code", "response", True, 1, 1),   # f = 1
+        _row("m", "halogen/code", "response", False, 0, 0),  # abstained
+        _row("m", "halogen/code", "response", True, 3, 0, n_unver=1),  # f = 0 over 2 verified
+        _row("m", "halogen/code", "response", None, 0, 0, error="no recorded response"),
+        _row("m", "halogen/false_presuppositions", "refusal", True, 2, 2),    # f = 1, g = 0
+        _row("m", "halogen/false_presuppositions", "refusal", False, 0, 0),   # g = 1
     ]
     metrics = {(r["model"], r["task"]): r for r in compute(pa.Table.from_pylist(rows, schema=records.SCORES))}
-    t1 = metrics[("m", "t1")]
+    t1 = metrics[("m", "halogen/code")]
     # no recorded response: counted as missing, not as an error of the run
     assert t1["n_items"] == 4 and (t1["n_errors"], t1["n_missing"]) == (0, 1) and t1["n_responded"] == 3
     assert t1["response_ratio"] == 3 / 4
     assert math.isclose(t1["hallucination_score"], (0.25 + 1 + 0) / 3)  # macro over responded
     assert math.isclose(t1["hallucination_score_micro"], 2 / (4 + 1 + 2))  # unsupported / verified atoms
     assert math.isclose(t1["utility_score"], (0.75 + 0 + 0 + 1) / 4)
-    t2 = metrics[("m", "t2")]
+    t2 = metrics[("m", "halogen/false_presuppositions")]
     assert t2["response_ratio"] == 0.5 and t2["utility_score"] == 0.5 and t2["hallucination_score"] == 1.0
     assert metrics[("m", AVG_RESPONSE)]["utility_score"] == t1["utility_score"]
     assert metrics[("m", AVG_REFUSAL)]["n_tasks"] == 1

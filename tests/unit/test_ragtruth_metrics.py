@@ -8,7 +8,7 @@ from tests.support.ragtruth_detectors import EmptyDetector, OracleDetector
 
 from halluscope.errors import ConfigError, DataError
 from halluscope.ragtruth.corpus import Label, Record, Source
-from halluscope.ragtruth.metrics import Counts, MetricOptions, count, merge_counts, scores, summarize
+from halluscope.ragtruth.metrics import Counts, MetricOptions, count, merge_counts, score_rows, scores
 from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.spans import Prediction, Span
 from halluscope.ragtruth.taxonomy import LabelType, Quality, TaskType
@@ -77,7 +77,7 @@ def test_unpredicted_scored_as_empty_when_asked():
 
 
 def test_summary_rows_per_task_and_pooled_overall(caplog):
-    rows = {(r["task"], r["model"]): r for r in summarize(count(RECORDS, PREDICTIONS))}
+    rows = {(r["task"], r["model"]): r for r in score_rows(count(RECORDS, PREDICTIONS))}
     assert set(rows) == {("QA", "*"), ("QA", "m1"), ("QA", "m2"), ("Summary", "*"), ("Summary", "m1"),
                          ("Summary", "m2"), ("Overall", "*"), ("Overall", "m1"), ("Overall", "m2")}
     qa = rows[("QA", "*")]
@@ -125,7 +125,7 @@ def test_one_shard_equals_n_shards():
         parts = [count(shuffled[i::n_shards], preds) for i in range(n_shards)]
         merged = merge_counts(*reversed(parts))
         assert merged == whole
-        assert summarize(merged) == summarize(whole)
+        assert score_rows(merged) == score_rows(whole)
 
 
 def test_oracle_all_positive_and_empty_detectors():

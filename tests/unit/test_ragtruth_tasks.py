@@ -13,7 +13,8 @@ import pytest
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.completion import Completion
 from halluscope.errors import ConfigError
-from halluscope.ragtruth.benchmark import BENCHMARK, merged, metrics
+from halluscope.pipeline.aggregate import merged
+from halluscope.ragtruth.benchmark import BENCHMARK, metrics
 from halluscope.ragtruth.tasks import DETECT, GENERATE, Detect, Generation, RagTruthOptions
 from halluscope.sources import DataResolver
 
@@ -97,7 +98,8 @@ def _inputs(options: RagTruthOptions, generations: pa.Table, scores: pa.Table, i
 
 def test_metrics_called_per_model_and_merged_equal_one_call_over_every_model(tmp_path):
     """The engine calls RAGTruth's hook once per model (the driver holds one model's answers):
-    merged, the calls give the records of one call over all models, the corpus' records once."""
+    merged by the engine, the calls give the records of one call over all models, the corpus'
+    records once (each model's records of a task in the same order; the calls' come model by model)."""
     options = RagTruthOptions.model_validate({"corpus": corpus(tmp_path)})
     detect, generate = (t.load_items(DataResolver(), (), options).items for t in (Detect(), Generation()))
     items = {task: pa.table({"item_id": [i.item_id for i in its], "prompt": [i.prompt for i in its],
@@ -114,5 +116,7 @@ def test_metrics_called_per_model_and_merged_equal_one_call_over_every_model(tmp
     whole = metrics(_inputs(options, generations, scores, items))
     per_model = [r for m in sorted(answers) for r in metrics(_inputs(options, generations, scores, items, m))]
     assert BENCHMARK.metrics_per_model and len(per_model) > len(whole)  # each call repeats the corpus' records
-    assert merged(per_model) == whole
+    by_calls, at_once = (merged(BENCHMARK.name, rs) for rs in (per_model, whole))
+    assert len(by_calls) == len(whole) and by_calls[0].model == "*"
+    assert sorted(by_calls, key=lambda r: (r.model, r.task)) == sorted(at_once, key=lambda r: (r.model, r.task))
     assert {r.model for r in whole} == {"*", "model-a", "model-z"} and whole[0].model == "*"

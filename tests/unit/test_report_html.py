@@ -18,12 +18,12 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
+from tests.support.totals import with_groups
 
 from halluscope.errors import DataError
 from halluscope.hallulens import metrics as hm
 from halluscope.hallulens.report import difficulty_series
 from halluscope.halogen import causes
-from halluscope.halogen.metrics import averages
 from halluscope.halogen.report import DOCS_HREF
 from halluscope.records import COSTS, TABLES
 from halluscope.report import svg
@@ -61,14 +61,14 @@ def halogen_records() -> list[dict]:
         # every generation failed: no rate is defined
         _halogen(ODD, "false_presuppositions", "refusal", 0, 0, None, None, errors=60),
     ]
-    return per_task + averages(per_task)
+    return with_groups("halogen", per_task)
 
 
 def corrected_records() -> list[dict]:
     """The corrected rules' code task beside the paper one (ours 0.04 and 0.05 under the paper rules)."""
     per_task = [_halogen("gpt_4_0125_turbo", "code@corrected", "response", 100, 99, 0.0123, 0.97),
                 _halogen("llama_3_8b_chat", "code@corrected", "response", 100, 98, 0.0456, 0.94)]
-    return per_task + averages(per_task)
+    return with_groups("halogen", per_task)
 
 
 def _trial_record(model: str, task: str, trials: list[dict], keys: tuple[str, ...]) -> dict:

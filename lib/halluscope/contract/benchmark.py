@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
-    from halluscope.contract.metrics import Figure, MetricRecord
+    from halluscope.contract.metrics import Figure, Group, MetricRecord
     from halluscope.contract.report import Section
     from halluscope.contract.task import Task
 
@@ -66,11 +66,13 @@ class Benchmark:
     metrics: Callable[[MetricInputs], Sequence[MetricRecord]] = no_metrics
     # True: ``metrics`` reads one model under test at a time: the engine calls it once per model
     # with that model's rows only (the driver then holds one model's rows, however many models a
-    # run has), in model-id order. False: once, with every row of the benchmark's tasks
+    # run has), in model-id order; records of one model, task and labels that several calls return
+    # (RAGTruth's corpus tables) are merged into one by their figures' aggregation. False: once,
+    # with every row of the benchmark's tasks
     metrics_per_model: bool = False
-    # the benchmark's records of the run from those ``metrics`` returned (e.g. averages over
-    # models or tasks added); None: those records as they are
-    summarize: Callable[[Sequence[MetricRecord]], Sequence[MetricRecord]] | None = None
+    # records the engine adds per model over some of its tasks, each figure merged by its
+    # aggregation (contract/metrics.py ``Group``: HALOGEN's averages over tasks); empty: none
+    groups: Sequence[Group] = ()
     # its sections of leaderboard.md and report.html (contract/report.py) from its metric records;
     # None: a table of the records' numbers
     report: Callable[[Sequence[MetricRecord]], Sequence[Section]] | None = None
@@ -85,8 +87,8 @@ class Benchmark:
     # (``MetricInputs.scores``); None: no comparisons
     compare: Callable[[MetricInputs], Sequence[MetricRecord]] | None = None
     compare_columns: Sequence[str] = ()
-    # its records' figures and which way each is better (`halluscope compare` says which run a
-    # difference favours; the generic table marks them)
+    # its records' figures: which way each is better (`halluscope compare` says which run a
+    # difference favours; the generic table marks them) and how the engine merges them
     figures: Sequence[Figure] = ()
     # the answers of a released model's recorded pipeline steps by content key, (data resolver,
     # model) -> answers, that a ``backend: recorded`` role model names as ``module:function``: the
@@ -110,6 +112,13 @@ class Benchmark:
     moved: Mapping[str, str] = field(default_factory=dict)
     # subcommands it adds to the ``halluscope`` CLI (given the CLI's subparsers); None: none
     commands: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], object] | None = None
+
+    def __post_init__(self) -> None:
+        summed = {f.key for f in self.figures if f.aggregation == "sum"}
+        for f in self.figures:
+            if f.over is not None and f.over not in summed:
+                raise ValueError(f"benchmark {self.name!r}: figure {f.key!r} is pooled over {f.over!r}, which must "
+                                 "be a figure of its own with aggregation 'sum'")
 
     def parse_options(self, raw: Mapping[str, Any] | None) -> BaseModel:
         return self.options.model_validate(dict(raw or {}))

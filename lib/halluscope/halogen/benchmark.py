@@ -3,12 +3,10 @@ options, its metrics and the recorded steps of its released models."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from halluscope.contract.benchmark import Benchmark, MetricInputs
-from halluscope.contract.metrics import Figure, MetricRecord
+from halluscope.contract.metrics import Figure, Group, MetricRecord
 from halluscope.halogen.attribution.cli import add_parser as add_attribute_parser
-from halluscope.halogen.metrics import SCORE_COLUMNS, averages, task_metrics
+from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, SCORE_COLUMNS, rule_set, task_metrics
 from halluscope.halogen.options import MOVED, NAME, HalogenOptions, describe_knowledge
 from halluscope.halogen.paired import COMPARE_COLUMNS, paired
 from halluscope.halogen.recorded import replies
@@ -26,18 +24,22 @@ def _compare(inputs: MetricInputs) -> list[MetricRecord]:
     return [MetricRecord.from_json(r) for r in paired(inputs.scores, list(inputs.tasks))]
 
 
-def _summarize(per_task: Sequence[MetricRecord]) -> list[MetricRecord]:
-    """The per-task records, then each model's averages over its tasks (Tables 2 and 3)."""
-    return [*per_task, *(MetricRecord.from_json(r) for r in averages([r.as_json() for r in per_task]))]
-
-
-# R's better direction is the task's: answering on a response-based task, refusing on a refusal-based one
-FIGURES = (Figure("response_ratio", None), Figure("hallucination_score", "lower"),
-           Figure("hallucination_score_micro", "lower"), Figure("utility_score", "higher"))
+# R's better direction is the task's: answering on a response-based task, refusing on a refusal-based
+# one. A group's record (below) is the unweighted mean of its tasks' figures, with their items and errors
+FIGURES = (Figure("response_ratio", None, "mean"), Figure("hallucination_score", "lower", "mean"),
+           Figure("hallucination_score_micro", "lower", "mean"), Figure("utility_score", "higher", "mean"),
+           Figure("n_items", None, "sum"), Figure("n_errors", None, "sum"))
+# Tables 2 and 3: each model's averages over its response- and over its refusal-based tasks, for each
+# rule set (refusal before response, corrected before paper: the order the averages always came in)
+GROUPS = tuple(Group(avg + (CORRECTED if rules == "corrected" else ""),
+                     frozenset(t.name for t in TASKS if t.kind == kind and rule_set(t.name) == rules),
+                     {"task_kind": kind})
+               for kind, avg in (("refusal", AVG_REFUSAL), ("response", AVG_RESPONSE))
+               for rules in ("corrected", "paper"))
 
 
 BENCHMARK = Benchmark(NAME, TASKS, options=HalogenOptions, metrics=_metrics, metrics_per_model=True,
-                      summarize=_summarize, score_columns=SCORE_COLUMNS, compare=_compare,
+                      groups=GROUPS, score_columns=SCORE_COLUMNS, compare=_compare,
                       compare_columns=COMPARE_COLUMNS, figures=FIGURES,
                       stand_in=extract, describe_knowledge=describe_knowledge, moved=MOVED, report=sections,
                       recorded_steps=replies,

@@ -8,7 +8,8 @@ Each figure comes with its standard error and a 95% interval (``stderr``, ``ci95
 the response ratio, the hallucination score and the utility score are means over the items (one
 generation per prompt: the prompt is the sampled unit), so their errors are the analytic ones of a
 mean; the micro score is a ratio of sums over responses, whose error is the delta method's,
-clustered by response. The averages over tasks are unweighted means of independent task means.
+clustered by response. The averages over tasks (Tables 2 and 3) are the engine's: the groups
+``benchmark.py`` declares, unweighted means of independent task means.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ def _ratio(num: float, den: float) -> float | None:
 
 MEAN_SE = "analytic standard error of a mean over items (one generation per prompt)"
 RATIO_SE = "delta-method standard error of a ratio of sums, clustered by response"
-TASK_MEAN_SE = "standard error of an unweighted mean of independent task means"
 
 
 TOP_UNITS = 30  # most frequent unsupported units kept per (model, task)
@@ -151,36 +151,7 @@ def rule_set(task: str) -> str:
     return "corrected" if task.endswith(CORRECTED) else "paper"
 
 
-def averages(per_task: list[dict]) -> list[dict]:
-    """Unweighted means over a model's response-based and refusal-based tasks (as Tables 2-3),
-    one set per rule set: the paper rules' under ``halogen/avg-*``, the corrected rules' under
-    ``halogen/avg-*@corrected``."""
-    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
-    for r in per_task:
-        groups[(r["model"], r["task_kind"], rule_set(r["task"]))].append(r)
-    out = []
-    for (model, kind, rules), rows in sorted(groups.items()):
-        task = AVG_RESPONSE if kind == "response" else AVG_REFUSAL
-        rec = {"model": model, "task": task + (CORRECTED if rules == "corrected" else ""), "task_kind": kind,
-               "aggregate": True, "n_tasks": len(rows), "n_items": sum(r["n_items"] for r in rows),
-               "n_errors": sum(r["n_errors"] for r in rows)}
-        errors: dict[str, float | None] = {}
-        for key in ("response_ratio", "hallucination_score", "hallucination_score_micro", "utility_score"):
-            used = [r for r in rows if r[key] is not None and not math.isnan(r[key])]
-            rec[key] = sum(r[key] for r in used) / len(used) if used else None
-            ses = [r.get("stderr", {}).get(key) for r in used]
-            errors[key] = (math.sqrt(math.fsum(se * se for se in ses)) / len(used)
-                           if used and all(se is not None for se in ses) else None)
-        rec.update(bars({k: rec[k] for k in errors}, errors, dict.fromkeys(errors, TASK_MEAN_SE)))
-        out.append(rec)
-    return out
-
-
-# what compute reads of the scores table
+# what task_metrics reads of the scores table
 SCORE_COLUMNS = ("model", "task", "task_kind", "error", "responded", "n_atoms", "n_unsupported", "n_unverified",
                  "f", "g", "unsupported_atoms")
 
-
-def compute(scores: pa.Table) -> list[dict]:
-    per_task = task_metrics(scores)
-    return per_task + averages(per_task)

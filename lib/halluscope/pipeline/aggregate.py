@@ -5,14 +5,17 @@ The driver never holds a run's rows. Each model's parts (found from their footer
 ``RunStore.parts_by``) are read, counted, tallied for the ledger and handed to the benchmarks
 whose metrics are per model, then dropped: peak memory is that of the largest model's rows,
 however many models a run has. A benchmark whose metrics compare models
-(``Benchmark.metrics_per_model`` False) is handed its own tasks' rows at once.
+(``Benchmark.metrics_per_model`` False) is handed its own tasks' rows at once. The records its
+calls return are merged, and its groups' records built, by the aggregation each figure declares
+(``contract.metrics.Figure``), so no benchmark merges its own.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import pyarrow as pa
@@ -20,12 +23,12 @@ import pyarrow.compute as pc
 
 from halluscope.config.schema import RunConfig
 from halluscope.contract.benchmark import MetricInputs
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import Figure, MetricRecord
 from halluscope.cost.ledger import LEDGER_COLUMNS, CallTally
 from halluscope.errors import RunError
 from halluscope.records import MISSING
 from halluscope.storage.run import RunStore
-from halluscope.task_registry import benchmark_of
+from halluscope.task_registry import benchmark_of, benchmarks
 
 
 @dataclass
@@ -117,11 +120,44 @@ def comparisons(name: str, tasks: list[str], compared: list[pa.Table], store: Ru
     return [replace(r, benchmark=r.benchmark or name) for r in _checked(name, compare(inputs))]
 
 
-def summarized(name: str, tasks: list[str], records: list[MetricRecord]) -> list[MetricRecord]:
-    """The benchmark's records of the run, each tagged with the benchmark."""
-    summarize = benchmark_of(tasks[0]).summarize
-    return [r if r.benchmark is not None else replace(r, benchmark=name)
-            for r in _checked(name, summarize(records) if summarize is not None else records)]
+def merged(name: str, records: list[MetricRecord]) -> list[MetricRecord]:
+    """The benchmark's records of the run from those its metrics calls returned, each tagged with
+    it: records of one model, task and labels (their values but the declared figures) are one,
+    where the first came, their figures merged by each one's aggregation (RAGTruth's corpus
+    tables, which every per-model call repeats); then its groups' records, per model in id order."""
+    bench = benchmarks()[name]
+    figures = {f.key: f for f in bench.figures}
+    alike: dict[str, list[MetricRecord]] = {}
+    for r in _checked(name, records):
+        tagged = r if r.benchmark is not None else replace(r, benchmark=name)
+        labels = {k: v for k, v in tagged.values.items() if k not in figures}
+        key = json.dumps([tagged.model, tagged.task, tagged.benchmark, labels], sort_keys=True, default=asdict)
+        alike.setdefault(key, []).append(tagged)
+    out = [same[0] if len(same) == 1 else replace(same[0], values={**same[0].values, **_figures(name, figures, same)})
+           for same in alike.values()]
+    merging = {k: f for k, f in figures.items() if f.aggregation is not None}
+    for model in sorted({r.model for r in out}):
+        mine = [r for r in out if r.model == model]
+        for group in bench.groups:
+            members = [r for r in mine if r.task in group.tasks]
+            if members:
+                out.append(MetricRecord(model, group.task, name, {**group.labels, "aggregate": True,
+                                                                  "n_tasks": len(members),
+                                                                  **_figures(name, merging, members)}))
+    return out
+
+
+def _figures(name: str, figures: dict[str, Figure], records: list[MetricRecord]) -> dict[str, object]:
+    """Each of ``figures`` that a record holds, merged over ``records`` by its aggregation."""
+    out = {}
+    for key, figure in figures.items():
+        if any(key in r.values for r in records):
+            counts = [r.values.get(figure.over) for r in records] if figure.over is not None else []
+            try:
+                out[key] = figure.merge([r.values.get(key) for r in records], counts)
+            except ValueError as e:
+                raise RunError(f"benchmark '{name}': {e}") from None
+    return out
 
 
 def _checked(name: str, records: Sequence[object]) -> list[MetricRecord]:
@@ -166,7 +202,7 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
             compared[name] = [scores]
     metrics: list[MetricRecord] = []
     for name, tasks in groups.items():
-        metrics += [*summarized(name, tasks, records[name]), *comparisons(name, tasks, compared[name], store, cfg)]
+        metrics += [*merged(name, records[name]), *comparisons(name, tasks, compared[name], store, cfg)]
     return Totals(metrics, counts, calls)
 
 

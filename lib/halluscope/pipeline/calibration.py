@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from halluscope.config.load import parse_config
 from halluscope.config.schema import CalibrationSpec, RunConfig
 from halluscope.contract.benchmark import Benchmark
-from halluscope.contract.metrics import AGREEMENT, COSTS_TOTAL, MetricRecord
+from halluscope.contract.metrics import AGREEMENT, COSTS_TOTAL, Estimate, MetricRecord
 from halluscope.errors import ConfigError
 from halluscope.pipeline.agreement import METHOD, Agreement, agreement
 from halluscope.pipeline.runner import run
@@ -130,9 +130,13 @@ def _record(task: str, decision: str, a: Agreement, pair: Pair, spec: Calibratio
             stores: Sequence[RunStore], usd: float | None) -> MetricRecord:
     return MetricRecord(pair.judge, task, None, {
         "table": AGREEMENT, "aggregate": True, "decision": decision, "reference": pair.reference_judge,
-        "decisions": a.decisions, "responses": a.responses, "accuracy": a.accuracy, "kappa": a.kappa,
-        "stderr": {"accuracy": a.accuracy_se, "kappa": a.kappa_se},
-        "ci95": {"accuracy": a.accuracy_ci95, "kappa": a.kappa_ci95}, "method": {"accuracy": METHOD, "kappa": METHOD},
+        "decisions": a.decisions, "responses": a.responses,
+        "accuracy": Estimate(a.accuracy, a.accuracy_se, METHOD, _pair(a.accuracy_ci95)),
+        "kappa": Estimate(a.kappa, a.kappa_se, METHOD, _pair(a.kappa_ci95)),
         "confusion": a.confusion, "min_kappa": spec.min_kappa, "below_threshold": a.kappa < spec.min_kappa,
         "items_per_model": spec.items_per_model, "runs": [s.run_id for s in stores],
         "usd": usd})  # what the judged run cost (its costs.parquet; the reference's answers are recorded)
+
+
+def _pair(ci: list[float] | None) -> tuple[float, float] | None:
+    return None if ci is None else (ci[0], ci[1])

@@ -25,7 +25,7 @@ from halluscope.ragtruth.detectors import (
                                         SpanModelReply,
                                         TokenLabel,
 )
-from halluscope.ragtruth.metrics import Counts, MetricOptions, Scores, count, merge_counts, scores, summarize
+from halluscope.ragtruth.metrics import Counts, MetricOptions, Scores, count, merge_counts, score_rows, scores
 from halluscope.ragtruth.selection import SelectionReport, select
 from halluscope.ragtruth.spans import Prediction, Span
 from halluscope.ragtruth.stats import GroupStats, count_stats, merge_stats, model_table, task_table
@@ -37,5 +37,5 @@ __all__ = [
     "Prediction", "PromptDetector", "Quality", "Record", "Scores", "SelectionReport", "Source",
     "Span", "SpanModelDetector", "SpanModelInput", "SpanModelReply", "TaskType", "TokenLabel", "count",
     "count_stats", "load_corpus", "load_corpus_dir", "merge_counts", "merge_stats", "model_table", "scores",
-    "select", "summarize", "task_table",
+    "score_rows", "select", "task_table",
 ]

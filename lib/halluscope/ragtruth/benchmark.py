@@ -4,7 +4,7 @@ Metrics come from committed rows only, so a killed run's leftovers never reach t
 the same however the work was batched. Every record names its ``table``:
 
 - ``detection``: per detector (the model under test), task type and response model (``*``: all),
-  response- and span-level counts and P/R/F1 (``metrics.summarize``); ``Overall`` pools everything;
+  response- and span-level counts and P/R/F1 (``metrics.score_rows``); ``Overall`` pools everything;
 - ``detector_problems``: per detector, its replies' problems by reason;
 - ``selection``: per detector and candidate set, the §6.3 experiment;
 - ``corpus_tasks`` / ``corpus_models``: the corpus' Tables 2 and 3 (``model`` is ``*``), and
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 import pyarrow as pa
@@ -31,7 +30,7 @@ from halluscope.ragtruth import report
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
 from halluscope.ragtruth.intervals import detection_intervals
-from halluscope.ragtruth.metrics import count, summarize
+from halluscope.ragtruth.metrics import count, score_rows
 from halluscope.ragtruth.selection import select
 from halluscope.ragtruth.stats import count_stats, model_table, task_table
 from halluscope.ragtruth.tasks import (
@@ -78,7 +77,7 @@ _LAST: list[tuple[Corpus, list[dict]]] = []  # the corpus last counted and its r
 
 def _corpus_records_once(corpus: Corpus) -> list[dict]:
     """``corpus_records``, counted once for a corpus: each per-model call of the metrics repeats
-    them (counting a 6,000-response corpus took 0.2 s a call)."""
+    them, and the engine keeps one of each (counting a 6,000-response corpus took 0.2 s a call)."""
     if not _LAST or _LAST[0][0] is not corpus:
         _LAST[:] = [(corpus, corpus_records(corpus))]
     return _LAST[0][1]
@@ -100,7 +99,7 @@ def detect_metrics(inputs: MetricInputs, options: RagTruthOptions) -> list[dict]
         out += [base | {"table": "detection", "task_type": s["task"], "generator": s["model"],
                         **{k: v for k, v in s.items() if k not in ("task", "model")},
                         **errors.get((s["task"], s["model"]), {})}
-                for s in summarize(count(records, output.predictions, options.metrics))]
+                for s in score_rows(count(records, output.predictions, options.metrics))]
         out.append(base | {"table": "detector_problems", "problems": dict(sorted(output.problem_counts().items()))})
         out += [base | {"table": "selection", **select(corpus.records, output.predictions, models,
                                                        options.selection.seed).as_dict()}
@@ -177,29 +176,13 @@ def metrics(inputs: MetricInputs) -> list[MetricRecord]:
     return [MetricRecord.from_json(r) for r in out]
 
 
-def merged(records: Sequence[MetricRecord]) -> list[MetricRecord]:
-    """The per-model calls' records as one call over every model gives them: the corpus' records,
-    which each call repeats, once; then the detection records in model order, then the generation
-    ones."""
-    seen: set[str] = set()
-    out = []
-    for r in records:
-        if r.model == "*":
-            key = json.dumps(r.as_json(), sort_keys=True)
-            if key in seen:
-                continue
-            seen.add(key)
-        out.append(r)
-    return sorted(out, key=lambda r: (r.model != "*", r.task != DETECT))
-
-
 # a detector's figures, then those of a model under test answering sources
 FIGURES = (*(Figure(f"{level}_{k}", "higher") for level in ("response", "span", "span_macro")
              for k in ("precision", "recall", "f1")), Figure("hallucination_rate", "lower"), Figure("density", "lower"))
 
 
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generation()], options=RagTruthOptions, metrics=metrics,
-                      metrics_per_model=True, summarize=merged, score_columns=SCORE_COLUMNS,
+                      metrics_per_model=True, score_columns=SCORE_COLUMNS,
                       report=report.sections, figures=FIGURES,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "
                                   "judged by a detector")

@@ -50,7 +50,7 @@ def cluster_bootstrap(sums: np.ndarray, resamples: int, rng: np.random.Generator
 
 def detection_intervals(records: Iterable[Record], predictions: Mapping[str, Prediction | None],
                         options: MetricOptions) -> dict[tuple[str, str], dict]:
-    """(task type, generator) as ``metrics.summarize`` keys its rows, ``Overall`` and ``*`` included
+    """(task type, generator) as ``metrics.score_rows`` keys its rows, ``Overall`` and ``*`` included
     -> ``stderr``, ``ci95`` and ``method`` of its figures; a group of fewer than two sources has none."""
     per_source: dict[tuple[str, str, str], np.ndarray] = defaultdict(lambda: np.zeros(len(_COUNTS)))
     for r in records:

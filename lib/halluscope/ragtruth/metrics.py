@@ -214,7 +214,7 @@ def scores(counts: Counts, label: str = "") -> Scores:
     return Scores(response, span, macro, type_recall, tuple(undefined), counts)
 
 
-def summarize(counts: Mapping[CountsKey, Counts]) -> list[dict]:
+def score_rows(counts: Mapping[CountsKey, Counts]) -> list[dict]:
     """Rows per (task, model), per task over all models, and ``Overall`` (pooled over everything)."""
     rows = []
     tasks = sorted({k[0] for k in counts})

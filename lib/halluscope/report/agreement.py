@@ -4,10 +4,10 @@ run's threshold, since every figure that rests on its verdicts inherits its erro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from halluscope.contract.metrics import AGREEMENT, MetricRecord
+from halluscope.contract.metrics import AGREEMENT, Estimate, MetricRecord
 from halluscope.contract.report import Column, Joined, Section, Table
 
 TITLE = "Judge agreement with the reference judge"
@@ -17,9 +17,8 @@ def is_agreement(r: MetricRecord) -> bool:
     return r.values.get("table") == AGREEMENT
 
 
-def _ci(v: Mapping[str, Any], key: str) -> Joined | None:
-    ci = (v.get("ci95") or {}).get(key)
-    return Joined((ci[0], ci[1]), " to ") if ci else None
+def _ci(e: Estimate) -> Joined | None:
+    return Joined(e.ci95, " to ") if e.ci95 else None
 
 
 def agreement_section(records: Sequence[MetricRecord]) -> Section | None:
@@ -40,14 +39,14 @@ def agreement_section(records: Sequence[MetricRecord]) -> Section | None:
         preamble.append(f"Its calls are the run {runs[-1]}'s (cost: {cost}), stored beside this run; the reference's "
                         f"answers are recorded ({runs[0]}).")
     if low:
-        where = ", ".join(f"{r.task} ({r.values['decision']}: kappa {r.values['kappa']:.2f})" for r in low)
+        where = ", ".join(f"{r.task} ({r.values['decision']}: kappa {r.values['kappa'].value:.2f})" for r in low)
         preamble.insert(0, f"WARNING: the judge {judges} agrees with the reference below the threshold "
                            f"(kappa below {low[0].values['min_kappa']:g}) on {where}. Figures resting on its verdicts "
                            "are not to be trusted.")
     else:
         preamble.append(f"Every task is at or above the threshold (kappa >= {first.get('min_kappa'):g}).")
     rows = [[r.model, r.task, r.values["decision"], r.values["decisions"], r.values["responses"],
-             r.values["accuracy"], _ci(r.values, "accuracy"), r.values["kappa"], _ci(r.values, "kappa"),
+             r.values["accuracy"].value, _ci(r.values["accuracy"]), r.values["kappa"].value, _ci(r.values["kappa"]),
              "below" if r.values.get("below_threshold") else "ok"] for r in own]
     columns: list[Column | str] = ["judge", "task", "decision", Column("units", ","), Column("responses", ","),
                Column("accuracy", ".3f"), Column("accuracy 95% CI", ".3f"), Column("kappa", ".3f"),
@@ -58,4 +57,5 @@ def agreement_section(records: Sequence[MetricRecord]) -> Section | None:
 def agreement_summary(r: MetricRecord) -> dict[str, Any]:
     """What the manifest keeps of a record: enough to tell whether the judge was trusted."""
     keys = ("decision", "decisions", "accuracy", "kappa", "min_kappa", "below_threshold", "runs")
-    return {"judge": r.model, "task": r.task, **{k: r.values.get(k) for k in keys}}
+    flat = r.as_json()  # the estimates' values
+    return {"judge": r.model, "task": r.task, **{k: flat.get(k) for k in keys}}

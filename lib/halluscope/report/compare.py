@@ -32,7 +32,7 @@ def _values(store: RunStore) -> dict[tuple[str, str], dict]:
     raw = json.loads(data) if data is not None else None
     if not isinstance(raw, list):
         raise DataError(f"{store.loc.child('metrics.json').url}: no metrics records (has the run finished?)")
-    return {(r.model, r.task): dict(r.values) for r in stored_records(raw, store.loc.child("metrics.json").url)}
+    return {(r.model, r.task): r.as_json() for r in stored_records(raw, store.loc.child("metrics.json").url)}
 
 
 def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> list[dict]:

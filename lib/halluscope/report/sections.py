@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from halluscope.contract.metrics import COSTS_TOTAL, MetricRecord
+from halluscope.contract.metrics import COSTS_TOTAL, Estimate, MetricRecord
 from halluscope.contract.report import Cell, Chart, Column, Part, Sampled, Section, Table
 from halluscope.errors import DataError
 from halluscope.report.agreement import agreement_section, is_agreement
@@ -75,8 +75,7 @@ def merged(sections: list[Section]) -> list[Section]:
 
 def generic(name: str, records: Sequence[MetricRecord]) -> Section:
     """Model, task and every top-level number of the records: a benchmark without its own layout."""
-    keys = sorted({k for r in records for k, v in r.values.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    keys = sorted({k for r in records for k, v in r.values.items() if _number(v) is not None})
     rows: list[list[Cell]] = [[r.model, r.task, *(Sampled(_number(r.values.get(k)), r.model, r.task) for k in keys)]
             for r in sorted(records, key=lambda r: (r.task, r.model))]
     bench = benchmarks().get(name)
@@ -88,6 +87,8 @@ def generic(name: str, records: Sequence[MetricRecord]) -> Section:
 
 
 def _number(v: object) -> int | float | None:
+    """A value as the table shows it: a number, an estimate's value; None for anything else."""
+    v = v.value if isinstance(v, Estimate) else v
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 

@@ -96,7 +96,7 @@ def classify_historical(units: Iterable[Unit], lookups: Lookups) -> list[dict]:
     return rows
 
 
-def summarize(rows: list[dict], scope: Iterable[tuple[str, str]]) -> list[dict]:
+def coverage(rows: list[dict], scope: Iterable[tuple[str, str]]) -> list[dict]:
     """Per (model, task) in ``scope``: hallucinated units (rows), unique units (distinct atoms),
     flag counts over unique units, and coverage = unique units flagged B / unique units (for code
     the paper's Table 4 coverage: unique hallucinated packages found in the corpus)."""

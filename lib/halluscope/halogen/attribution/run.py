@@ -22,8 +22,8 @@ from halluscope.halogen.attribution.classify import (
     Unit,
     classify_code,
     classify_historical,
+    coverage,
     pair_atom,
-    summarize,
 )
 from halluscope.halogen.attribution.corpus import CorpusIndex
 from halluscope.records import stable_id
@@ -107,7 +107,7 @@ def attribute_run(store: RunStore, corpus: CorpusIndex, corpus_name: str,
     for model in sorted({m for m, _ in scope}):
         part = [{"run_id": store.run_id, **r, "corpus": corpus_name} for r in flagged if r["model"] == model]
         store.write_part(TABLE, stable_id(TABLE, corpus_name, model), pa.Table.from_pylist(part, schema=ATTRIBUTION))
-    summary = [{"corpus": corpus_name, **s} for s in summarize(flagged, scope)]
+    summary = [{"corpus": corpus_name, **s} for s in coverage(flagged, scope)]
 
     doc = store.read_json(SUMMARY) or {"run_id": store.run_id, "corpora": {}, "summary": []}
     replaced = {(corpus_name, s["model"], s["task"]) for s in summary}

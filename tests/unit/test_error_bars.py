@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import combinations
 
 import numpy as np
 import pyarrow as pa
@@ -194,18 +195,67 @@ def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answe
     assert "paired" not in found["halogen/references"]  # no earlier measurement: the stated bound alone
 
 
-def test_a_models_rank_interval_counts_the_models_told_apart_above_and_below_it():
+def _many_models(n_models: int, n_items: int, seed: int = 3) -> pa.Table:
+    """Models whose H follows the items' difficulty, each shifted by its own amount; some items
+    unanswered (no response) and one model that answers nothing."""
+    rng = np.random.default_rng(seed)
+    difficulty = rng.random(n_items)
+    rows = []
+    for m in range(n_models):
+        shift = 0.01 * m
+        for i, d in enumerate(difficulty):
+            responded = m != n_models - 1 and rng.random() > 0.1
+            f = min(1.0, max(0.0, d + shift + rng.normal(0, 0.05)))
+            rows.append({"model": f"m{m:02d}", "task": "halogen/code", "task_kind": "response", "item_id": f"i{i}",
+                         "error": None, "responded": responded, "n_atoms": 10, "n_unsupported": 0,
+                         "n_unverified": 0, "f": f if responded else None, "g": 1.0 - f if responded else 0.0})
+    return pa.Table.from_pylist(rows)
+
+
+def _brute_ranks(scores: pa.Table, figure: str) -> dict[str, list[int]]:
+    """Rank intervals from every two models' ``paired_difference``, one pair at a time."""
+    from halluscope.contract.errorbars import paired_difference
+    from halluscope.halogen.paired import _PARTS, _grid
+
+    models, present, values = _grid(scores.sort_by([("model", "ascending"), ("item_id", "ascending")]))
+    num, den = _PARTS[figure]
+    ranked = [i for i in range(len(models)) if (present[i] if den is None else values[den][i]).sum() > 0]
+    lower = dict.fromkeys(ranked, 0)
+    higher = dict.fromkeys(ranked, 0)
+    for a, b in combinations(ranked, 2):
+        both = present[a] & present[b]
+        ones = np.ones(int(both.sum()))
+        da, db = (ones, ones) if den is None else (values[den][a, both], values[den][b, both])
+        diff, se = paired_difference(values[num][a, both], da, values[num][b, both], db)
+        if diff is not None and se is not None and abs(diff) > Z95 * se:
+            low, high = (a, b) if diff < 0 else (b, a)
+            lower[high] += 1
+            higher[low] += 1
+    return {models[i]: [1 + lower[i], len(ranked) - higher[i]] for i in ranked}
+
+
+def test_a_run_keeps_pairs_linear_in_its_models_and_rank_intervals_counted_over_every_pair():
+    """Beyond 16 models a task keeps each figure's neighbours (not every two models: 2,000 models
+    wrote a 1.08 GB metrics.json); each model's rank interval still counts every other model, as
+    ``paired_difference`` one pair at a time does; a pair asked for is computed on demand."""
+    from halluscope.halogen.paired import ALL_PAIRS_UP_TO, FIGURES, paired
     from halluscope.halogen.report import rank_intervals
 
-    def pair(a: str, b: str, diff: float | None, se: float | None = 0.01) -> dict:
-        return {"a": a, "b": b, "n": 100, "hallucination_score": {"diff": diff, "stderr": se, "ci95": None}}
-
-    # a < b told apart, b ≈ c, a < c told apart; d answered nothing (H undefined)
-    record = {"task": "halogen/code", "pairs": [pair("a", "b", -0.05), pair("a", "c", -0.06), pair("b", "c", -0.01),
-                                                pair("a", "d", None), pair("b", "d", None), pair("c", "d", None)]}
+    scores = _many_models(ALL_PAIRS_UP_TO + 4, 40)
+    (record,) = paired(scores, ["halogen/code"])
+    n = ALL_PAIRS_UP_TO + 4
+    assert n - 1 <= len(record["pairs"]) <= len(FIGURES) * (n - 1) < n * (n - 1) // 2
+    for figure in FIGURES:
+        assert record["ranks"][figure] == _brute_ranks(scores, figure), figure
+    (asked,) = paired(scores, ["halogen/code"], wanted=[("m19", "m00")])
+    assert ("m00", "m19") in {(p["a"], p["b"]) for p in asked["pairs"]}
     table = rank_intervals([record])
-    assert table is not None and [c.name for c in table.specs] == ["model", "code"]
-    assert {row[0]: row[1] for row in table.rows} == {"a": "1", "b": "2-3", "c": "2-3"}
+    assert table is not None
+    shown = {row[0]: row[1] for row in table.rows}
+    lo, hi = record["ranks"]["hallucination_score"]["m05"]
+    assert shown["m05"] == (f"{lo}" if lo == hi else f"{lo}-{hi}") and f"m{n - 1:02d}" not in shown
+    (few,) = paired(_many_models(4, 40), ["halogen/code"])
+    assert len(few["pairs"]) == 6  # up to 16 models: every two
 
 
 def test_bars_with_intervals_carry_whiskers_and_the_intervals_also_as_text():

@@ -41,6 +41,9 @@ class MetricInputs:
     read_table: Callable[..., pa.Table]
     items: Callable[[str], pa.Table]  # task -> the items written to the run
     options: BaseModel  # the run's ``benchmarks.<name>`` section, validated
+    # for the compare hook: pairs of models a reader asks for besides those a run keeps (which grow
+    # linearly with its models: `halluscope compare` asks for each model against itself in another run)
+    pairs: Sequence[tuple[str, str]] = ()
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def _metrics(inputs: MetricInputs) -> list[MetricRecord]:
 
 
 def _compare(inputs: MetricInputs) -> list[MetricRecord]:
-    return [MetricRecord.from_json(r) for r in paired(inputs.scores, list(inputs.tasks))]
+    return [MetricRecord.from_json(r) for r in paired(inputs.scores, list(inputs.tasks), inputs.pairs)]
 
 
 # R's better direction is the task's: answering on a response-based task, refusing on a refusal-based

@@ -319,28 +319,20 @@ def rank_separations(tasks: list[dict], paired: list[dict]) -> Table | None:
                                                               Column("ranking by H, lowest first (≈: not told apart)",
                                                                      wrap=True)], rows, collapsed=True,
                  notes=["Adjacent models in each task's H ranking, told apart when their difference exceeds its "
-                        "95% interval: paired, over the items both answered (metrics.json holds every two models' "
-                        "differences in R, H and U per task, table \"paired\"); where a run has no paired record, "
+                        "95% interval: paired, over the items both answered (metrics.json holds the differences in "
+                        "R, H and U of every two models up to 16 per task, else of each figure's neighbours, table "
+                        "\"paired\"); where a run has no paired record, "
                         "their errors taken as unpaired, which overstates it."])
 
 
 def rank_intervals(paired: list[dict]) -> Table | None:
-    """Per model and task, the ranks by H its paired differences allow: from 1 + the models whose H
-    is lower beyond the 95% interval of their difference, to the count of ranked models less those
-    whose H is higher beyond it. A model without an H (it answered no item) is not ranked."""
+    """Per model and task, the ranks by H its paired differences allow (the paired record's
+    ``ranks``: from 1 + the models whose H is lower beyond the 95% interval of their difference, to
+    the count of ranked models less those whose H is higher beyond it). A model without an H (it
+    answered no item) is not ranked."""
     ranks: dict[str, dict[str, str]] = defaultdict(dict)
     for r in paired:
-        defined = [p for p in r["pairs"] if _value(p[H]["diff"]) is not None]
-        ranked = sorted({m for p in defined for m in (p["a"], p["b"])})
-        lower: Counter[str] = Counter()  # model -> ranked models told apart from it with a lower H
-        higher: Counter[str] = Counter()
-        for p in defined:
-            if _told_apart(p[H]):
-                low, high = (p["a"], p["b"]) if p[H]["diff"] < 0 else (p["b"], p["a"])  # diff is a - b
-                lower[high] += 1
-                higher[low] += 1
-        for m in ranked:
-            lo, hi = 1 + lower[m], len(ranked) - higher[m]
+        for m, (lo, hi) in (r.get("ranks") or {}).get(H, {}).items():
             ranks[m][r["task"]] = f"{lo}" if lo == hi else f"{lo}-{hi}"
     tasks = sorted({t for by_task in ranks.values() for t in by_task})
     if not tasks:

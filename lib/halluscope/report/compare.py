@@ -60,7 +60,10 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
             rows.append(t.set_column(t.schema.get_field_index("model"), "model", labelled))
         options = cfg.options_for(name) if cfg is not None else bench.parse_options(None)
         better = {f.key: f.better for f in bench.figures}
-        inputs = MetricInputs(tasks, pa.concat_tables(rows), a.read_table, a.read_items, options)
+        both = pa.concat_tables(rows)
+        asked = [(f"{_A}\0{m}", f"{_B}\0{m}") for m in sorted({str(x).split("\0", 1)[1]
+                                                                for x in pc.unique(both.column("model")).to_pylist()})]
+        inputs = MetricInputs(tasks, both, a.read_table, a.read_items, options, pairs=asked)
         for record in bench.compare(inputs):
             if record.values.get("table") != PAIRED:
                 continue

@@ -25,7 +25,7 @@ from halluscope.config.reader import read_yaml
 from halluscope.config.schema import ModelSpec, RaySpec, ServedModel
 from halluscope.errors import ConfigError
 from halluscope.quiet import quiet_ray
-from halluscope.serving.placement import placement
+from halluscope.serving.served import placement
 
 C = TypeVar("C", bound=BaseModel)
 

@@ -29,18 +29,16 @@ from halluscope.pipeline.resolved import ResolvedRun, plan_options
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.records import GenerationIds, generation_id
 from halluscope.serving import throughput
-from halluscope.serving.placement import placement
+from halluscope.serving.served import busy_seconds, placement, startup_seconds
 from halluscope.serving.throughput import (
     CHECKOUT,
     DEFAULT_THROUGHPUT_TABLE,
     ModelSize,
     PlanOptions,
     Throughput,
-    busy_seconds,
     find_throughput_table,
     load_throughput,
     model_size,
-    startup_seconds,
 )
 from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
@@ -689,7 +687,7 @@ def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned
     assert measured.model == "judge" and measured.deploy_s is None and measured.units == 4
     assert table.startup == plan_options(cfg).table_or_raise().startup
     engine = service_engines(cfg)["llama-3.1-70b-instruct"].spec
-    gpu_s, why = throughput.busy_seconds(engine, 1, 10_000, 100, PlanOptions(table=table))
+    gpu_s, why = busy_seconds(engine, 1, 10_000, 100, PlanOptions(table=table))
     assert why is None and math.isclose(gpu_s / 4, 10_000 / speed.prefill_tokens_per_s + 100 / speed.decode_tokens_per_s)
 
 

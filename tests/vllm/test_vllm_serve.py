@@ -85,7 +85,7 @@ def test_the_app_claims_the_cpus_the_admission_rule_counts(engine: tuple[VLLMMod
     logical CPUs wait forever for CPUs the waves had not counted."""
     import ray
 
-    from halluscope.serving.placement import placement
+    from halluscope.serving.served import placement
 
     spec, _ = engine
     (bundles,) = [p["bundles"] for p in ray.util.placement_group_table().values() if p["state"] == "CREATED"]
@@ -196,8 +196,8 @@ def test_the_engines_speed_is_measured_as_a_throughput_row(engine: tuple[VLLMMod
     deployment takes at once (8), a prefill of distinct long prompts and a decode of the run's
     prompts, into the CPU row of a table the plan reads."""
     from halluscope.pipeline.engine_speed import DECODE_TOKENS, hardware, measure_deployed, with_measured_row
-    from halluscope.serving.placement import placement
-    from halluscope.serving.throughput import PlanOptions, busy_seconds
+    from halluscope.serving.served import busy_seconds, placement
+    from halluscope.serving.throughput import PlanOptions
     from halluscope.serving.vllm import engine_kwargs
 
     spec, endpoint = engine

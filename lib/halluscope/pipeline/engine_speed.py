@@ -19,7 +19,7 @@ Both loads keep the run's concurrency, not its length: an engine's speed depends
 sequences it batches, far less on how long each runs.
 
 The engine's figures become the table's row for its resource by the estimate's own scaling
-(``serving.throughput.measured_throughput``); the table's other rows and figures are kept. Where
+(``serving.served.measured_throughput``); the table's other rows and figures are kept. Where
 two models of one calibration share a resource the slower row is kept, so a budget errs high. The model is
 removed before the next is deployed: its resources are free again as its measurement ends.
 """
@@ -49,16 +49,8 @@ from halluscope.pipeline.resolved import plan_options
 from halluscope.pipeline.service_engines import service_engines
 from halluscope.pipeline.workset import item_source, models_under_test
 from halluscope.runkit import init_ray, is_served, served
-from halluscope.serving.placement import placement
-from halluscope.serving.throughput import (
-    Measured,
-    PlanOptions,
-    ThroughputTable,
-    known_size,
-    measured_by_table,
-    measured_startup,
-    measured_throughput,
-)
+from halluscope.serving.served import measured_throughput, placement, served_part
+from halluscope.serving.throughput import Measured, PlanOptions, ThroughputTable, known_size
 
 PREFILL_WORDS = 200
 DECODE_TOKENS = 32
@@ -195,7 +187,7 @@ def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[Throughpu
     measured into is the one the config names, else the checkout's: its other rows are kept."""
     o = plan_options(cfg)
     table = o.table_or_raise()
-    specs = [m for m in cfg.models if is_served(m) and measured_by_table(m)]
+    specs = [m for m in cfg.models if is_served(m) and served_part(m).sized_by_table]
     callers = {m.api_model: m for m in cfg.models if m.billing == "tokens"}
     engines = [(e.spec, callers[name]) for name, e in service_engines(cfg).items()]
     if not specs and not engines:
@@ -235,7 +227,7 @@ def with_measured_row(table: ThroughputTable, spec: ServedModel, speed: EngineSp
                         calls=speed.calls, prefill_tokens_per_s=round(speed.prefill_tokens_per_s, 2),
                         decode_tokens_per_s=round(speed.decode_tokens_per_s, 2),
                         deploy_s=None if speed.deploy_s is None else round(speed.deploy_s, 1))
-    startup = table.startup if speed.deploy_s is None else measured_startup(spec, o, speed.deploy_s)
+    startup = table.startup if speed.deploy_s is None else served_part(spec).measured_startup(spec, o, speed.deploy_s)
     return table.model_copy(update={"throughput": {**table.throughput, resource: row}, "startup": startup,
                                     "measured": {**table.measured, resource: measured}})
 

@@ -62,16 +62,13 @@ from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.workset import ItemSource, item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
 from halluscope.runkit import is_served
-from halluscope.serving.placement import placement
+from halluscope.serving.served import busy_seconds, placement, served_part, startup_seconds
 from halluscope.serving.throughput import (
     ModelSize,
     PlanOptions,
-    busy_seconds,
-    measured_by_table,
     model_size,
     served_assumptions,
     size_assumption,
-    startup_seconds,
 )
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
@@ -266,7 +263,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     oh = cfg.costs.overheads
     cold = {m.id: cold_start_s(oh, size.total_b * size.bytes_per_param if isinstance(size, ModelSize) else 0.0,
                                m.replicas)
-            for m in served if measured_by_table(m) for size in [model_size(m, o)]}
+            for m in served if served_part(m).sized_by_table for size in [model_size(m, o)]}
     start = {m.id: startup_seconds(m, o) + cold.get(m.id, 0.0) for m in served}
     jobs = [job_of(m, start[m.id], busy_wall.get(m.id, 0.0)) for m in served if scheduled(m)]
     budget = schedule_budget(cfg, cfg.ray.num_gpus if cfg.ray.address is None else None,
@@ -435,7 +432,7 @@ def _assumptions(cfg: RunConfig, o: PlanOptions, stats: TokenStats) -> str:
     if any(is_served(m) for m in cfg.models):
         parts.append(f"served models: {served_assumptions(o)}; models under test held from deployment to their "
                      "last answer, in waves under the GPU budget, roles for the whole run")
-        sized = [size_assumption(m, o) for m in cfg.models if is_served(m) and measured_by_table(m)]
+        sized = [size_assumption(m, o) for m in cfg.models if is_served(m) and served_part(m).sized_by_table]
         if sized:
             parts.append(f"sizes: {', '.join(sized)}")
     if any(not m.replayed and not is_served(m) for m in cfg.models):

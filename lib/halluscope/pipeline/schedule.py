@@ -22,7 +22,7 @@ from halluscope.config.schema import ModelSpec, RunConfig
 from halluscope.errors import ConfigError
 from halluscope.pipeline.nodes import RUN, Demand, Layout
 from halluscope.pipeline.service_engines import check_service_load
-from halluscope.serving.placement import cpus_of, placement
+from halluscope.serving.served import cpus_of, placement
 
 CPU = "CPU"
 

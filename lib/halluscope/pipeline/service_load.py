@@ -16,7 +16,8 @@ from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_gpus, service_rate, services_of
 from halluscope.pipeline.plan_view import PlanRow
 from halluscope.pipeline.service_engines import Engine, service_engines
-from halluscope.serving.throughput import PlanOptions, busy_seconds
+from halluscope.serving.served import busy_seconds
+from halluscope.serving.throughput import PlanOptions
 
 
 def service_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None,

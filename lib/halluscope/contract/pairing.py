@@ -34,7 +34,7 @@ RANKS = ("rank 1: the lowest value; a model's interval runs from 1 + the models 
          "beyond the 95% interval of their paired difference to the models ranked less those higher beyond it")
 
 
-def grid(model: pa.Array | pa.ChunkedArray, unit: pa.Array | pa.ChunkedArray,
+def grid(model: pa.ChunkedArray, unit: pa.ChunkedArray,
          parts: Mapping[str, np.ndarray]) -> Grid:
     """The models (in order of first appearance), whether each answered each unit, and each
     part summed per model and unit: rows of one unit are one measure of it (several trials of a

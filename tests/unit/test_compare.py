@@ -78,3 +78,37 @@ def test_a_benchmarks_own_table_or_the_generic_one_says_which_way_its_figures_ar
                                                {"hallucination_score": 0.1, "utility_score": 0.9, "n_items": 3})])
     (table,) = section.parts
     assert table.notes == ["higher is better: utility_score", "lower is better: hallucination_score"]
+
+
+def test_fewl_compares_a_model_across_two_runs_reading_each_runs_verdicts(tmp_path):
+    """FEWL's scores are in its verdicts' evidence: each labelled model's are read from its own run."""
+    from pathlib import Path
+
+    import yaml
+    from scipy import stats
+
+    root = Location.from_url(f"file://{tmp_path}")
+    old = RNG.normal(0.1, 0.2, 30)
+    new = old + 0.05 + RNG.normal(0, 0.01, 30)  # better on every question, by about as much
+
+    def run(run_id: str, values: np.ndarray) -> None:
+        store = RunStore(root, run_id)
+        keys = [{"gen_id": f"g{i}", "model": "m", "task": "fewl/score", "item_id": f"q{i}"} for i in range(30)]
+        scores = pa.Table.from_pylist([{**k, "error": None} for k in keys], TABLES["scores"])
+        verdicts = pa.Table.from_pylist([{**k, "atom_id": f"a{i}", "verifier": "fewl", "supported": True,
+                                          "evidence": json.dumps({"score": float(v), "truthfulness": float(v),
+                                                                  "penalty": 0.0, "methods": {}})}
+                                         for i, (k, v) in enumerate(zip(keys, values))], TABLES["verdicts"])
+        store.write_batch("k0", {"scores": scores, "verdicts": verdicts})
+        store.write_json("metrics.json", [{"model": "m", "task": "fewl/score", "mean_score": float(values.mean())}])
+        store.write_json("manifest.json", {"run_id": run_id, "status": "complete", "config": config})
+
+    config = yaml.safe_load(open(Path(__file__).parents[2] / "examples" / "fewl" / "run.yaml"))
+    run("a", old)
+    run("b", new)
+    rows = {r["figure"]: r for r in compare(RunStore(root, "a"), RunStore(root, "b"))}
+    assert set(rows) == {"mean_score", "mean_truthfulness", "mean_penalty", "share_above_zero"}
+    score = rows["mean_score"]
+    assert score["n"] == 30 and score["diff"] == pytest.approx(new.mean() - old.mean())
+    assert score["stderr"] == pytest.approx(score["diff"] / stats.ttest_rel(new, old).statistic)
+    assert score["favours"] == "B" and score["a"] == pytest.approx(old.mean())

@@ -68,14 +68,16 @@ def test_every_task_record_carries_its_error_interval_and_method():
 
 
 def test_neighbours_in_the_ranking_are_told_apart_only_beyond_their_interval():
-    from halluscope.halogen.report import rank_separations, separated
+    from halluscope.halogen.report import rank_separations
+    from halluscope.report.ranking import separated
 
     def rec(model, h, se):
         return {"model": model, "task": "halogen/code", "hallucination_score": h, "stderr": {"hallucination_score": se}}
 
     a, b, c = rec("a", 0.10, 0.01), rec("b", 0.12, 0.01), rec("c", 0.30, 0.02)
-    assert separated(a, b, None) is False  # 0.02 < 1.96 * sqrt(2) * 0.01
-    assert separated(b, c, None) is True and separated(a, {"model": "x", "hallucination_score": 0.5}, None) is None
+    assert separated(a, b, None, "hallucination_score") is False  # 0.02 < 1.96 * sqrt(2) * 0.01
+    assert separated(b, c, None, "hallucination_score") is True
+    assert separated(a, {"model": "x", "hallucination_score": 0.5}, None, "hallucination_score") is None
     (row,) = rank_separations([c, a, b], []).rows
     assert row[:4] == ["halogen/code", 3, 1, 2] and row[4] == "a ≈ b ＜ c"
 
@@ -238,7 +240,8 @@ def test_a_run_keeps_pairs_linear_in_its_models_and_rank_intervals_counted_over_
     """Beyond 16 models a task keeps each figure's neighbours (not every two models: 2,000 models
     wrote a 1.08 GB metrics.json); each model's rank interval still counts every other model, as
     ``paired_difference`` one pair at a time does; a pair asked for is computed on demand."""
-    from halluscope.halogen.paired import ALL_PAIRS_UP_TO, FIGURES, paired
+    from halluscope.contract.pairing import ALL_PAIRS_UP_TO
+    from halluscope.halogen.paired import FIGURES, paired
     from halluscope.halogen.report import rank_intervals
 
     scores = _many_models(ALL_PAIRS_UP_TO + 4, 40)

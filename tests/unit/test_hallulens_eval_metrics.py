@@ -345,3 +345,78 @@ def test_the_headline_false_acceptance_rate_combines_its_subtasks_errors_and_a_r
     o = metrics.nonexistent(rows, [metrics.DomainOverride("mixed", "animal", 0.0, "by hand")])
     assert o["stderr"]["false_acceptance_rate"] is None and o["ci95"]["false_acceptance_rate"] is None
     assert o["subtasks"]["mixed"]["by_domain"]["animal"]["stderr"]["false_acceptance_rate"] is None
+
+
+# --- paired differences ---------------------------------------------------------------------------
+
+
+def _inputs(task: str, rows: list[dict], items: list[dict], labels: dict[str, str] | None = None):
+    import json
+
+    import pyarrow as pa
+
+    from halluscope.contract.benchmark import MetricInputs
+
+    scores = pa.Table.from_pylist([{"error": None, "n_unverified": 0, **r, "task": task} for r in rows])
+    verdicts = pa.table({"gen_id": list(labels or {}), "task": [task] * len(labels or {}),
+                         "evidence": list((labels or {}).values())}, schema=pa.schema(
+        [("gen_id", pa.string()), ("task", pa.string()), ("evidence", pa.string())]))
+    table = pa.Table.from_pylist([{"item_id": i["item_id"], "prompt": i["prompt"], "fields": json.dumps(i["fields"])}
+                                  for i in items])
+    return MetricInputs([task], scores, lambda name, columns, filters: verdicts.select(columns),
+                        lambda t: table, None)
+
+
+def test_precise_wikiqa_pairs_by_prompt_with_a_prompts_trials_summed():
+    """Two trials that ask the same prompts: a prompt is one unit whose trials add to its
+    numerator and denominator, not two independent items."""
+    import numpy as np
+
+    from halluscope.contract.errorbars import paired_difference
+    from halluscope.hallulens.paired import paired
+
+    rng = random.Random(2)
+    items = [{"item_id": f"t{t}-p{p}", "prompt": f"question {p}", "fields": {"trial": t, "bin": 0}}
+             for t in range(2) for p in range(30)]
+    rows, labels = [], {}
+    for m in ("a", "b"):
+        for i in items:
+            gen = f"{m}-{i['item_id']}"
+            responded = rng.random() < 0.8
+            rows.append({"gen_id": gen, "model": m, "item_id": i["item_id"], "responded": responded,
+                         "n_atoms": 0, "n_unsupported": 0})
+            labels[gen] = CORRECT if rng.random() < (0.6 if m == "a" else 0.4) else INCORRECT
+    (record,) = (r.as_json() for r in paired(_inputs("hallulens/precise_wikiqa", rows, items, labels)))
+    (pair,) = record["pairs"]
+    assert pair["n"] == 30  # prompts, not 60 items
+    per = {m: np.zeros((30, 3)) for m in ("a", "b")}  # per prompt: scored, answered, correct
+    for r in rows:
+        p = int(r["item_id"].split("-p")[1])
+        per[r["model"]][p] += [1, r["responded"], r["responded"] and labels[r["gen_id"]] == CORRECT]
+    for figure, num, den in (("correct_rate", 2, 0), ("false_refusal_rate", None, 0)):
+        na, nb = (per[m][:, 0] - per[m][:, 1] if num is None else per[m][:, num] for m in ("a", "b"))
+        diff, se = paired_difference(na, per["a"][:, den], nb, per["b"][:, den])
+        assert pair[figure]["diff"] == pytest.approx(diff) and pair[figure]["stderr"] == pytest.approx(se)
+
+
+def test_longwiki_f1_at_k_pairs_as_a_mean_over_the_prompts_both_answered_scipys_paired_t_error():
+    """F1@K is a mean of per-prompt values over the answered prompts: where both models answered
+    every prompt, its paired error is scipy's paired t error."""
+    from scipy import stats
+
+    from halluscope.hallulens.paired import paired
+
+    rng = random.Random(3)
+    items = [{"item_id": f"p{p}", "prompt": f"write about {p}", "fields": {"bin": 5}} for p in range(40)]
+    rows, f1 = [], {"a": [], "b": []}
+    for i in items:
+        claims = rng.randint(5, 40)
+        for m, better in (("a", 0), ("b", 3)):
+            supported = min(claims, rng.randint(0, claims) + better)
+            rows.append({"gen_id": f"{m}-{i['item_id']}", "model": m, "item_id": i["item_id"], "responded": True,
+                         "n_atoms": claims, "n_unsupported": claims - supported})
+            f1[m].append(metrics.prompt_scores(supported, claims, 32)[2])
+    (record,) = (r.as_json() for r in paired(_inputs("hallulens/longwiki", rows, items)))
+    d = record["pairs"][0]["f1_at_k"]
+    assert d["diff"] == pytest.approx(math.fsum(f1["a"]) / 40 - math.fsum(f1["b"]) / 40)
+    assert d["stderr"] == pytest.approx(d["diff"] / stats.ttest_rel(f1["a"], f1["b"]).statistic)

@@ -29,7 +29,7 @@ BELIEVES = {(GEMMA, "m-an0", 0), (GEMMA, "m-an1", 0), (GEMMA, "m-an2", 0), (GEMM
 
 
 def tables() -> tuple[pa.Table, pa.Table, dict[str, pa.Table]]:
-    items = {task: pa.Table.from_pylist([{"item_id": f"{t}-{i}", "fields": json.dumps(
+    items = {task: pa.Table.from_pylist([{"item_id": f"{t}-{i}", "prompt": f"prompt {i}", "fields": json.dumps(
         {"bin": d, "trial": t, "name": "Paraclav Duo Syrup" if d == "medicine" else "Tortrix lynx"})}
         for task_, i, d, t in ITEMS if task_ == task]) for task in (MIXED, GENERATED)}
     scores = []

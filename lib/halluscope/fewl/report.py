@@ -16,11 +16,13 @@ from collections.abc import Iterable, Sequence
 
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.errorbars import bars, mean_se
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import PAIRED, MetricRecord
 from halluscope.contract.report import Sampled, Section, Table
 from halluscope.contract.task import Item
+from halluscope.fewl import paired
 from halluscope.fewl.evaluate import default_pairs, tally
 from halluscope.fewl.task import question_of
+from halluscope.report import ranking
 
 EVALUATION = "(labelled candidates)"  # the model column of the evaluation record
 SCORE_COLUMNS = ("gen_id", "model", "task", "item_id")  # what the metrics read of ``scores``
@@ -82,10 +84,7 @@ def metrics(inputs: MetricInputs) -> list[MetricRecord]:
                 by_model[r["model"]].append(r)
         first: dict[str, dict] = {}
         for model, mine in sorted(by_model.items()):
-            verdicts = inputs.read_table("verdicts", columns=["gen_id", "evidence"],
-                                         filters=[("task", "==", task), ("model", "==", model)])
-            evidence: dict[str, dict] = {g: json.loads(e) for g, e in zip(verdicts.column("gen_id").to_pylist(),
-                                                                          verdicts.column("evidence").to_pylist()) if e}
+            evidence = paired.evidence(inputs, task, model)
             out.append(_model_record(model, task, mine, evidence))
             for r in mine:
                 e = evidence.get(r["gen_id"], {})
@@ -141,7 +140,22 @@ PREAMBLE = (
     "above the second (e.g. bad).")
 
 
+SEPARATIONS = ("Adjacent models in each task's ranking by mean FEWL score, told apart when their difference exceeds "
+               "its 95% interval: paired, over the questions both had scored (metrics.json holds the differences "
+               "of every figure, table \"paired\"); where a run has no paired record, their errors taken as "
+               "unpaired, which overstates it.")
+INTERVALS = ("The ranks a model can hold on a task, given which of its paired differences in mean FEWL score exceed "
+             "their 95% interval; rank 1 is the lowest score. A model with no scored question has no rank.")
+
+
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: FEWL's section of leaderboard.md and report.html (read from the records' flat
     objects)."""
-    return [Section("FEWL", [PREAMBLE], parts=list(_tables([r.as_json() for r in records])))]
+    every = [r.as_json() for r in records]
+    compared = [r for r in every if r.get("table") == PAIRED]
+    rows = [r for r in every if r.get("table") != PAIRED]
+    told = [ranking.rank_separations([r for r in rows if r["model"] != EVALUATION], compared, "mean_score", "FEWL",
+                                     [SEPARATIONS]),
+            ranking.rank_intervals(compared, "mean_score", "Rank intervals by FEWL score (1: the lowest score, the "
+                                                           "most hallucinated)", [INTERVALS])]
+    return [Section("FEWL", [PREAMBLE], parts=[*_tables(rows), *(t for t in told if t is not None)])]

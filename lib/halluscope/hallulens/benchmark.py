@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from halluscope.contract.benchmark import Benchmark
 from halluscope.contract.metrics import Figure
-from halluscope.hallulens import report
+from halluscope.hallulens import paired, report
 from halluscope.hallulens.options import HalluLensOptions
 from halluscope.hallulens.tasks import TASKS, describe_knowledge
 
@@ -28,5 +28,6 @@ FIGURES = (Figure("false_refusal_rate", "lower"), Figure("hallucination_rate", "
 BENCHMARK = Benchmark("hallulens", TASKS, options=HalluLensOptions, metrics=report.metrics,
                       metrics_per_model=True, score_columns=report.SCORE_COLUMNS, report=report.sections,
                       description="HalluLens: PreciseWikiQA, LongWiki, NonExistentRefusal", testsets=_testsets,
-                      describe_knowledge=describe_knowledge, figures=FIGURES,
+                      describe_knowledge=describe_knowledge, figures=FIGURES, compare=paired.paired,
+                      compare_columns=paired.COMPARE_COLUMNS,
                       moved={"verifiers.wiki": "benchmarks.hallulens.wiki"})

@@ -20,23 +20,24 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from halluscope.contract.benchmark import MetricInputs
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import PAIRED, MetricRecord
 from halluscope.contract.report import Cell, Chart, Notes, Point, Sampled, Section, Series, Table
 from halluscope.hallulens import judging
 from halluscope.hallulens import metrics as hm
 from halluscope.hallulens.options import HalluLensOptions
+from halluscope.report import ranking
 
 PWQA, LONGWIKI = "hallulens/precise_wikiqa", "hallulens/longwiki"
 # the verdicts compute() reads: PreciseWikiQA's, whose evidence is the answer's correctness label
 LABEL_VERDICTS = {"columns": ["gen_id", "task", "evidence"], "filters": [("task", "=", PWQA)]}
-# what the metrics read of ``scores`` (``_judged``): prompts and atoms are most of the table
+# what the metrics read of ``scores`` (``judged``): prompts and atoms are most of the table
 SCORE_COLUMNS = ("gen_id", "model", "task", "item_id", "error", "responded", "n_atoms", "n_unsupported", "n_unverified")
 SUBTASKS: dict[str, Literal["mixed", "generated"]] = {"hallulens/nonexistent_mixed": "mixed",
                                                       "hallulens/nonexistent_generated": "generated"}
 NONEXISTENT = "hallulens/nonexistent"
 
 
-def _judged(task: str, s: dict, fields: dict, label: str | None) -> Any:
+def judged(task: str, s: dict, fields: dict, label: str | None) -> Any:
     error, responded, b = s["error"], s["responded"], fields.get("bin")
     if task == PWQA:
         return hm.QAJudged(s["item_id"], None if error else not responded,
@@ -84,7 +85,7 @@ def compute(scores: pa.Table, verdicts: pa.Table, items: dict[str, pa.Table],
             continue
         f = fields.get((task, s["item_id"]), {})
         group = NONEXISTENT if task in SUBTASKS else task
-        per_trial[(s["model"], group, int(f.get("trial", 0)))].append(_judged(task, s, f, labels.get(s["gen_id"])))
+        per_trial[(s["model"], group, int(f.get("trial", 0)))].append(judged(task, s, f, labels.get(s["gen_id"])))
     aggregate: dict[str, tuple[Callable[[Iterable], dict], tuple[str, ...]]] = {
         PWQA: (hm.precise_wikiqa, hm.PRECISE_WIKIQA_KEYS), LONGWIKI: (hm.longwiki, hm.LONGWIKI_KEYS),
         NONEXISTENT: (hm.nonexistent, hm.NONEXISTENT_KEYS)}
@@ -244,7 +245,31 @@ def difficulty_curves(records: list[dict]) -> Section | None:
         parts=charts) if charts else None
 
 
+RANKED = (("hallucination_rate", "PreciseWikiQA hallucination rate"), ("f1_at_k", "LongWiki F1@K"),
+          ("false_acceptance_rate", "false acceptance rate"))
+
+
+def rankings(records: list[dict], paired: list[dict]) -> Section | None:
+    """Which models the paired differences tell apart (``report.ranking``), by each task's headline
+    figure: a record's figure is its mean over trials."""
+    flat = [{"model": r["model"], "task": r["task"], **{k: v.get("mean") for k, v in r.get("summary", {}).items()}}
+            for r in records]
+    tables = []
+    for key, name in RANKED:
+        tables += [ranking.rank_separations(flat, paired, key, name, [
+                       f"Adjacent models in each task's ranking by {name}, told apart when their paired difference "
+                       "exceeds its 95% interval, over the prompts both had scored, a prompt's trials summed "
+                       "(metrics.json: table \"paired\"); a dot where the run has no paired record."]),
+                   ranking.rank_intervals(paired, key, f"Rank intervals by {name} (1: the lowest)", [
+                       f"The ranks a model can hold on a task, given which of its paired differences in {name} "
+                       "exceed their 95% interval."])]
+    parts = [t for t in tables if t is not None]
+    return Section("HalluLens: which models differ", parts=parts) if parts else None
+
+
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: the leaderboard, then the charts (read from the records' flat objects)."""
-    rows = [r.as_json() for r in records]
-    return [s for s in (leaderboard_section(rows), refusal_scatter(rows), difficulty_curves(rows)) if s is not None]
+    every = [r.as_json() for r in records]
+    rows = [r for r in every if r.get("table") != PAIRED]
+    return [s for s in (leaderboard_section(rows), rankings(rows, [r for r in every if r.get("table") == PAIRED]),
+                        refusal_scatter(rows), difficulty_curves(rows)) if s is not None]

@@ -9,13 +9,13 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from halluscope.contract.errorbars import Z95
 from halluscope.contract.metrics import PAIRED, MetricRecord
 from halluscope.contract.report import Beside, Cell, Chart, Column, Joined, Link, Point, Sampled, Section, Series, Table
 from halluscope.halogen import causes
 from halluscope.halogen.metrics import AVG_REFUSAL, AVG_RESPONSE, CORRECTED, rule_set
 from halluscope.halogen.published import SOURCE, published
 from halluscope.knowledge.import_names import IMPORT_TO_PROJECT
+from halluscope.report import ranking
 
 KINDS = (("response", AVG_RESPONSE, "Response-based tasks (paper Table 2 layout)"),
          ("refusal", AVG_REFUSAL, "Refusal-based tasks (paper Table 3 layout)"))
@@ -267,82 +267,21 @@ def domain_bars(records: list[dict]) -> Section | None:
         "the task's items)."], parts=charts)
 
 
-def _told_apart(difference: dict) -> bool | None:
-    """Whether a paired difference ({diff, stderr}) exceeds its 95% interval; None without an error."""
-    diff, se = _value(difference["diff"]), _value(difference["stderr"])
-    return None if diff is None or se is None else abs(diff) > Z95 * se
-
-
-def separated(a: dict, b: dict, pair: dict | None, key: str = H) -> bool | None:
-    """Whether two models' ``key`` differ by more than the 95% interval of their difference: the
-    paired one (``pair``: the task's paired record of the two) where the run has it, else their
-    errors taken as unpaired (which overstates it: answers to the same items are correlated);
-    None when a figure or its error is missing."""
-    if pair is not None:
-        return _told_apart(pair[key])
-    va, vb = _value(a.get(key)), _value(b.get(key))
-    sa, sb = (_value((r.get("stderr") or {}).get(key)) for r in (a, b))
-    if va is None or vb is None or sa is None or sb is None:
-        return None
-    return abs(va - vb) > Z95 * math.hypot(sa, sb)
-
-
-def _ranking(ranked: list[dict], told: list[bool | None]) -> str:
-    """``a ≈ b ＜ c``: lowest H first, ``＜`` where the errors tell two neighbours apart (a full-width
-    sign: Markdown and HTML keep it as it is), ``·`` where one of them has no error."""
-    out = ranked[0]["model"]
-    for r, t in zip(ranked[1:], told):
-        out += f" {'·' if t is None else '＜' if t else '≈'} {r['model']}"  # ·: an error is missing
-    return out
-
-
 def rank_separations(tasks: list[dict], paired: list[dict]) -> Table | None:
     """Per task, the models ranked by H and how many neighbours in that ranking the errors tell apart."""
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for r in tasks:
-        if _value(r.get(H)) is not None:
-            by_task[r["task"]].append(r)
-    pairs = {(p["a"], p["b"], r["task"]): p for r in paired for p in r["pairs"]}
-
-    def pair(a: dict, b: dict) -> dict | None:  # either sign: only the difference's size is asked
-        return pairs.get((a["model"], b["model"], a["task"])) or pairs.get((b["model"], a["model"], a["task"]))
-
-    rows: list[list[Cell]] = []
-    for task, recs in sorted(by_task.items()):
-        ranked = sorted(recs, key=lambda r: (_value(r.get(H)) or 0.0, r["model"]))
-        told = [separated(a, b, pair(a, b)) for a, b in zip(ranked, ranked[1:])]
-        rows.append([task, len(ranked), sum(t is True for t in told), sum(t is not None for t in told),
-                     _ranking(ranked, told)])
-    if not rows:
-        return None
-    return Table("Which neighbours in the H ranking differ", ["task", "models", "told apart", "pairs with errors",
-                                                              Column("ranking by H, lowest first (≈: not told apart)",
-                                                                     wrap=True)], rows, collapsed=True,
-                 notes=["Adjacent models in each task's H ranking, told apart when their difference exceeds its "
-                        "95% interval: paired, over the items both answered (metrics.json holds the differences in "
-                        "R, H and U of every two models up to 16 per task, else of each figure's neighbours, table "
-                        "\"paired\"); where a run has no paired record, "
-                        "their errors taken as unpaired, which overstates it."])
+    return ranking.rank_separations(tasks, paired, H, "H", [
+        "Adjacent models in each task's H ranking, told apart when their difference exceeds its 95% interval: "
+        "paired, over the items both answered (metrics.json holds the differences in R, H and U of every two "
+        "models up to 16 per task, else of each figure's neighbours, table \"paired\"); where a run has no "
+        "paired record, their errors taken as unpaired, which overstates it."])
 
 
 def rank_intervals(paired: list[dict]) -> Table | None:
-    """Per model and task, the ranks by H its paired differences allow (the paired record's
-    ``ranks``: from 1 + the models whose H is lower beyond the 95% interval of their difference, to
-    the count of ranked models less those whose H is higher beyond it). A model without an H (it
-    answered no item) is not ranked."""
-    ranks: dict[str, dict[str, str]] = defaultdict(dict)
-    for r in paired:
-        for m, (lo, hi) in (r.get("ranks") or {}).get(H, {}).items():
-            ranks[m][r["task"]] = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    tasks = sorted({t for by_task in ranks.values() for t in by_task})
-    if not tasks:
-        return None
-    rows: list[list[Cell]] = [[m, *(ranks[m].get(t) for t in tasks)] for m in sorted(ranks)]
-    return Table("Rank intervals by H (1: least hallucinated)", ["model", *(Column(_short(t)) for t in tasks)], rows,
-                 collapsed=True, notes=[
-                     "The ranks a model can hold on a task, given which of its paired differences in H exceed their "
-                     "95% interval: 3-7 means two models are surely less hallucinated and four surely more. A model "
-                     "that answered no item of a task has no H and no rank there."])
+    """Per model and task, the ranks by H its paired differences allow (``report.ranking``)."""
+    return ranking.rank_intervals(paired, H, "Rank intervals by H (1: least hallucinated)", [
+        "The ranks a model can hold on a task, given which of its paired differences in H exceed their 95% "
+        "interval: 3-7 means two models are surely less hallucinated and four surely more. A model that answered "
+        "no item of a task has no H and no rank there."])
 
 
 def sections(records: Sequence[MetricRecord]) -> list[Section]:

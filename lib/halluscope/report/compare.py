@@ -6,7 +6,7 @@ error and 95% interval over the items both runs scored. The pairing is the bench
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,30 @@ def _values(store: RunStore) -> dict[tuple[str, str], dict]:
     if not isinstance(raw, list):
         raise DataError(f"{store.loc.child('metrics.json').url}: no metrics records (has the run finished?)")
     return {(r.model, r.task): r.as_json() for r in stored_records(raw, store.loc.child("metrics.json").url)}
+
+
+def _labelled(stores: dict[str, RunStore]) -> Callable[..., pa.Table]:
+    """``RunStore.read_table`` over both runs, their models labelled as in the compared rows: a
+    hook that reads another table of a model (FEWL's verdicts) reads that model's run alone."""
+    def read(table: str, columns: list[str] | None = None, filters: list[tuple[str, str, object]] | None = None
+             ) -> pa.Table:
+        out = []
+        for label, store in stores.items():
+            mine: list[tuple[str, str, object]] = []
+            for column, op, value in filters or []:
+                if column == "model":
+                    if op not in ("==", "in") or not isinstance(value, (str, list, tuple)):
+                        raise ValueError(f"compare reads a run's rows by model == or in, not {op} {value!r}")
+                    given = [value] if isinstance(value, str) else value
+                    op, value = "in", [str(v).split("\0", 1)[1] for v in given if str(v).startswith(label + "\0")]
+                mine.append((column, op, value))
+            t = store.read_table(table, columns, filters=mine or None)
+            if "model" in t.column_names:
+                labelled = pc.binary_join_element_wise(label, t.column("model"), "\0")
+                t = t.set_column(t.schema.get_field_index("model"), "model", labelled)
+            out.append(t)
+        return pa.concat_tables(out)
+    return read
 
 
 def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> list[dict]:
@@ -63,7 +87,7 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
         both = pa.concat_tables(rows)
         asked = [(f"{_A}\0{m}", f"{_B}\0{m}") for m in sorted({str(x).split("\0", 1)[1]
                                                                 for x in pc.unique(both.column("model")).to_pylist()})]
-        inputs = MetricInputs(tasks, both, a.read_table, a.read_items, options, pairs=asked)
+        inputs = MetricInputs(tasks, both, _labelled({_A: a, _B: b}), a.read_items, options, pairs=asked)
         for record in bench.compare(inputs):
             if record.values.get("table") != PAIRED:
                 continue

@@ -25,6 +25,7 @@ def keep_logs(folder: Path, dest: Location, every_s: float, stop: threading.Even
     next: the pod it watches goes on serving."""
     since, passes = 0.0, 0
     while True:
+        stopping = stop.is_set()  # the last pass begins after the stop: it sees the lines written until then
         started = time.time()
         try:
             copy_logs(folder, since, dest)
@@ -33,6 +34,6 @@ def keep_logs(folder: Path, dest: Location, every_s: float, stop: threading.Even
                            " ".join(str(err).split())[:300])
         else:
             since, passes = started - MTIME_SLACK_S, passes + 1
-        if stop.is_set():
+        if stopping:
             return passes
         stop.wait(every_s)

@@ -38,9 +38,9 @@ def test_each_pass_copies_what_changed_and_the_last_pass_follows_the_stop(tmp_pa
     with replica.open("a") as f:
         f.write("engine ready\n")
     _wait_for(lambda: kept.read_text().endswith("engine ready\n"))  # a file is copied again as it grows
-    stop.set()
-    with replica.open("a") as f:  # written as the pod is stopped: the last pass still sees it
+    with replica.open("a") as f:  # written just before the pod is stopped: the last pass begins after the stop
         f.write("SIGTERM\n")
+    stop.set()
     keeper.join(10)
     assert not keeper.is_alive()
     assert kept.read_text() == "loading weights\nengine ready\nSIGTERM\n"
@@ -64,7 +64,7 @@ def test_a_pass_that_fails_is_named_and_the_next_one_copies(tmp_path: Path, monk
     warnings: list[str] = []  # the module's own logger: other tests may stop the package's propagating
     monkeypatch.setattr(service_logs.logger, "warning", lambda msg, *a: warnings.append(msg % a))
     stop = threading.Event()
-    stop.set()  # one pass, then the last one
+    stop.set()  # stopped before it began: one pass, the last
     assert keep_logs(logs, Location.from_url(str(dest)), 0.01, stop) == 0
     assert len(warnings) == 1 and "endpoint went away" in warnings[0]
     assert calls == [0.0]

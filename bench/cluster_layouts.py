@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +90,28 @@ LAYOUTS = {"2x8-service": (2, True, None), "2x8-roles-in-run": (2, False, None),
            "3x8-service": (3, True, None), "4x8-quota-16": (4, True, 16)}
 
 
-def config(tmp: Path, layout: str, items: int, models: int, address: str | None = None,
+@dataclass(frozen=True)
+class Size:
+    """What runs on each layout: the first ``models`` of ``MODELS`` on ``items`` prompts of each
+    of ``tasks``, every modelled time (the stand-ins' cold starts, loads and tokens, the judge
+    engine's, the overheads') ``speedup`` times shorter: the same paths in less wall time."""
+
+    items: int
+    models: int
+    tasks: tuple[str, ...]
+    speedup: float
+
+    def overheads(self) -> dict:
+        """``OVERHEADS`` with its times divided by ``speedup`` (its pull rate multiplied)."""
+        faster = {k: OVERHEADS[k] / self.speedup for k in ("node_boot_s", "scale_down_s", "after_finish_s")}
+        return {**OVERHEADS, **faster, "pull_gb_per_s": OVERHEADS["pull_gb_per_s"] * self.speedup}
+
+    def engine_rates(self) -> dict:
+        """``JUDGE_ENGINE``'s rates times ``speedup``."""
+        return {k: v * self.speedup for k, v in JUDGE_ENGINE.items()}
+
+
+def config(tmp: Path, layout: str, size: Size, address: str | None = None,
            judge_url: str = "http://127.0.0.1:9/v1", throughput: Path | None = None) -> dict:
     """The layout's run config; ``judge_url``: the stand-in service's judge (where the RayService
     holds it), ``throughput``: the table a calibration wrote."""
@@ -105,44 +127,46 @@ def config(tmp: Path, layout: str, items: int, models: int, address: str | None 
     serve = {"num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 2}
 
     def stand_in(params: dict, gpus: int) -> dict:
-        return {**params, "load_s": LOAD_S, "cold_start_s": round(stated * rng.uniform(*COLD_START_SPREAD), 2),
+        cold_start = stated * rng.uniform(*COLD_START_SPREAD) / size.speedup
+        return {**params, "load_s": LOAD_S / size.speedup, "cold_start_s": round(cold_start, 2),
                 "serve": {**serve, "num_gpus": gpus}}
 
     tested = [{"id": mid, "backend": "scripted", "params": stand_in(
-        {"default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate}, gpus)}
-        for mid, gpus, words, rate in MODELS[:models]]
+        {"default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate * size.speedup}, gpus)}
+        for mid, gpus, words, rate in MODELS[:size.models]]
     if service:
         roles = [{"id": "judge", "role": "judge", "backend": "openai",
                   "params": {"base_url": judge_url, "model": JUDGE_MODEL, "max_concurrency": 16}}]
     else:
         roles = [{"id": role, "role": role, "backend": "scripted",
-                  "params": stand_in({"default": "No.", **JUDGE_ENGINE}, gpus)} for role, gpus in (("judge", 4),)]
+                  "params": stand_in({"default": "No.", **size.engine_rates()}, gpus)}
+                 for role, gpus in (("judge", 4),)]
     cluster = {"nodes": [{"name": "gpu", "count": nodes, "gpus": GPUS_PER_NODE, "accelerator": "H100"}],
                **({"pod_gpus": GPUS_PER_NODE, "service": SERVICE} if service else {}),
                **({"gpus": quota} if quota else {})}
-    costs = {"price_table": str(tmp / "prices.yaml"), "overheads": OVERHEADS,
+    costs = {"price_table": str(tmp / "prices.yaml"), "overheads": size.overheads(),
              **({"throughput_table": str(throughput)} if throughput else {}),
              # the RayService's two pods, billed for the run's wall time
              **({"shared_services": [{"name": SERVICE_NAME, "models": ["judge"], "resource": "GPU",
                                       "gpus": 2 * GPUS_PER_NODE}]} if service else {})}
-    return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": TASKS, "serve_http_port": free_port(),
-            "models": [*tested, *roles], "limits": {"max_items_per_task": items}, "cluster": cluster,
+    return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": list(size.tasks), "serve_http_port": free_port(),
+            "models": [*tested, *roles], "limits": {"max_items_per_task": size.items}, "cluster": cluster,
             "costs": costs, "cache": {"enabled": False},
             "concurrency": {"batch_size": 64, "generate_batch_size": 64, "verify_actors": 1},
             **({"ray": {"address": address}} if address else {})}
 
 
-def judge_engine(http_port: int) -> str:
+def judge_engine(http_port: int, size: Size) -> str:
     """Deploy the stand-in of the RayService's judge engine (the GPUs are its pods'); its base URL."""
     from halluscope.config.schema import ScriptedModel
     from halluscope.serving.app import deploy
 
     spec = ScriptedModel.model_validate({"id": "judge-engine", "backend": "scripted", "params": {
-        "default": "No.", **JUDGE_ENGINE, "serve": {"num_cpus": 0, "max_ongoing_requests": 64}}})
+        "default": "No.", **size.engine_rates(), "serve": {"num_cpus": 0, "max_ongoing_requests": 64}}})
     return deploy([spec], http_port=http_port, scope="service")[spec.id].base_url
 
 
-def refused(tmp: Path, layout: str, items: int, models: int) -> str | None:
+def refused(tmp: Path, layout: str, size: Size) -> str | None:
     """The message plan and submit's check give, None when both let the layout through."""
     from halluscope.config.load import parse_config
     from halluscope.errors import ConfigError
@@ -150,7 +174,7 @@ def refused(tmp: Path, layout: str, items: int, models: int) -> str | None:
     from halluscope.pipeline.resolved import price_table
     from halluscope.pipeline.schedule import check_layout
 
-    cfg = parse_config(config(tmp, layout, items, models))
+    cfg = parse_config(config(tmp, layout, size))
     messages = []
     for check in (lambda: check_layout(cfg), lambda: plan(cfg, price_table(cfg))):
         try:
@@ -160,9 +184,11 @@ def refused(tmp: Path, layout: str, items: int, models: int) -> str | None:
     return messages[0] if len(messages) == 2 and messages[0] == messages[1] else None
 
 
-def measure(tmp: Path, layout: str, items: int, models: int, drills: Sequence[str] = DRILLS) -> dict:
+def measure(tmp: Path, layout: str, size: Size, drills: Sequence[str] = DRILLS) -> dict:
     """One run of the layout on a Ray cluster of its own, against the plan a user makes first: a
-    calibration of the service's engine (where the RayService holds one), a pilot run, the plan."""
+    calibration of the service's engine (where the RayService holds one), a pilot run, the plan.
+    At ``size.items`` <= ``PILOT_ITEMS`` the pilot would be the run itself (the same config at the
+    same items, scripted answers), so the run is its own pilot: its call sizes are the plan's."""
     import ray
     from bench.many_models import against_plan
     from ray import serve
@@ -179,11 +205,13 @@ def measure(tmp: Path, layout: str, items: int, models: int, drills: Sequence[st
     from halluscope.storage.run import RunStore
 
     nodes, service, _ = LAYOUTS[layout]
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0})
+    # Ray's API server without the dashboard's modules: nothing here reads them, and they load and poll
+    # on the cores the layout's runs are measured on
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
     try:
         for i in range(nodes):
             cluster.add_node(num_cpus=1, num_gpus=GPUS_PER_NODE, resources={f"gpu-{i}": 1})
-        doc = config(tmp, layout, items, models, cluster.address)
+        doc = config(tmp, layout, size, cluster.address)
         ray.init(address=cluster.address)
         # the RayService's pods: whole nodes, where the layout placed them, and its judge engine
         placed = run_layout(parse_config(doc))
@@ -191,34 +219,33 @@ def measure(tmp: Path, layout: str, items: int, models: int, drills: Sequence[st
         held = [ray.remote(num_gpus=GPUS_PER_NODE, resources={m.name: 0.01})(_Pod).remote()
                 for m in placed.machines if any(r.owner == "service" for r in m.ray_nodes)]
         ray.get([h.ready.remote() for h in held])
-        judge_url = judge_engine(doc["serve_http_port"]) if service else "http://127.0.0.1:9/v1"
+        judge_url = judge_engine(doc["serve_http_port"], size) if service else "http://127.0.0.1:9/v1"
         throughput = None
         if service:  # `halluscope calibrate --throughput`: the service's engine measured where the run calls it
             throughput = tmp / "throughput.yaml"
-            write_table(calibrate_speed(parse_config(config(tmp, layout, items, models, cluster.address,
-                                                            judge_url)))[0], throughput)
-        doc = config(tmp, layout, items, models, cluster.address, judge_url, throughput)
+            write_table(calibrate_speed(parse_config(config(tmp, layout, size, cluster.address, judge_url)))[0],
+                        throughput)
+        doc = config(tmp, layout, size, cluster.address, judge_url, throughput)
         cfg = parse_config(doc)
         # a pilot of the config (`halluscope run --max-items-per-task`), whose call sizes the plan reads
-        run(parse_config({**doc, "limits": {"max_items_per_task": min(PILOT_ITEMS, items)}}), run_id="pilot",
-            progress=False)
-        stats = TokenStats.from_runs([f"{cfg.storage.root}/pilot"], cfg.storage)
-        estimate = plan(cfg, price_table(cfg), stats, options=plan_options(cfg))
+        pilot = "pilot" if size.items > PILOT_ITEMS else layout
+        if pilot == "pilot":
+            run(parse_config({**doc, "limits": {"max_items_per_task": PILOT_ITEMS}}), run_id=pilot, progress=False)
         result = run(cfg, run_id=layout, progress=False)
+        stats = TokenStats.from_runs([f"{cfg.storage.root}/{pilot}"], cfg.storage)
+        estimate = plan(cfg, price_table(cfg), stats, options=plan_options(cfg))
         store = RunStore(Location.from_url(cfg.storage.root), layout)
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()
-        drill = resume_drill(tmp / "resume", layout, items, models, cluster.address, judge_url) \
-            if "resume" in drills else None
-        faults = fault_drill(tmp / "faults", layout, items, models, cluster.address, judge_url) \
-            if "faults" in drills else None
+        drill = resume_drill(tmp / "resume", layout, size, cluster.address, judge_url) if "resume" in drills else None
+        faults = fault_drill(tmp / "faults", layout, size, cluster.address, judge_url) if "faults" in drills else None
     finally:
         serve.shutdown()  # Serve keeps its client in the process: the next layout's cluster is another
         ray.shutdown()
         cluster.shutdown()
     run_gpus = estimate.budget["GPU"] if estimate.budget else float(nodes * GPUS_PER_NODE)
     m = against_plan(manifest, costs, estimate, run_gpus)
-    tested = {mid for mid, *_ in MODELS[:models]}
+    tested = {mid for mid, *_ in MODELS[:size.models]}
     windows = bill_lines(estimate.rows, costs, tested)
     planned, billed = windows["plan"]["models under test"], windows["ledger"]["models under test"]
     m["errors"]["usd"] = abs(planned - billed) / billed
@@ -226,7 +253,7 @@ def measure(tmp: Path, layout: str, items: int, models: int, drills: Sequence[st
             "makespan_s": m["makespan_s"], "lower_bound_s": m["lower_bound_s"],
             "plan_makespan_s": m["plan"]["makespan_s"], "usd": m["usd"], "plan_usd": m["plan_usd"],
             "plan_wall_s": (estimate.wall_hours or 0.0) * 3600, "wall_s": _pipeline_s(manifest),
-            "bill": windows, "calibrated": throughput is not None,
+            "bill": windows, "calibrated": throughput is not None, "pilot": pilot,
             "waves": m["plan"]["waves"], "errors": m["errors"], "resume": drill, "faults": faults}
 
 
@@ -260,7 +287,7 @@ def _pipeline_s(manifest: dict) -> float:
             ).total_seconds()
 
 
-def resume_drill(tmp: Path, layout: str, items: int, models: int, address: str, judge_url: str) -> dict:
+def resume_drill(tmp: Path, layout: str, size: Size, address: str, judge_url: str) -> dict:
     """The same layout's run driven by `halluscope run`, its driver SIGKILLed once a wave's models
     have generated (before the last one has), then resubmitted under the same run id: which of the
     models that had finished the resubmission deploys again (none should be)."""
@@ -272,14 +299,14 @@ def resume_drill(tmp: Path, layout: str, items: int, models: int, address: str, 
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
-    doc = config(tmp, layout, items, models, address, judge_url)
+    doc = config(tmp, layout, size, address, judge_url)
     (tmp / "run.yaml").write_text(config_yaml(doc))
     store = RunStore(Location.from_url(doc["storage"]["root"]), "resume")
     tested = [m["id"] for m in doc["models"] if m.get("role", "test") == "test"]
 
     def finished() -> list[str]:
         return [m for m in tested
-                if read_staged(staged_location(store.loc, m), ["gen_id"]).num_rows >= items]
+                if read_staged(staged_location(store.loc, m), ["gen_id"]).num_rows >= size.items]
 
     first = Driver(tmp / "run.yaml", "resume", tmp / "first.log")
     second = None
@@ -303,7 +330,7 @@ def resume_drill(tmp: Path, layout: str, items: int, models: int, address: str, 
             "deployed_after": deployed, "status": manifest.get("status")}
 
 
-def fault_drill(tmp: Path, layout: str, items: int, models: int, address: str, judge_url: str) -> dict:
+def fault_drill(tmp: Path, layout: str, size: Size, address: str, judge_url: str) -> dict:
     """The layout's run while its models under test (answering at once here) are in an outage:
     each call answers HTTP 503 (``FAULTS``' error share) or never (its timeout share, a 1 s
     timeout), drawn per prompt and attempt, and the first model's replica process is SIGKILLed
@@ -319,7 +346,7 @@ def fault_drill(tmp: Path, layout: str, items: int, models: int, address: str, j
     from halluscope.storage.run import RunStore
 
     def config_until(until: float) -> dict:
-        doc = config(tmp, layout, items, models, address, judge_url) | {"max_error_fraction": 1.0}
+        doc = config(tmp, layout, size, address, judge_url) | {"max_error_fraction": 1.0}
         for seed, m in enumerate(m for m in doc["models"] if m.get("role", "test") == "test"):
             # answering at once (no modelled throughput), so the 1 s timeout catches only the hangs
             del m["params"]["tokens_per_s"]
@@ -409,8 +436,9 @@ def records(message: str | None, runs: list[dict]) -> list[dict]:
         out.append({"name": "bill_plan_error", "value": round(error, 4), "unit": "relative error",
                     "baseline": (f"{r['layout']}: plan ${r['plan_usd']:.4f} vs ledger ${r['usd']:.4f} (plan wall "
                                  f"{r['plan_wall_s']:.1f} s vs run {r['wall_s']:.1f} s; "
-                                 f"{'service engine calibrated, ' if r['calibrated'] else ''}call sizes from a "
-                                 f"pilot); by line, plan vs ledger: {lines}; target 0.10"),
+                                 f"{'service engine calibrated, ' if r['calibrated'] else ''}call sizes from "
+                                 f"{'a pilot' if r['pilot'] == 'pilot' else 'the run, its own pilot'}); by line, "
+                                 f"plan vs ledger: {lines}; target 0.10"),
                     "baseline_value": 0.10, "ratio": round(error / 0.10, 3)})
     return out
 
@@ -419,16 +447,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--layouts", nargs="+", default=[k for k in LAYOUTS if k != "2x8-service"],
                    choices=[k for k in LAYOUTS if k != "2x8-service"], help="the layouts to run")
-    p.add_argument("--items", type=int, default=ITEMS, help="code prompts per model")
+    p.add_argument("--items", type=int, default=ITEMS, help="prompts per task and model")
     p.add_argument("--models", type=int, default=len(MODELS), choices=range(1, len(MODELS) + 1),
                    help="the first N models under test (two TP4 first, then the TP2 ones)")
+    p.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS, help="the run's tasks (default: both)")
     p.add_argument("--drills", nargs="*", default=list(DRILLS), choices=DRILLS,
                    help="the drills run on each layout's cluster after its measured run (default: both)")
+    p.add_argument("--speedup", type=float, default=1.0,
+                   help="every modelled time this many times shorter (the stand-ins' cold starts, loads and token "
+                        "rates, the judge engine's rates, the overheads' boot, pull and billed times): the same "
+                        "paths in less wall time, for the test suite's smallest size")
     p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
     args = p.parse_args()
+    size = Size(args.items, args.models, tuple(args.tasks), args.speedup)
     with tempfile.TemporaryDirectory(prefix="layouts-") as folder:
-        message = refused(Path(folder), "2x8-service", args.items, args.models)
-        runs = [measure(Path(folder) / name, name, args.items, args.models, args.drills) for name in args.layouts]
+        message = refused(Path(folder), "2x8-service", size)
+        runs = [measure(Path(folder) / name, name, size, args.drills) for name in args.layouts]
     print(json.dumps({"refused": message, "runs": runs}, indent=1))
     if args.json:
         print(json.dumps(records(message, runs)))

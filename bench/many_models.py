@@ -67,14 +67,16 @@ def _testset(tmp: Path) -> str:
     return f"{root.url}/mixed_entities/{ts.testset_id}"
 
 
-def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int) -> dict:
+def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int, speedup: float) -> dict:
+    """The run's config; ``speedup``: the stand-ins' loads that many times shorter, their rates that
+    many times higher (the same paths in less wall time)."""
     from tests.support.servers import free_port
 
     (tmp / "prices.yaml").write_text(PRICES)
     # 8 answers in flight: a request waits at most 8 x 50 / 14.5 = 28 s, within the client's 60 s
     serve = {"num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 2}
     tested = [{"id": mid, "backend": "scripted", "params": {
-        "default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate, "load_s": LOAD_S,
+        "default": "import numpy " + "x " * (words - 2), "tokens_per_s": rate * speedup, "load_s": LOAD_S / speedup,
         "serve": {**serve, "num_gpus": gpus}}} for mid, gpus, words, rate in models]
     judge = {"id": "judge", "role": "judge", "backend": "scripted", "params": {
         "serve": {**serve, "num_gpus": 1, "max_ongoing_requests": 16}, "rules": [
@@ -105,7 +107,7 @@ def against_plan(manifest: dict, costs: list[dict], estimate: Plan, gpus: float)
                                    "usd": abs(estimate.total_usd - usd) / usd}}
 
 
-def measure(models: list[tuple[str, int, int, float]] = MODELS, items: int = CODE_ITEMS) -> dict:
+def measure(models: list[tuple[str, int, int, float]], items: int, speedup: float) -> dict:
     from halluscope.config.load import parse_config
     from halluscope.pipeline.estimate import plan
     from halluscope.pipeline.resolved import price_table
@@ -115,7 +117,7 @@ def measure(models: list[tuple[str, int, int, float]] = MODELS, items: int = COD
 
     with tempfile.TemporaryDirectory(prefix="many-models-") as folder:
         tmp = Path(folder)
-        cfg = parse_config(config(tmp, models, items))
+        cfg = parse_config(config(tmp, models, items, speedup))
         estimate = plan(cfg, price_table(cfg))
         result = run(cfg, run_id="many", progress=False)
         store = RunStore(Location.from_url(cfg.storage.root), "many")
@@ -159,9 +161,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", type=int, default=len(MODELS), help="the first N of the 12 models")
     p.add_argument("--items", type=int, default=CODE_ITEMS, help="items per task (code prompts, HalluLens names)")
+    p.add_argument("--speedup", type=float, default=1.0,
+                   help="the models' loads this many times shorter and their token rates this many times higher: "
+                        "the same paths in less wall time, for the test suite's smallest size")
     p.add_argument("--json", action="store_true", help="print the records as one JSON line last")
     args = p.parse_args()
-    m = measure(MODELS[:args.models], args.items)
+    m = measure(MODELS[:args.models], args.items, args.speedup)
     print(json.dumps({k: v for k, v in m.items() if k != "plan"} | {"waves": m["plan"]["waves"]}, indent=1))
     if args.json:
         print(json.dumps(records(m)))

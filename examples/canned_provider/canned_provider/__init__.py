@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from halluscope.contract.completion import Completion
 from halluscope.models.base import GenerationRequest
-from halluscope.models.provider import Context, Limits, ProviderKind, RemoteProvider, Retry
+from halluscope.models.provider import CallLimits, Context, ProviderKind, RemoteProvider, Retry
 
 
 class CannedParams(BaseModel):
@@ -36,7 +36,7 @@ class CannedProvider(RemoteProvider):
     def __init__(self, model_id: str, params: CannedParams) -> None:
         self.model_id = model_id
         self.params = params
-        self.limits = Limits(calls_in_flight=params.max_concurrency, backoff_base_s=0.01, backoff_max_s=0.05)
+        self.limits = CallLimits(calls_in_flight=params.max_concurrency, backoff_base_s=0.01, backoff_max_s=0.05)
         self._tried: set[str] | None = None
 
     async def open(self) -> None:

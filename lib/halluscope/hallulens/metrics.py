@@ -58,6 +58,8 @@ SUBTASK_MEAN_SE = "standard error of the mean of the two independent subtask rat
 BY_HAND = "a rate set by hand (benchmarks.hallulens overrides) enters it: no sampling error"
 
 
+LONGWIKI_K = 32  # the K of Recall@K and F1@K: HalluLens reports @32
+
 def _ratio(num: float, den: int) -> float | None:
     return num / den if den else None
 
@@ -206,7 +208,8 @@ def _longwiki_one(records: Sequence[LongFormJudged], k: int, zero_claims_is_refu
             **bars(figures, errors, methods)}
 
 
-def longwiki(records: Iterable[LongFormJudged], k: int = 32, zero_claims_is_refusal: bool = True) -> dict[str, Any]:
+def longwiki(records: Iterable[LongFormJudged], k: int = LONGWIKI_K,
+             zero_claims_is_refusal: bool = True) -> dict[str, Any]:
     """Counts and rates over all prompts, and ``by_bin`` the same per difficulty bin."""
     if k < 1:
         raise ValueError(f"K must be at least 1, not {k}")

@@ -31,7 +31,6 @@ from halluscope.hallulens.report import LABEL_VERDICTS, LONGWIKI, NONEXISTENT, P
 
 # what the comparison reads of every model's scores, beside model and task
 COMPARE_COLUMNS = tuple(c for c in SCORE_COLUMNS if c not in ("model", "task"))
-K = 32  # LongWiki's K, as the metrics compute it
 _PWQA: Parts = {"false_refusal_rate": ("abstained", "scored"), "hallucination_rate": ("hallucinated", "answered"),
                 "correct_rate": ("correct", "scored")}
 _LONGWIKI: Parts = {"false_refusal_rate": ("refused", "scored"), "precision": ("precision", "answered"),
@@ -59,7 +58,7 @@ def _longwiki(r: hm.LongFormJudged) -> dict[str, float] | None:
         return {"scored": 1.0, "refused": 1.0, "answered": 0.0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
     if not decided:
         return None
-    p, rec, f1 = hm.prompt_scores(r.n_supported, decided, K)
+    p, rec, f1 = hm.prompt_scores(r.n_supported, decided, hm.LONGWIKI_K)
     return {"scored": 1.0, "refused": 0.0, "answered": 1.0, "precision": p, "recall": rec, "f1": f1}
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -109,25 +110,26 @@ def _worker_title(pid: int, head_address: str) -> bytes:
     return title if ours else b""
 
 
-def _busy_worker_of(pid: int, head_address: str) -> bool:
-    """An actor's worker of this head running a batch: Ray Data's map workers run it in ``submit``."""
-    return _worker_title(pid, head_address).endswith(b".submit")
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
-def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen, timeout_s: float = 300) -> str:
-    """SIGKILL the process of an actor of the stage in the middle of a batch; returns the actor's id."""
+def kill_busy_worker(head: dict[str, str], stage: str, driver: subprocess.Popen,
+                     armed: Callable[[], bool] = lambda: True, timeout_s: float = 300) -> int:
+    """SIGKILL the worker of an actor of the stage running a batch (Ray Data's map workers run it in
+    ``submit``), the first moment one does once ``armed()`` holds; returns its pid. The workers
+    are found by their titles every 20 ms, not through the dashboard's actor list, which takes
+    seconds on a loaded machine: a run's last pass of batches took less, and was over before the
+    drill saw its actors."""
     deadline = time.time() + timeout_s
-    listed: list = []
-    listed_at = 0.0
+    busy = f"{stage_class(stage)}.submit".encode()
+    ready = False
     while time.time() < deadline and driver.poll() is None:
-        # the dashboard's actor list takes up to seconds on a loaded machine, a batch may take less:
-        # the list is refreshed each second, the workers' titles read every 20 ms in between
-        if time.time() - listed_at > 1.0:
-            listed, listed_at = actors(head["dashboard"], stage_class(stage)), time.time()
-        for actor in listed:
-            if actor.pid and _busy_worker_of(actor.pid, head["address"]):
-                os.kill(actor.pid, signal.SIGKILL)
-                return actor.actor_id
+        ready = ready or armed()
+        for pid in _pids() if ready else ():
+            if _worker_title(pid, head["address"]).endswith(busy):
+                os.kill(pid, signal.SIGKILL)
+                return pid
         time.sleep(0.02)
     raise AssertionError(f"no busy {stage} worker of this run to kill (driver exit code {driver.poll()})")
 
@@ -137,7 +139,7 @@ def kill_running_task(head: dict[str, str], function: str, driver: subprocess.Po
     deadline = time.time() + timeout_s
     title = f"ray::{function}".encode()
     while time.time() < deadline and driver.poll() is None:
-        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()):
+        for pid in _pids():
             if _worker_title(pid, head["address"]) == title:
                 os.kill(pid, signal.SIGKILL)
                 return pid

@@ -21,8 +21,8 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 from halluscope.contract.completion import Completion
@@ -117,15 +117,14 @@ class Model:
         if not requests:
             return []
         opened = await self._open()
-        first = _first_asks(requests)
+        first = first_asks([(r.prompt, r.answer_format) for r in requests])
         unique = sorted(set(first))
         size = cast(RemoteProvider, self.provider).limits.prompts_per_call
         results: list[Completion | None] = [None] * len(requests)
         calls = [unique[i:i + size] for i in range(0, len(unique), size)]
         tasks = [asyncio.create_task(self._send(opened, requests, results, call)) for call in calls]
         await gather_or_cancel(tasks)
-        return [cast(Completion, results[i]) if i == f else _shared(cast(Completion, results[f]))
-                for i, f in enumerate(first)]
+        return spread(first, results)
 
     async def _open(self) -> _Opened:
         """The provider opened in this loop (again, when the model is used from a new loop)."""
@@ -194,19 +193,23 @@ class Model:
             raise self.provider.down(f"{breaker.in_a_row} calls in a row got no answer (last: {reason})")
 
 
-def _first_asks(requests: Sequence[GenerationRequest]) -> list[int]:
-    """For each request, the first in the batch asking the model the same: one call answers all
-    of them (a rule set's twin tasks ask the same prompts; generating each twice would double the
-    bill and score two samples of one question)."""
-    seen: dict[tuple[str, object], int] = {}
-    return [seen.setdefault((r.prompt, r.answer_format), i) for i, r in enumerate(requests)]
+def first_asks(keys: Sequence[Hashable]) -> list[int]:
+    """For each ask, the first of the batch asking the same (equal keys): one call answers all of
+    them. A rule set's twin tasks ask the same prompts, FEWL's neighbour questions repeat across
+    rows: asking each again would multiply the bill and score several samples of one question."""
+    seen: dict[Hashable, int] = {}
+    return [seen.setdefault(k, i) for i, k in enumerate(keys)]
 
 
-def _shared(answer: Completion) -> Completion:
-    """The answer to a request another of its batch asked first: no call of its own, so the
-    ledger counts it as a cache hit (a failure stays a failure, to be asked again)."""
-    return Completion(answer.text, answer.input_tokens, answer.output_tokens, 0.0, error=answer.error,
-                      attempts=0, cached=answer.error is None, extra=answer.extra)
+def spread(first: Sequence[int], answers: Mapping[int, Completion] | Sequence[Completion | None]) -> list[Completion]:
+    """Each ask's answer (``answers`` by the index of the asks that called): its own where it asked
+    first, else a copy of the first's with no call of its own, counted as a cache hit (a failure
+    stays a failure: the row is asked again when the run resumes)."""
+    out = []
+    for i, f in enumerate(first):
+        answer = cast(Completion, answers[f])
+        out.append(answer if i == f else replace(answer, latency_s=0.0, attempts=0, cached=True))
+    return out
 
 
 async def gather_or_cancel(tasks: list[asyncio.Task[T]]) -> list[T]:

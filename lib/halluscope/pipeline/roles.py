@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from halluscope.config.schema import ModelSpec
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat, RoleCall
 from halluscope.models.base import GenerationRequest, ModelBackend
+from halluscope.models.model import first_asks, spread
 from halluscope.models.registry import Context, client
 from halluscope.models.usage import Usage
 from halluscope.sources import DataResolver
@@ -89,41 +89,22 @@ class RoleModels:
         for (role, template, model), entries in groups.items():
             backend = self._backend(role, template, model)
             by_key = getattr(backend, "by_key", None)
-            firsts, answered_by = _distinct(entries, subject_of, by_key is not None)
+            # an answer on record depends on its content key and the model under test alone: for
+            # a role answered ``by_key`` those make two questions the same, prompts not compared
+            first = first_asks([(ckey, subject_of.get(key, ""), fmt) + (() if by_key is not None else (prompt,))
+                                for key, _, prompt, ckey, fmt in entries])
+            asked = sorted(set(first))
             if by_key is not None:  # no request built: ~700,000 of them in the demo
-                done = by_key([(ckey, subject) for (_, _, _, ckey, _), subject in firsts])
+                done = by_key([(entries[a][3], subject_of.get(entries[a][0], "")) for a in asked])
             else:
                 done = backend.generate_batch([
-                    GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject, answer_format=fmt)
-                    for (key, i, prompt, ckey, fmt), subject in firsts])
+                    GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject_of.get(key, ""),
+                                      answer_format=fmt) for key, i, prompt, ckey, fmt in (entries[a] for a in asked)])
             per_row: dict[str, list[Completion]] = {}
-            paid: set[int] = set()
-            for (key, i, _, _, _), j in zip(entries, answered_by):
-                completion = done[j] if j not in paid else replace(done[j], cached=True)
-                paid.add(j)
+            for (key, i, _, _, _), completion in zip(entries, spread(first, dict(zip(asked, done)))):
                 replies[key][i] = completion
                 per_row.setdefault(key, []).append(completion)
             for key, completions in per_row.items():
                 usage[key].append({"stage": stage, "role": role, "role_model": backend.model_id,
                                    **Usage().add(completions).as_dict()})
         return {k: [c for c in v if c is not None] for k, v in replies.items()}
-
-
-def _distinct(entries: Sequence[Entry], subject_of: Mapping[str, str],
-              by_key: bool) -> tuple[list[tuple[Entry, str]], list[int]]:
-    """A group's distinct questions, each as its first asker's entry and subject, and per entry
-    the question that answers it. Rows asking the same (e.g. FEWL's neighbour questions) share
-    one call: the first asker pays for it, the others get a copy counted as a cache hit. An
-    answer on record depends on its content key and the model under test alone, so for a role
-    answered ``by_key`` those make two questions the same, and prompts are not compared."""
-    asked: dict[tuple, int] = {}
-    firsts: list[tuple[Entry, str]] = []
-    answered_by: list[int] = []
-    for entry in entries:
-        key, _, prompt, ckey, fmt = entry
-        subject = subject_of.get(key, "")
-        j = asked.setdefault((ckey, subject, fmt) if by_key else (prompt, ckey, subject, fmt), len(firsts))
-        if j == len(firsts):
-            firsts.append((entry, subject))
-        answered_by.append(j)
-    return firsts, answered_by

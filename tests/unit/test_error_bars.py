@@ -171,6 +171,24 @@ def test_models_answering_the_same_items_alike_are_told_apart_by_the_paired_erro
     assert fewer["pairs"][0]["n"] == 299
 
 
+def test_halogens_means_over_items_pair_with_scipys_paired_t_error():
+    """R and U are means over the items: HALOGEN's hook gives their paired error as scipy's paired t
+    error of the per-item differences."""
+    from halluscope.halogen.paired import paired
+
+    g = {m: RNG.random(50) for m in ("a", "b")}
+    responded = {m: RNG.random(50) < 0.8 for m in ("a", "b")}
+    rows = [{"model": m, "task": "halogen/code", "item_id": f"i{i}", "error": None, "responded": bool(responded[m][i]),
+             "f": float(1 - g[m][i]) if responded[m][i] else None, "g": float(g[m][i])}
+            for m in ("a", "b") for i in range(50)]
+    (record,) = paired(pa.Table.from_pylist(rows), ["halogen/code"])
+    pair = record["pairs"][0]
+    for figure, per_item in (("utility_score", g), ("response_ratio", {m: responded[m].astype(float) for m in g})):
+        d = pair[figure]
+        assert d["diff"] == pytest.approx(per_item["a"].mean() - per_item["b"].mean())
+        assert d["stderr"] == pytest.approx(d["diff"] / stats.ttest_rel(per_item["a"], per_item["b"]).statistic)
+
+
 def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answering_alike_detect(tmp_path):
     from halluscope.pipeline.plan_view import detectable
     from halluscope.pipeline.token_stats import TokenStats

@@ -215,6 +215,26 @@ def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answe
     assert "paired" not in found["halogen/references"]  # no earlier measurement: the stated bound alone
 
 
+def test_a_spread_measured_over_prompts_of_several_trials_is_taken_per_item(tmp_path):
+    """HalluLens pairs by prompt, each asked in two trials here: 30 prompts, 60 items. The plan
+    counts items, so the spread is per item: se x sqrt(30 x 60 / 30)."""
+    import pyarrow.parquet as pq
+
+    from halluscope.pipeline.token_stats import paired_spreads
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "earlier")
+    task = "hallulens/precise_wikiqa"
+    store.write_json("metrics.json", [
+        {"model": "*", "task": task, "table": "paired", "figures": ["correct_rate"], "method": "m",
+         "pairs": [{"a": "a", "b": "b", "n": 30, "correct_rate": {"diff": 0.1, "stderr": 0.05, "ci95": None}}]}])
+    folder = tmp_path / "earlier" / "items"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"item_id": [f"i{i}" for i in range(60)]}), folder / "hallulens__precise_wikiqa.parquet")
+    assert paired_spreads([store]) == {task: {"correct_rate": pytest.approx(0.05 * math.sqrt(60))}}
+
+
 def _many_models(n_models: int, n_items: int, seed: int = 3) -> pa.Table:
     """Models whose H follows the items' difficulty, each shifted by its own amount; some items
     unanswered (no response) and one model that answers nothing."""

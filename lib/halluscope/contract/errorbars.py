@@ -49,9 +49,8 @@ def resampled_sums(sums: np.ndarray, resamples: int, rng: np.random.Generator) -
     counts), so the work grows with the clusters, not with resamples x rows."""
     n = len(sums)
     picks = rng.integers(0, n, (resamples, n))  # clusters drawn with replacement, as scipy.stats.bootstrap draws
-    weights = np.zeros((resamples, n))
-    np.add.at(weights, (np.repeat(np.arange(resamples), n), picks.ravel()), 1.0)
-    return weights @ sums
+    weights = np.bincount(np.repeat(np.arange(resamples) * n, n) + picks.ravel(), minlength=resamples * n)
+    return weights.reshape(resamples, n).astype(float) @ sums
 
 
 PAIRED_BOOTSTRAP = ("percentile bootstrap of the difference over clusters of the units both models answered, "

@@ -134,14 +134,13 @@ def _ranks(pairs: dict[tuple[int, int], dict], models: list[str], ranked: np.nda
 
 
 def detection_record(inputs: MetricInputs, wanted: Collection[tuple[str, str]] = ()) -> dict:
-    """ragtruth/detect's paired record. Every two detectors are bootstrapped for the rank intervals
-    (the work grows with their square: detectors are few); the kept ones are those
-    ``contract.pairing.kept`` keeps."""
+    """ragtruth/detect's paired record (of one detector at least). Every two detectors are
+    bootstrapped for the rank intervals (the work grows with their square: detectors are few);
+    the pairs kept are those ``contract.pairing.kept`` keeps."""
     metrics = ragtruth_options(inputs.options).metrics
     models, present, values, source = _detection_counts(inputs)
     ranked = present.sum(axis=1) > 0
-    own = detection_figures(np.stack([values[m, present[m]].sum(0) for m in range(len(models))])) \
-        if models else np.zeros((0, len(DETECTION)))
+    own = detection_figures(np.stack([values[m, present[m]].sum(0) for m in range(len(models))]))
     figures = {f: np.where(ranked, own[:, k], np.nan) for k, f in enumerate(DETECTION)}
     every = {(a, b): _bootstrap_pair(values, present, source, a, b, metrics.bootstrap_resamples,
                                      metrics.bootstrap_seed)

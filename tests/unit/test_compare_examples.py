@@ -89,8 +89,9 @@ def test_compare_prints_both_values_and_a_difference_with_its_interval_for_every
     assert any(r["model"] == changed and r["diff"] != 0 for r in rows)  # the runs differ where B's answers do
     assert all(r["diff"] in (0, None) for r in rows if r["model"] != changed)
     assert main(["compare", a.loc.url, b.loc.url]) == 0
-    text = capsys.readouterr().out
-    assert all(f" {task} " in text for task, _ in expected)
+    printed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    for task, figure in expected:  # model, task, figure, A, B, B-A, s.e., n, favours: numbers, not "-"
+        assert any(cells[1:3] == [task, figure] and "-" not in cells[3:7] for cells in printed), (task, figure)
 
 
 def _tasks(store: RunStore) -> set[str]:

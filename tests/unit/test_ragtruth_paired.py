@@ -19,7 +19,7 @@ from halluscope.ragtruth import report
 from halluscope.ragtruth.benchmark import generate_metrics
 from halluscope.ragtruth.corpus import load_corpus
 from halluscope.ragtruth.intervals import cluster_bootstrap
-from halluscope.ragtruth.metrics import MetricOptions, count
+from halluscope.ragtruth.metrics import count
 from halluscope.ragtruth.paired import DETECTION, detection_figures, detection_record, generation_record
 from halluscope.ragtruth.spans import Prediction, locate
 from halluscope.ragtruth.tasks import DETECT, GENERATE, RagTruthOptions
@@ -207,4 +207,3 @@ def test_the_run_reports_the_generation_figures_it_pairs():
     for w in "xy":
         assert values[w]["hallucination_rate"] == pytest.approx(overall[w]["hallucination_rate"])
         assert values[w]["density"] == pytest.approx(overall[w]["density"])
-    assert MetricOptions().bootstrap_resamples >= 100

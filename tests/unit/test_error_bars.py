@@ -171,6 +171,24 @@ def test_models_answering_the_same_items_alike_are_told_apart_by_the_paired_erro
     assert fewer["pairs"][0]["n"] == 299
 
 
+def test_halogens_means_over_items_pair_with_scipys_paired_t_error():
+    """R and U are means over the items: HALOGEN's hook gives their paired error as scipy's paired t
+    error of the per-item differences."""
+    from halluscope.halogen.paired import paired
+
+    g = {m: RNG.random(50) for m in ("a", "b")}
+    responded = {m: RNG.random(50) < 0.8 for m in ("a", "b")}
+    rows = [{"model": m, "task": "halogen/code", "item_id": f"i{i}", "error": None, "responded": bool(responded[m][i]),
+             "f": float(1 - g[m][i]) if responded[m][i] else None, "g": float(g[m][i])}
+            for m in ("a", "b") for i in range(50)]
+    (record,) = paired(pa.Table.from_pylist(rows), ["halogen/code"])
+    pair = record["pairs"][0]
+    for figure, per_item in (("utility_score", g), ("response_ratio", {m: responded[m].astype(float) for m in g})):
+        d = pair[figure]
+        assert d["diff"] == pytest.approx(per_item["a"].mean() - per_item["b"].mean())
+        assert d["stderr"] == pytest.approx(d["diff"] / stats.ttest_rel(per_item["a"], per_item["b"]).statistic)
+
+
 def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answering_alike_detect(tmp_path):
     from halluscope.pipeline.plan_view import detectable
     from halluscope.pipeline.token_stats import TokenStats
@@ -195,6 +213,26 @@ def test_with_an_earlier_runs_paired_records_the_plan_says_what_two_models_answe
     assert found["halogen/code"]["paired"] == {"hallucination_score": pytest.approx(expected)}
     assert found["halogen/code"]["paired"]["hallucination_score"] < found["halogen/code"]["difference"]
     assert "paired" not in found["halogen/references"]  # no earlier measurement: the stated bound alone
+
+
+def test_a_spread_measured_over_prompts_of_several_trials_is_taken_per_item(tmp_path):
+    """HalluLens pairs by prompt, each asked in two trials here: 30 prompts, 60 items. The plan
+    counts items, so the spread is per item: se x sqrt(30 x 60 / 30)."""
+    import pyarrow.parquet as pq
+
+    from halluscope.pipeline.token_stats import paired_spreads
+    from halluscope.storage.fs import Location
+    from halluscope.storage.run import RunStore
+
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "earlier")
+    task = "hallulens/precise_wikiqa"
+    store.write_json("metrics.json", [
+        {"model": "*", "task": task, "table": "paired", "figures": ["correct_rate"], "method": "m",
+         "pairs": [{"a": "a", "b": "b", "n": 30, "correct_rate": {"diff": 0.1, "stderr": 0.05, "ci95": None}}]}])
+    folder = tmp_path / "earlier" / "items"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"item_id": [f"i{i}" for i in range(60)]}), folder / "hallulens__precise_wikiqa.parquet")
+    assert paired_spreads([store]) == {task: {"correct_rate": pytest.approx(0.05 * math.sqrt(60))}}
 
 
 def _many_models(n_models: int, n_items: int, seed: int = 3) -> pa.Table:

@@ -420,3 +420,28 @@ def test_longwiki_f1_at_k_pairs_as_a_mean_over_the_prompts_both_answered_scipys_
     d = record["pairs"][0]["f1_at_k"]
     assert d["diff"] == pytest.approx(math.fsum(f1["a"]) / 40 - math.fsum(f1["b"]) / 40)
     assert d["stderr"] == pytest.approx(d["diff"] / stats.ttest_rel(f1["a"], f1["b"]).statistic)
+
+
+def test_models_following_the_prompts_difficulty_are_told_apart_by_the_paired_error_only():
+    """Both answer a prompt correctly where it is easy enough, b a little further: each rate's own
+    error leaves the difference's unpaired interval over 0, the paired one (by prompt) not."""
+    from halluscope.contract.errorbars import Z95, proportion_se
+    from halluscope.hallulens.paired import paired
+
+    rng = random.Random(5)
+    difficulty = [rng.random() for _ in range(400)]
+    items = [{"item_id": f"p{p}", "prompt": f"question {p}", "fields": {"trial": 0, "bin": 0}} for p in range(400)]
+    rows, labels = [], {}
+    for m, easy in (("a", 0.5), ("b", 0.55)):
+        for p, d in enumerate(difficulty):
+            gen = f"{m}-p{p}"
+            rows.append({"gen_id": gen, "model": m, "item_id": f"p{p}", "responded": True, "n_atoms": 0,
+                         "n_unsupported": 0})
+            labels[gen] = CORRECT if d < easy else INCORRECT
+    (record,) = (r.as_json() for r in paired(_inputs("hallulens/precise_wikiqa", rows, items, labels)))
+    d = record["pairs"][0]["correct_rate"]
+    correct = {m: sum(labels[f"{m}-p{p}"] == CORRECT for p in range(400)) for m in ("a", "b")}
+    assert d["diff"] == pytest.approx((correct["a"] - correct["b"]) / 400)
+    unpaired = math.hypot(*(proportion_se(correct[m], 400) for m in ("a", "b")))
+    assert abs(d["diff"]) < Z95 * unpaired and d["ci95"][1] < 0
+    assert record["ranks"]["correct_rate"] == {"a": [1, 1], "b": [2, 2]}

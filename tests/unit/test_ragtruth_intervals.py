@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from halluscope.ragtruth.intervals import FIGURES, _figures, cluster_bootstrap
+from halluscope.ragtruth.intervals import FIGURES, cluster_bootstrap, pooled_figures
 
 RNG = np.random.default_rng(5)
 
@@ -23,7 +23,7 @@ def _units(n: int) -> np.ndarray:
 def test_one_response_per_source_is_scipys_percentile_bootstrap_on_the_same_draws(figure):
     units, k = _units(120), FIGURES.index(figure)
     se, ci = cluster_bootstrap(units, 1000, np.random.default_rng(3))
-    ref = stats.bootstrap((np.arange(len(units)),), lambda i, axis: _figures(units[i].sum(axis=-2))[..., k],
+    ref = stats.bootstrap((np.arange(len(units)),), lambda i, axis: pooled_figures(units[i].sum(axis=-2))[..., k],
                           vectorized=True, n_resamples=1000, method="percentile", random_state=np.random.default_rng(3))
     assert se[k] == pytest.approx(ref.standard_error)
     assert ci[k].tolist() == pytest.approx([ref.confidence_interval.low, ref.confidence_interval.high])

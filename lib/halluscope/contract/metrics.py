@@ -24,7 +24,8 @@ COSTS_TOTAL = "costs/total"  # the task of the engine's record of what the run c
 # a compare hook's record (``Benchmark.compare``), one per task, model "*", ``aggregate`` true (it
 # spans models, so a reader of per-model records passes over it as over averages): ``table``
 # PAIRED, ``figures`` (its figure names), ``pairs`` [{a, b, n (items both answered), <figure>: {diff
-# (a - b), stderr, ci95}}] and ``method``; the plan and `halluscope compare` read them in this shape
+# (a - b), stderr, ci95}}] and ``method``; where a reader asked for pairs (``MetricInputs.pairs``),
+# ``values`` {model: {figure: value}} of their models; the plan and `halluscope compare` read them in this shape
 PAIRED = "paired"
 # the engine's record of a judge's agreement with a benchmark's reference judge (pipeline/calibration.py),
 # one per task and decision, model the judge's id, no benchmark, ``aggregate`` true: ``table``

@@ -126,14 +126,27 @@ def kept(values: dict[str, np.ndarray], models: list[str],
     return sorted(keep)
 
 
+def asked(values: Mapping[str, np.ndarray], models: list[str],
+          wanted: Collection[tuple[str, str]]) -> dict[str, dict[str, float | None]]:
+    """Each model of the ``wanted`` pairs with its value of each figure (``values``: per figure
+    each model's, NaN: none), which a reader shows beside the difference it asked for (the
+    record's ``values``). A run asks for no pair, so its records hold none."""
+    index = {m: i for i, m in enumerate(models)}
+    named = sorted({m for pair in wanted for m in pair if m in index})
+    return {m: {f: None if np.isnan(v[index[m]]) else float(v[index[m]]) for f, v in values.items()} for m in named}
+
+
 def record(task: str, table: Grid, parts: Parts, wanted: Collection[tuple[str, str]] = (),
            method: str = PAIRED_SE) -> dict:
     """The task's paired record: the kept pairs' differences over the units both answered, each
-    figure's rank intervals, and the ``wanted`` pairs (model ids, either order)."""
+    figure's rank intervals, and the ``wanted`` pairs (model ids, either order) with their models'
+    values."""
     models, present, values = table
+    figures = _values(values, present, parts)
     pairs = []
-    for a, b in kept(_values(values, present, parts), models, wanted):
+    for a, b in kept(figures, models, wanted):
         both = present[a] & present[b]
         pairs.append({"a": models[a], "b": models[b], "n": int(both.sum()), **_pair(values, parts, a, b, both)})
-    return {"model": "*", "task": task, "aggregate": True, "table": PAIRED, "figures": list(parts),
-            "pairs": pairs, "method": method, "ranks": ranks(values, present, models, parts), "ranks_method": RANKS}
+    out = {"model": "*", "task": task, "aggregate": True, "table": PAIRED, "figures": list(parts),
+           "pairs": pairs, "method": method, "ranks": ranks(values, present, models, parts), "ranks_method": RANKS}
+    return out | ({"values": asked(figures, models, wanted)} if wanted else {})

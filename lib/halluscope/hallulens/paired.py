@@ -104,8 +104,12 @@ def _headline(mixed: dict, generated: dict) -> dict:
         se = None if d1["stderr"] is None or d2["stderr"] is None else math.hypot(d1["stderr"], d2["stderr"]) / 2
         pairs.append({"a": p["a"], "b": p["b"], "n": p["n"] + q["n"],
                       key: {"diff": diff, "stderr": se, "ci95": interval(diff, se)}})
-    return {"model": "*", "task": NONEXISTENT, "aggregate": True, "table": PAIRED, "figures": [key], "pairs": pairs,
-            "method": SUBTASK_MEAN}
+    out = {"model": "*", "task": NONEXISTENT, "aggregate": True, "table": PAIRED, "figures": [key], "pairs": pairs,
+           "method": SUBTASK_MEAN}
+    if "values" in mixed and "values" in generated:  # the models a reader asked about: the mean of their rates
+        rates = {m: (v[key], generated["values"].get(m, {}).get(key)) for m, v in mixed["values"].items()}
+        out["values"] = {m: {key: None if None in r else (r[0] + r[1]) / 2} for m, r in rates.items()}
+    return out
 
 
 def paired(inputs: MetricInputs) -> list[MetricRecord]:

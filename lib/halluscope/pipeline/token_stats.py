@@ -11,6 +11,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from halluscope.contract.metrics import PAIRED
 from halluscope.errors import DataError
 from halluscope.storage.fs import Location
@@ -100,7 +103,10 @@ class TokenStats:
 
 def paired_spreads(stores: Iterable[RunStore]) -> dict[str, dict[str, float]]:
     """Per task and figure, the median over the runs' model pairs of the sd of their per-item
-    differences: what the items of a task let two models' difference vary by."""
+    differences: what the items of a task let two models' difference vary by. A pair's ``n``
+    counts the units a benchmark pairs over, which may each hold several items (a prompt asked in
+    several trials): the sd per item is se x sqrt(n x items / units), units the most any pair of
+    the task covered, items those the run wrote for the task (as many as units where it wrote none)."""
     sds: dict[tuple[str, str], list[float]] = defaultdict(list)
     for store in stores:
         records = store.read_json("metrics.json")
@@ -108,15 +114,28 @@ def paired_spreads(stores: Iterable[RunStore]) -> dict[str, dict[str, float]]:
         for r in listed:
             if not isinstance(r, dict) or r.get("table") != PAIRED:
                 continue
-            for pair in r.get("pairs", []):
+            pairs = [p for p in r.get("pairs", []) if p.get("n", 0) > 1]
+            if not pairs:
+                continue
+            units = max(p["n"] for p in pairs)
+            per_unit = _items(store, r["task"]) / units or 1.0
+            for pair in pairs:
                 for figure in r.get("figures", []):
                     se = (pair.get(figure) or {}).get("stderr")
-                    if se is not None and pair.get("n", 0) > 1:
-                        sds[(r["task"], figure)].append(se * math.sqrt(pair["n"]))
+                    if se is not None:
+                        sds[(r["task"], figure)].append(se * math.sqrt(pair["n"] * per_unit))
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for (task, figure), values in sorted(sds.items()):
         out[task][figure] = statistics.median(values)
     return dict(out)
+
+
+def _items(store: RunStore, task: str) -> int:
+    """The items a run wrote for a task (0: none, as for a benchmark's record over several tasks)."""
+    try:
+        return pq.read_metadata(pa.BufferReader(store.items_location(task).read_bytes())).num_rows
+    except FileNotFoundError:
+        return 0
 
 
 def _add(acc: list[float], *values: float) -> None:

@@ -26,7 +26,7 @@ from halluscope.contract.benchmark import Benchmark, MetricInputs
 from halluscope.contract.completion import Completion
 from halluscope.contract.errorbars import bars, proportion_se, ratio_se
 from halluscope.contract.metrics import Figure, MetricRecord
-from halluscope.ragtruth import report
+from halluscope.ragtruth import paired, report
 from halluscope.ragtruth.corpus import Corpus
 from halluscope.ragtruth.detectors import PromptDetector
 from halluscope.ragtruth.intervals import detection_intervals
@@ -183,6 +183,7 @@ FIGURES = (*(Figure(f"{level}_{k}", "higher") for level in ("response", "span", 
 
 BENCHMARK = Benchmark("ragtruth", [Detect(), Generation()], options=RagTruthOptions, metrics=metrics,
                       metrics_per_model=True, score_columns=SCORE_COLUMNS,
+                      compare=paired.paired, compare_columns=paired.COMPARE_COLUMNS,
                       report=report.sections, figures=FIGURES,
                       description="RAGTruth: detectors scored on the annotated corpus, and RAG generation "
                                   "judged by a detector")

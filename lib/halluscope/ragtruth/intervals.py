@@ -27,24 +27,25 @@ FIGURES = ("response_precision", "response_recall", "response_f1", "span_precisi
 _COUNTS = ("tp", "fp", "fn", "tp_chars", "pred_chars", "gold_chars")
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+def pooled_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den elementwise, 0/0 as 0 (as ``metrics.scores`` reports it)."""
     return np.divide(num, den, out=np.zeros_like(num, dtype=float), where=den != 0)
 
 
-def _figures(t: np.ndarray) -> np.ndarray:
+def pooled_figures(t: np.ndarray) -> np.ndarray:
     """Rows of summed counts (``_COUNTS`` order) -> rows of ``FIGURES``."""
     tp, fp, fn, hit, pred, gold = t.T
     out = []
     for p_num, p_den, r_num, r_den in ((tp, tp + fp, tp, tp + fn), (hit, pred, hit, gold)):
-        p, r = _ratio(p_num, p_den), _ratio(r_num, r_den)
-        out += [p, r, _ratio(2 * p * r, p + r)]
+        p, r = pooled_ratio(p_num, p_den), pooled_ratio(r_num, r_den)
+        out += [p, r, pooled_ratio(2 * p * r, p + r)]
     return np.stack(out, axis=1)
 
 
 def cluster_bootstrap(sums: np.ndarray, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Per figure the standard error and the (2.5, 97.5) percentile interval, resampling the rows of
     ``sums`` (one per source: its responses' counts)."""
-    stats = _figures(resampled_sums(sums, resamples, rng))
+    stats = pooled_figures(resampled_sums(sums, resamples, rng))
     return stats.std(axis=0, ddof=1), np.percentile(stats, [2.5, 97.5], axis=0).T
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from halluscope.contract.metrics import MetricRecord
+from halluscope.contract.metrics import PAIRED, MetricRecord
 from halluscope.contract.report import Section, Table
 from halluscope.ragtruth.metrics import ALL, OVERALL
 from halluscope.ragtruth.selection import STRATEGIES
+from halluscope.report import ranking
 
 
 def _pct(x: float | None) -> str:
@@ -100,8 +101,34 @@ def preamble(records: list[dict]) -> list[str]:
             if kind in kinds]
 
 
+# the figures whose rankings the report shows, by task: each model's figure over all of it
+RANKED = (("response_f1", "response-level F1"), ("span_f1", "span-level F1"),
+          ("hallucination_rate", "hallucination rate"))
+
+
+def rankings(rows: list[dict], paired: list[dict]) -> list[Table]:
+    """Which models the paired differences tell apart (``report.ranking``): detectors by F1, the
+    models answering sources by hallucination rate, each over all task types and response models."""
+    overall = [r for r in rows if r.get("table") in ("detection", "generation") and r["task_type"] == OVERALL
+               and r.get("generator", ALL) == ALL]
+    tables = []
+    for key, name in RANKED:
+        tables += [ranking.rank_separations(overall, paired, key, name, [
+                       f"Adjacent models in each task's ranking by {name}, told apart when their paired difference "
+                       "exceeds its 95% interval: detectors over the responses both scored (a paired bootstrap "
+                       "over sources), models answering sources over the sources both were scored on "
+                       "(metrics.json: table \"paired\"); without a paired record, their errors taken as "
+                       "unpaired, which overstates it."]),
+                   ranking.rank_intervals(paired, key, f"Rank intervals by {name} (1: the lowest)", [
+                       f"The ranks a model can hold on a task, given which of its paired differences in {name} "
+                       "exceed their 95% interval."])]
+    return [t for t in tables if t is not None]
+
+
 def sections(records: Sequence[MetricRecord]) -> list[Section]:
     """The report hook: RAGTruth's section of leaderboard.md and report.html (read from the records'
     flat objects)."""
-    rows = [r.as_json() for r in records]
-    return [Section("RAGTruth", preamble(rows), parts=tables(rows))]
+    every = [r.as_json() for r in records]
+    rows = [r for r in every if r.get("table") != PAIRED]
+    paired = [r for r in every if r.get("table") == PAIRED]
+    return [Section("RAGTruth", preamble(rows), parts=[*tables(rows), *rankings(rows, paired)])]

@@ -1,7 +1,8 @@
 """``halluscope compare RUN_A RUN_B``: a model across two runs (a new version of it, another judge,
 another sampling), per task and figure: both runs' values and B minus A with its paired standard
 error and 95% interval over the items both runs scored. The pairing is the benchmark's own
-(``Benchmark.compare``), fed the two runs' rows as two models."""
+(``Benchmark.compare``), fed the two runs' rows as two models; the values are those its paired
+record gives for the models asked about (else each run's metrics record of the model and task)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
         for record in bench.compare(inputs):
             if record.values.get("table") != PAIRED:
                 continue
+            own = record.values.get("values") or {}  # each asked model's figures, where the hook gives them
             for pair in record.values.get("pairs", []):
                 (la, ma), (lb, mb) = pair["a"].split("\0", 1), pair["b"].split("\0", 1)
                 if (la, lb) != (_A, _B) or ma != mb:
@@ -99,9 +101,11 @@ def compare(a: RunStore, b: RunStore, models: Sequence[str] | None = None) -> li
                     d = pair[figure]
                     diff = None if d["diff"] is None else 0.0 - d["diff"]
                     ci = None if d["ci95"] is None else [0.0 - d["ci95"][1], 0.0 - d["ci95"][0]]
-                    out.append({"model": ma, "task": record.task, "figure": figure,
-                                "a": values[_A].get((ma, record.task), {}).get(figure),
-                                "b": values[_B].get((ma, record.task), {}).get(figure), "n": pair["n"],
+                    a_value, b_value = (own[p][figure] if figure in own.get(p, {}) else
+                                        values[label].get((ma, record.task), {}).get(figure)
+                                        for p, label in ((pair["a"], _A), (pair["b"], _B)))
+                    out.append({"model": ma, "task": record.task, "figure": figure, "a": a_value, "b": b_value,
+                                "n": pair["n"],
                                 "diff": diff, "stderr": d["stderr"], "ci95": ci,
                                 "method": record.values.get("method"), "favours": _favours(ci, better.get(figure))})
     return out

@@ -50,9 +50,9 @@ def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
     from halluscope.config.load import default_config, parse_config
     from halluscope.pipeline.execute import driver_batches
-    from halluscope.pipeline.resolved import ResolvedRun
     from halluscope.pipeline.workset import list_work
     from halluscope.records import GenerationIds
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 

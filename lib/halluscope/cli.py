@@ -279,7 +279,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     if args.throughput:
-        return _calibrate_speed(ResolvedRun.of(cfg), args)
+        return _calibrate_speed(ResolvedRun.of(cfg, cache=None), args)  # a measurement looks in no call cache
     spec = cfg.calibration or CalibrationSpec()
     if args.items_per_model is not None:
         spec = spec.model_copy(update={"items_per_model": args.items_per_model})

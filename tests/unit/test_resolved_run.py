@@ -10,13 +10,13 @@ from tests.unit.test_cli import _replay_config
 
 from halluscope.cli import main
 from halluscope.contract.benchmark import Benchmark
-from halluscope.pipeline import workset
+from halluscope.resolve import items
 from halluscope.task_registry import get_task
 
 
 def test_a_run_has_one_item_source_loads_each_source_once_and_parses_options_once(tmp_path, monkeypatch):
     sources, loads, parses = [], Counter(), Counter()
-    real_init, real_parse = workset.ItemSource.__init__, Benchmark.parse_options
+    real_init, real_parse = items.ItemSource.__init__, Benchmark.parse_options
     task = type(get_task("halogen/code"))
     real_load = task.load_items
 
@@ -32,7 +32,7 @@ def test_a_run_has_one_item_source_loads_each_source_once_and_parses_options_onc
         parses[self.name] += 1
         return real_parse(self, raw)
 
-    monkeypatch.setattr(workset.ItemSource, "__init__", init)
+    monkeypatch.setattr(items.ItemSource, "__init__", init)
     monkeypatch.setattr(task, "load_items", load)
     monkeypatch.setattr(Benchmark, "parse_options", parse)
     # a budget: the estimate reads the items before the plan does

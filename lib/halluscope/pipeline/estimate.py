@@ -30,7 +30,7 @@ same rule the run follows); the roles the run serves are held for the whole run 
 makespan, or startup + the busiest other model's time, whichever is longer).
 
 This module accumulates and prices. The items come from the run's own loader
-(``workset.ItemSource``), so both read the same items; cached generation calls from the call
+(``resolve.items.ItemSource``), so both read the same items; cached generation calls from the call
 cache's one reader (``models.cache.read_calls``), as the Generate stage sees them; measured sizes
 from ``token_stats``; the rows and their rendering are ``plan_view``'s.
 """

@@ -38,7 +38,6 @@ class ResolvedRun:
     specs: Mapping[str, ModelSpec]  # every model of the run by id
     tested: list[ModelSpec]  # the models under test (role 'test'), in config order
     resolver: DataResolver
-    knowledge: Knowledge  # unloaded: each actor loads what its tasks use
     items: ItemSource  # each source loaded at its first use: the estimate's, the plan's, the workers'
 
     @classmethod
@@ -51,9 +50,14 @@ class ResolvedRun:
         resolver = resolver_for(cfg)
         return cls(cfg, cfg.fingerprint(), price_table(cfg), plan_options(cfg, throughput_table),
                    cache_location(cfg) if cache is ... else cache, options, {m.id: m for m in cfg.models},
-                   models_under_test(cfg), resolver,
-                   knowledge_for(resolver, cfg.storage, cfg.concurrency.verify_actors, options),
-                   item_source(cfg, resolver))
+                   models_under_test(cfg), resolver, item_source(cfg, resolver))
+
+    @cached_property
+    def knowledge(self) -> Knowledge:
+        """The verifiers' knowledge, unloaded: each actor loads what its tasks use. Built at its
+        first use: a plan needs none (nor the storage credentials its index cache asks for)."""
+        cfg = self.cfg
+        return knowledge_for(self.resolver, cfg.storage, cfg.concurrency.verify_actors, self.options)
 
     @cached_property
     def root(self) -> Location:

@@ -34,6 +34,7 @@ from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 from halluscope.task_registry import benchmarks
 
 if TYPE_CHECKING:
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.run import RunStore
 
 
@@ -60,10 +61,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   f"  {_resume_command(args, run_id)}", file=sys.stderr)
         raise  # nothing was recorded where the storage does not answer, and asking it again takes as long
     except (Exception, KeyboardInterrupt) as err:
-        setattr(err, _RESUME, _resume_hint(cfg, args, run_id))  # printed last, after the error (main)
+        setattr(err, _RESUME, _resume_hint(resolved, args, run_id))  # printed last, after the error (main)
         raise
     print(result.leaderboard)
-    for note in _input_notes(cfg, result):
+    for note in _input_notes(resolved, result):
         print(note)
     print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
           f"{result.seconds:.1f} s; results in {result.uri}")
@@ -75,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_notes(cfg, result) -> list[str]:
+def _input_notes(resolved: ResolvedRun, result) -> list[str]:
     """Items with no recorded response and rows set aside in the run's quarantine, per model and
     task: a replay file that covers part of a task is no error of the run, but the user should know
     which items were left out, which rows could not be used, and where the quarantine is."""
@@ -83,17 +84,17 @@ def _input_notes(cfg, result) -> list[str]:
     from halluscope.storage.run import RunStore
 
     # a "file" model without a path never gets this far (its replay is refused before the run)
-    files = {m.id: m.replay_file for m in cfg.models if m.replay_file is not None}
-    store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), result.run_id)
+    files = {m.id: m.replay_file for m in resolved.cfg.models if m.replay_file is not None}
+    store = RunStore(resolved.root, result.run_id)
     return input_notes(result.missing, files, store.read_table("quarantine"), store.loc.child("quarantine").url)
 
 
-def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
+def _resume_hint(resolved: ResolvedRun, args: argparse.Namespace, run_id: str) -> str | None:
     """The exact command that continues a run this command left failed or interrupted."""
     from halluscope.storage.run import RunStore
 
     try:
-        manifest = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id).read_json("manifest.json")
+        manifest = RunStore(resolved.root, run_id).read_json("manifest.json")
     except (OSError, HalluscopeError):
         return None
     if not manifest or manifest.get("status") not in ("failed", "interrupted", "over_budget"):
@@ -292,7 +293,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate_speed(resolved, args: argparse.Namespace) -> int:
+def _calibrate_speed(resolved: ResolvedRun, args: argparse.Namespace) -> int:
     from halluscope.pipeline.engine_speed import calibrate_speed, table_path, write_table
 
     out = table_path(args.throughput)

@@ -29,6 +29,9 @@ from halluscope.task_registry import benchmark_of
 
 @dataclass(frozen=True)
 class ResolvedRun:
+    """A run's config and what it derives from it, built once by whoever runs or plans it
+    (``of``); the cheap parts at once, the knowledge, storage root and layout at first use."""
+
     cfg: RunConfig  # read-only: its fields, for what is not derived here
     fingerprint: str
     prices: PriceTable | None

@@ -171,12 +171,12 @@ def refused(tmp: Path, layout: str, size: Size) -> str | None:
     from halluscope.config.load import parse_config
     from halluscope.errors import ConfigError
     from halluscope.pipeline.estimate import plan
-    from halluscope.pipeline.resolved import price_table
-    from halluscope.pipeline.schedule import check_layout
+    from halluscope.resolve.cluster import check_layout
+    from halluscope.resolve.run import ResolvedRun
 
     cfg = parse_config(config(tmp, layout, size))
     messages = []
-    for check in (lambda: check_layout(cfg), lambda: plan(cfg, price_table(cfg))):
+    for check in (lambda: check_layout(cfg), lambda: plan(ResolvedRun.of(cfg, cache=None))):
         try:
             check()
         except ConfigError as err:
@@ -197,10 +197,10 @@ def measure(tmp: Path, layout: str, size: Size, drills: Sequence[str] = DRILLS) 
     from halluscope.config.load import parse_config
     from halluscope.pipeline.engine_speed import calibrate_speed, write_table
     from halluscope.pipeline.estimate import plan
-    from halluscope.pipeline.resolved import plan_options, price_table
     from halluscope.pipeline.runner import run
-    from halluscope.pipeline.schedule import layout as run_layout
     from halluscope.pipeline.token_stats import TokenStats
+    from halluscope.resolve.cluster import layout as run_layout
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
@@ -223,17 +223,18 @@ def measure(tmp: Path, layout: str, size: Size, drills: Sequence[str] = DRILLS) 
         throughput = None
         if service:  # `halluscope calibrate --throughput`: the service's engine measured where the run calls it
             throughput = tmp / "throughput.yaml"
-            write_table(calibrate_speed(parse_config(config(tmp, layout, size, cluster.address, judge_url)))[0],
-                        throughput)
+            measured = parse_config(config(tmp, layout, size, cluster.address, judge_url))
+            write_table(calibrate_speed(ResolvedRun.of(measured))[0], throughput)
         doc = config(tmp, layout, size, cluster.address, judge_url, throughput)
         cfg = parse_config(doc)
         # a pilot of the config (`halluscope run --max-items-per-task`), whose call sizes the plan reads
         pilot = "pilot" if size.items > PILOT_ITEMS else layout
         if pilot == "pilot":
-            run(parse_config({**doc, "limits": {"max_items_per_task": PILOT_ITEMS}}), run_id=pilot, progress=False)
-        result = run(cfg, run_id=layout, progress=False)
+            pilot_cfg = parse_config({**doc, "limits": {"max_items_per_task": PILOT_ITEMS}})
+            run(ResolvedRun.of(pilot_cfg), run_id=pilot, progress=False)
+        result = run(ResolvedRun.of(cfg), run_id=layout, progress=False)
         stats = TokenStats.from_runs([f"{cfg.storage.root}/{pilot}"], cfg.storage)
-        estimate = plan(cfg, price_table(cfg), stats, options=plan_options(cfg))
+        estimate = plan(ResolvedRun.of(cfg, cache=None), stats)
         store = RunStore(Location.from_url(cfg.storage.root), layout)
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()
@@ -341,6 +342,7 @@ def fault_drill(tmp: Path, layout: str, size: Size, address: str, judge_url: str
     from halluscope.config.load import parse_config
     from halluscope.pipeline.runner import run
     from halluscope.records import transient_error
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.serving.app import app_name_for
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
@@ -359,9 +361,9 @@ def fault_drill(tmp: Path, layout: str, size: Size, address: str, judge_url: str
     killed: list[int] = []
     killer = threading.Thread(target=lambda: killed.extend(_kill_replica(app_name_for(first, "faults"))), daemon=True)
     killer.start()
-    run(parse_config(doc), run_id="faults", progress=False)
+    run(ResolvedRun.of(parse_config(doc)), run_id="faults", progress=False)
     failed = sum(map(transient_error, store.read_table("scores", ["error"]).column("error").to_pylist()))
-    run(parse_config(config_until(time.time())), run_id="faults", progress=False)  # the outage is over
+    run(ResolvedRun.of(parse_config(config_until(time.time()))), run_id="faults", progress=False)  # the outage is over
     scores = store.read_table("scores", ["gen_id", "error"]).to_pylist()
     ids = [r["gen_id"] for r in scores]
     return {"rows": len(scores), "failed": failed, "without_verdict": sum(r["error"] is not None for r in scores),

@@ -41,9 +41,10 @@ def one_size(cfg_path: str) -> dict:
     """Run in this process (the driver) and report its own peak RSS."""
     from halluscope.config.load import load_config
     from halluscope.pipeline.runner import run
+    from halluscope.resolve.run import ResolvedRun
 
     t0 = time.perf_counter()
-    result = run(load_config(cfg_path), run_id="mem", progress=False)
+    result = run(ResolvedRun.of(load_config(cfg_path)), run_id="mem", progress=False)
     seconds = time.perf_counter() - t0
     if result.failure:
         raise RuntimeError(result.failure)

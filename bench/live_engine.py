@@ -178,6 +178,8 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     """halluscope's judge calls and the engine's speed; then a pilot run over the first
     ``pilot_items`` prompts and the plan they give; then the generation of every prompt by the
     run-served model, in one Ray each run joins (so it is not stopped between them)."""
+    from dataclasses import replace
+
     import ray
     from tests.support.servers import free_port
 
@@ -186,6 +188,7 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     from halluscope.pipeline.estimate import plan
     from halluscope.pipeline.runner import run
     from halluscope.pipeline.token_stats import TokenStats
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.serving.throughput import PlanOptions
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
@@ -210,10 +213,10 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
         table = with_measured_row(assumed.table_or_raise(), cfg.models[0], speed, assumed,
                                   time.strftime("%Y-%m-%d"))
         if pilot_items:
-            run(config(pilot_items), run_id="pilot", progress=False)
+            run(ResolvedRun.of(config(pilot_items)), run_id="pilot", progress=False)
         stats = TokenStats.measure([RunStore(root_loc, "pilot")]) if pilot_items else None
-        estimate = plan(cfg, None, stats, options=PlanOptions(table=table))
-        run(cfg, run_id="live", progress=False)
+        estimate = plan(replace(ResolvedRun.of(cfg), plan_options=PlanOptions(table=table)), stats)
+        run(ResolvedRun.of(cfg), run_id="live", progress=False)
     finally:
         ray.shutdown()
     (d,) = store.read_json("manifest.json")["schedule"]["deployments"]

@@ -110,16 +110,16 @@ def against_plan(manifest: dict, costs: list[dict], estimate: Plan, gpus: float)
 def measure(models: list[tuple[str, int, int, float]], items: int, speedup: float) -> dict:
     from halluscope.config.load import parse_config
     from halluscope.pipeline.estimate import plan
-    from halluscope.pipeline.resolved import price_table
     from halluscope.pipeline.runner import run
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
     with tempfile.TemporaryDirectory(prefix="many-models-") as folder:
         tmp = Path(folder)
         cfg = parse_config(config(tmp, models, items, speedup))
-        estimate = plan(cfg, price_table(cfg))
-        result = run(cfg, run_id="many", progress=False)
+        estimate = plan(ResolvedRun.of(cfg))
+        result = run(ResolvedRun.of(cfg), run_id="many", progress=False)
         store = RunStore(Location.from_url(cfg.storage.root), "many")
         manifest = store.read_json("manifest.json") or {}
         costs = store.read_table_file("costs.parquet").to_pylist()

@@ -50,9 +50,9 @@ def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     """The same stages as plain function calls in one process, one batch after another."""
     from halluscope.config.load import default_config, parse_config
     from halluscope.pipeline.execute import driver_batches
-    from halluscope.pipeline.resolved import ResolvedRun
     from halluscope.pipeline.workset import list_work
     from halluscope.records import GenerationIds
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
@@ -60,7 +60,7 @@ def loop_seconds(root: str, max_items: int | None) -> tuple[float, int]:
     cfg = default_config() if max_items is None else parse_config(demo_config(max_items))
     store = RunStore(Location.from_url(root), "loop")
     run = ResolvedRun.of(cfg)
-    work = list_work(cfg, store, run.items)
+    work = list_work(run, store)
     committed = driver_batches(run, store, work, work.blocks, GenerationIds(), cfg.models)
     rows = sum(sum(t.column("rows").to_pylist()) for t in committed)
     return time.perf_counter() - t0, rows

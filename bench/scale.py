@@ -79,9 +79,10 @@ def one_size(cfg_path: str) -> dict:
     """Run in this process (the driver) and report its own peak RSS."""
     from halluscope.config.load import load_config
     from halluscope.pipeline.runner import run
+    from halluscope.resolve.run import ResolvedRun
 
     t0 = time.perf_counter()
-    result = run(load_config(cfg_path), run_id="scale", progress=False)
+    result = run(ResolvedRun.of(load_config(cfg_path)), run_id="scale", progress=False)
     seconds = time.perf_counter() - t0
     return {"rows": result.processed, "seconds": round(seconds, 1),
             "rows_per_s": round(result.processed / seconds, 1),

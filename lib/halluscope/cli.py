@@ -34,6 +34,7 @@ from halluscope.storage.names import RUN_ID_RULE, root_problem, run_id_problem
 from halluscope.task_registry import benchmarks
 
 if TYPE_CHECKING:
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.run import RunStore
 
 
@@ -41,16 +42,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from halluscope.config.load import default_config, load_config
     from halluscope.pipeline.calibration import calibrate
     from halluscope.pipeline.runner import default_run_id, run
+    from halluscope.resolve.run import ResolvedRun
 
     cfg = load_config(args.config) if args.config else default_config()
     if args.storage_root:
         cfg.storage.root = args.storage_root
     if args.max_items_per_task:  # a pilot of the config: its own run, whose manifest records the limit
         cfg.limits.max_items_per_task = args.max_items_per_task
-    run_id = args.run_id or cfg.run_id or default_run_id(cfg)
+    resolved = ResolvedRun.of(cfg)
+    run_id = args.run_id or cfg.run_id or default_run_id(resolved)
     try:
-        agreement = calibrate(cfg, progress=not args.quiet) if cfg.calibration else []
-        result = run(cfg, run_id=run_id, progress=not args.quiet, retry_failed=not args.keep_failed,
+        agreement = calibrate(resolved, progress=not args.quiet) if cfg.calibration else []
+        result = run(resolved, run_id=run_id, progress=not args.quiet, retry_failed=not args.keep_failed,
                      agreement=agreement)
     except StorageError as err:
         if isinstance(err, StorageFull):  # its manifest may be unwritable too: the command, whatever it says
@@ -58,10 +61,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   f"  {_resume_command(args, run_id)}", file=sys.stderr)
         raise  # nothing was recorded where the storage does not answer, and asking it again takes as long
     except (Exception, KeyboardInterrupt) as err:
-        setattr(err, _RESUME, _resume_hint(cfg, args, run_id))  # printed last, after the error (main)
+        setattr(err, _RESUME, _resume_hint(resolved, args, run_id))  # printed last, after the error (main)
         raise
     print(result.leaderboard)
-    for note in _input_notes(cfg, result):
+    for note in _input_notes(resolved, result):
         print(note)
     print(f"run {result.run_id}: {result.processed} generations processed, {result.skipped} already done, "
           f"{result.seconds:.1f} s; results in {result.uri}")
@@ -73,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_notes(cfg, result) -> list[str]:
+def _input_notes(resolved: ResolvedRun, result) -> list[str]:
     """Items with no recorded response and rows set aside in the run's quarantine, per model and
     task: a replay file that covers part of a task is no error of the run, but the user should know
     which items were left out, which rows could not be used, and where the quarantine is."""
@@ -81,17 +84,17 @@ def _input_notes(cfg, result) -> list[str]:
     from halluscope.storage.run import RunStore
 
     # a "file" model without a path never gets this far (its replay is refused before the run)
-    files = {m.id: m.replay_file for m in cfg.models if m.replay_file is not None}
-    store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), result.run_id)
+    files = {m.id: m.replay_file for m in resolved.cfg.models if m.replay_file is not None}
+    store = RunStore(resolved.root, result.run_id)
     return input_notes(result.missing, files, store.read_table("quarantine"), store.loc.child("quarantine").url)
 
 
-def _resume_hint(cfg, args: argparse.Namespace, run_id: str) -> str | None:
+def _resume_hint(resolved: ResolvedRun, args: argparse.Namespace, run_id: str) -> str | None:
     """The exact command that continues a run this command left failed or interrupted."""
     from halluscope.storage.run import RunStore
 
     try:
-        manifest = RunStore(Location.from_url(cfg.storage.root, cfg.storage), run_id).read_json("manifest.json")
+        manifest = RunStore(resolved.root, run_id).read_json("manifest.json")
     except (OSError, HalluscopeError):
         return None
     if not manifest or manifest.get("status") not in ("failed", "interrupted", "over_budget"):
@@ -123,17 +126,17 @@ def _prog() -> str:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from halluscope.config.load import load_config
     from halluscope.pipeline.estimate import check_budget, plan
-    from halluscope.pipeline.resolved import cache_location, plan_options, price_table
     from halluscope.pipeline.token_stats import TokenStats
+    from halluscope.resolve.run import ResolvedRun
+    from halluscope.resolve.tables import cache_location
 
     cfg = load_config(args.config)
     stats = TokenStats.from_runs(args.stats, cfg.storage) if args.stats else None
-    options = plan_options(cfg, args.throughput)
     try:
         cache, skipped = cache_location(cfg), None
     except ConfigError as err:  # a plan writes nothing: storage credentials only let it look in the cache
         cache, skipped = None, f"the call cache was not looked in ({err}): every call is planned as new"
-    estimate = plan(cfg, price_table(cfg), stats, options=options, cache=cache)
+    estimate = plan(ResolvedRun.of(cfg, args.throughput, cache=cache), stats)
     if skipped and any(not m.replayed for m in cfg.models):
         estimate.notes.insert(0, skipped)
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.table())
@@ -273,14 +276,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from halluscope.pipeline.calibration import calibrate
     from halluscope.report.agreement import agreement_section
     from halluscope.report.render import markdown_blocks, render_markdown
+    from halluscope.resolve.run import ResolvedRun
 
     cfg = load_config(args.config)
     if args.throughput:
-        return _calibrate_speed(cfg, args)
+        return _calibrate_speed(ResolvedRun.of(cfg, cache=None), args)  # a measurement looks in no call cache
     spec = cfg.calibration or CalibrationSpec()
     if args.items_per_model is not None:
         spec = spec.model_copy(update={"items_per_model": args.items_per_model})
-    records: list[MetricRecord] = calibrate(cfg, spec, progress=not args.quiet)
+    records: list[MetricRecord] = calibrate(ResolvedRun.of(cfg), spec, progress=not args.quiet)
     if args.json:
         print(json.dumps([r.as_json() for r in records], indent=2))
         return 0
@@ -289,11 +293,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate_speed(cfg, args: argparse.Namespace) -> int:
+def _calibrate_speed(resolved: ResolvedRun, args: argparse.Namespace) -> int:
     from halluscope.pipeline.engine_speed import calibrate_speed, table_path, write_table
 
     out = table_path(args.throughput)
-    table, speeds = calibrate_speed(cfg, args.calls)
+    table, speeds = calibrate_speed(resolved, args.calls)
     write_table(table, out)
     if args.json:
         print(json.dumps([s.as_dict() for s in speeds], indent=2))
@@ -322,7 +326,7 @@ def _partial_report(loc) -> str:
     for model, m in progress["models"].items():
         lines.append(f"{model}: {m['done']}/{m['total']} generations committed")
     cfg = parse_config(manifest["config"], f"{loc.url}/manifest.json", stored=True)
-    lines += ["", leaderboard(aggregate(cfg, store).metrics, manifest["run_id"])]
+    lines += ["", leaderboard(aggregate(store, cfg.tasks, cfg.models, cfg.options_for).metrics, manifest["run_id"])]
     return "\n".join(lines)
 
 

@@ -650,7 +650,7 @@ def submit(config_uri: str, *, namespace: str | None = None, name: str | None = 
     ``check_only`` stops there, returning the findings ({"name", "namespace", "findings"}).
     """
     from halluscope.config.load import load_config
-    from halluscope.pipeline.schedule import check_layout
+    from halluscope.resolve.cluster import check_layout
 
     if in_cluster and (kubeconfig or context):
         raise ConfigError("in-cluster credentials exclude a kubeconfig or context: pass one or the other")

@@ -23,9 +23,9 @@ from pathlib import Path
 from halluscope.config.schema import ClusterSpec
 from halluscope.errors import ConfigError
 from halluscope.kuberay import GPU_RESOURCE, apply_queue, build_rayjob, load_template
-from halluscope.pipeline.nodes import SERVICE, Layout
 from halluscope.preflight import pod_requests
 from halluscope.quantity import parse_quantity
+from halluscope.resolve.nodes import SERVICE, Layout
 
 API = "kueue.x-k8s.io/v1beta2"
 QUEUE = "halluscope"

@@ -14,6 +14,7 @@ from halluscope.config.load import load_config
 from halluscope.halogen.report import PREAMBLE
 from halluscope.pipeline.runner import run
 from halluscope.report.render import md_text
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -50,7 +51,7 @@ def test_example_runs_offline_to_complete(name, in_driver, tmp_path, monkeypatch
     assert all(m.backend in ("replay", "scripted") for m in cfg.models)
     assert not any(m.served for m in cfg.models)
     cfg.storage.root = f"file://{tmp_path}/runs"
-    result = run(cfg, run_id=name, progress=False)
+    result = run(ResolvedRun.of(cfg), run_id=name, progress=False)
 
     assert result.failure is None and not result.missing
     manifest = RunStore(Location.from_url(cfg.storage.root), name).read_json("manifest.json")

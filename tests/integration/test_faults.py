@@ -31,6 +31,7 @@ from halluscope.config.load import parse_config
 from halluscope.models.staged import read_staged
 from halluscope.pipeline.generation import staged_location
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.serving.app import app_name_for
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -79,7 +80,7 @@ def uninterrupted(tmp_path_factory) -> dict[str, pa.Table]:
     root = f"file://{tmp_path_factory.mktemp('clean')}"
     with pytest.MonkeyPatch.context() as env:
         leave_ray(env)  # as the in_driver fixture does, for the module
-        result = run(parse_config(_config(root, free_port(), drill=False)), run_id="clean", progress=False)
+        result = run(ResolvedRun.of(parse_config(_config(root, free_port(), drill=False))), run_id="clean", progress=False)
     assert result.processed == TOTAL
     assert RunStore(Location.from_url(root), "clean").read_json("manifest.json")["execution"] == IN_DRIVER
     tables = comparable_tables(RunStore(Location.from_url(root), "clean"))
@@ -163,7 +164,7 @@ def test_transient_s3_failures_are_retried(uninterrupted, in_driver, s3_endpoint
                             "limits": {"max_items_per_task": limit},
                             "models": [{"id": m, "backend": "replay"} for m in REPLAYED],
                             "concurrency": {"batch_size": 30}, "costs": {"price_table": None}})
-        result = run(cfg, run_id="flaky", progress=False)
+        result = run(ResolvedRun.of(cfg), run_id="flaky", progress=False)
         store = RunStore(Location.from_url(cfg.storage.root, cfg.storage), "flaky")
         tables = comparable_tables(store)
         manifest = store.read_json("manifest.json")
@@ -316,7 +317,7 @@ def test_killed_driver_of_a_ragtruth_and_fewl_run_resumes_every_id_once(in_drive
         s.__enter__()
     try:
         clean_root = f"file://{tmp_path}/clean"
-        assert run(parse_config(_both_config(clean_root, corpus, data, servers)), run_id="clean",
+        assert run(ResolvedRun.of(parse_config(_both_config(clean_root, corpus, data, servers))), run_id="clean",
                    progress=False).processed == BOTH_TOTAL
         clean = RunStore(Location.from_url(clean_root), "clean")
 

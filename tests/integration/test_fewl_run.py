@@ -19,6 +19,7 @@ from tests.support.openai_server import OpenAIStubServer
 
 from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -109,7 +110,7 @@ def test_fewl_scores_evaluation_costs_report_and_caches(in_driver, tmp_path):
         s.__enter__()
     try:
         cfg = parse_config(fewl_config(root, data, servers, write_prices(tmp_path / "prices.yaml")))
-        first = run(cfg, run_id="fewl-1", progress=False)
+        first = run(ResolvedRun.of(cfg), run_id="fewl-1", progress=False)
         # every distinct prompt once: 4 answers, 4 questions per reference, 4 IW/CO replies
         assert {m: s.calls for m, s in servers.items()} == {m: 4 for m in servers}
         store = RunStore(Location.from_url(root), "fewl-1")
@@ -166,7 +167,7 @@ def test_fewl_scores_evaluation_costs_report_and_caches(in_driver, tmp_path):
 
         # a new run id: no model call repeated, the same scores
         calls = {m: s.calls for m, s in servers.items()}
-        second = run(cfg, run_id="fewl-2", progress=False)
+        second = run(ResolvedRun.of(cfg), run_id="fewl-2", progress=False)
         assert {m: s.calls for m, s in servers.items()} == calls
         again = {r["model"]: r for r in second.metrics if r.get("benchmark") == "fewl"}
         assert again["(labelled candidates)"]["evaluation"] == ev

@@ -20,6 +20,7 @@ from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_te
 from halluscope.hallulens.sources import load_itis, load_medicines
 from halluscope.pipeline.runner import run
 from halluscope.report.html import render_report
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.storage.spec import StorageSpec
@@ -87,7 +88,7 @@ def test_one_config_runs_four_benchmarks_and_submits_as_a_rayjob(ray_head, s3_en
         path = tmp_path / "four.yaml"
         path.write_text(yaml.safe_dump(_config(tmp_path, storage, bucket, servers)))
         cfg = load_config(str(path))
-        result = run(cfg, run_id="four", progress=False)
+        result = run(ResolvedRun.of(cfg), run_id="four", progress=False)
     finally:
         for s in servers.values():
             s.__exit__(None, None, None)

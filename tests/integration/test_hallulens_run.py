@@ -18,6 +18,7 @@ from halluscope.hallulens.generation import LongWikiConfig, PreciseWikiQAConfig,
 from halluscope.hallulens.nonexistent import MixedEntitiesConfig, build_mixed_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality, load_itis, load_medicines
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 from halluscope.storage.spec import StorageSpec
@@ -101,7 +102,7 @@ def test_three_tasks_end_to_end(in_driver, s3_endpoint, bucket, tmp_path):
     cfg = parse_config({"storage": storage, "tasks": list(testsets), "testsets": testsets,
                         "models": _models(), "costs": {"price_table": None},
                         "benchmarks": {"hallulens": {"wiki": {"articles": str(tmp_path / "articles.jsonl")}}}})
-    result = run(cfg, run_id="lens", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="lens", progress=False)
     store = RunStore(Location.from_url(storage["root"], spec), "lens")
     assert store.read_json("manifest.json")["execution"] == IN_DRIVER
     scores = store.read_table("scores").to_pylist()

@@ -20,6 +20,7 @@ from halluscope.halogen.common import RELEASED
 from halluscope.halogen.stand_in import reference_titles
 from halluscope.knowledge.titles import normalize_title
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.names import INDEX_CACHE
 from halluscope.storage.run import RunStore
@@ -87,7 +88,7 @@ def test_every_domain_with_scripted_judge_and_extractor(in_driver, tmp_path):
     people = _articles(tmp_path / "articles.jsonl")
     root = str(tmp_path / "runs")
     cfg = parse_config(_config(root, tmp_path / "titles.txt", tmp_path / "articles.jsonl"))
-    result = run(cfg, run_id="all", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="all", progress=False)
     store = RunStore(Location.from_url(root, cfg.storage), "all")
     scores = store.read_table("scores").to_pylist()
     assert len(TASKS) == 18 and len(scores) == len(MODELS) * 18 * LIMIT == result.processed

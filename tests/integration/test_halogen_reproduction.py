@@ -12,8 +12,8 @@ from halluscope.config.load import parse_config
 from halluscope.halogen import metrics as halogen_metrics
 from halluscope.halogen.published import published
 from halluscope.pipeline import stages, workset
-from halluscope.pipeline.resolved import knowledge_for
 from halluscope.records import GenerationIds
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -46,10 +46,10 @@ def _config():
 def test_paper_rules_reproduce_the_released_numbers(tmp_path):
     cfg = _config()
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "repro")
-    items = workset.item_source(cfg)
-    work = workset.list_work(cfg, store, items)
-    ctx = workset.Expansion(store, items, workset.models_under_test(cfg))
-    evaluate = stages.Evaluate(knowledge_for(cfg), cfg.models, {}, None, store, cfg.concurrency.batch_size, ctx.item)
+    run = ResolvedRun.of(cfg)
+    work = workset.list_work(run, store)
+    ctx = workset.Expansion(store, run.items, run.tested)
+    evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, None, store, cfg.concurrency.batch_size, ctx.item)
     for batch in workset.expand_unit(work.units, ctx, GenerationIds()):
         list(evaluate(batch))
     metrics = halogen_metrics.task_metrics(store.read_table("scores"))

@@ -13,6 +13,7 @@ from tests.conftest import SHARED_DATA
 from halluscope.cli import _partial_report, main
 from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -36,7 +37,7 @@ def test_progress_and_partial_results_while_running(ray_head, tmp_path, capsys):
                         "concurrency": {"batch_size": 8, "generate_batch_size": 8}})
     store = RunStore(Location.from_url(root), "many")
     result: dict = {}
-    worker = threading.Thread(target=lambda: result.setdefault("run", run(cfg, run_id="many", progress=False)))
+    worker = threading.Thread(target=lambda: result.setdefault("run", run(ResolvedRun.of(cfg), run_id="many", progress=False)))
     worker.start()
     partial, statuses = None, []
     while worker.is_alive():

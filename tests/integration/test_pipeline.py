@@ -17,6 +17,7 @@ from tests.support.servers import s3_storage
 from halluscope.config.load import parse_config
 from halluscope.pipeline.runner import run
 from halluscope.report.html import render_report
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -41,7 +42,7 @@ def _tables(store: RunStore) -> dict[str, list[dict]]:
 
 def test_small_run_local(ray_head, tmp_path):
     cfg = parse_config(config_dict(f"file://{tmp_path}", MODELS, TASKS, limit=40))
-    result = run(cfg, run_id="small", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="small", progress=False)
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "small")
     scores = store.read_table("scores")
     assert scores.num_rows == 40 * 4 * 3 == result.processed
@@ -70,13 +71,13 @@ def test_small_run_local(ray_head, tmp_path):
     assert any((tmp_path / "small" / "logs" / f"ray-{attempt}").rglob("*.log"))
     # the same run id again: nothing to do, identical tables
     before = _tables(store)
-    again = run(cfg, run_id="small", progress=False)
+    again = run(ResolvedRun.of(cfg), run_id="small", progress=False)
     assert again.processed == 0 and again.skipped == 480
     assert _tables(store) == before
     # a different config under the same id is refused
     other = parse_config(config_dict(f"file://{tmp_path}", MODELS[:1], TASKS, limit=40))
     with pytest.raises(Exception, match="different configuration"):
-        run(other, run_id="small", progress=False)
+        run(ResolvedRun.of(other), run_id="small", progress=False)
 
 
 def test_resume_after_kill_equals_uninterrupted_run(in_driver, tmp_path):
@@ -102,10 +103,10 @@ def test_resume_after_kill_equals_uninterrupted_run(in_driver, tmp_path):
     # as if the kill had landed between a batch's first part and its commit
     store.write_part("generations", "orphan", store.read_table("generations").slice(0, 5))
 
-    resumed = run(parse_config(cfg), run_id="killed", progress=False)
+    resumed = run(ResolvedRun.of(parse_config(cfg)), run_id="killed", progress=False)
     assert store.read_json("manifest.json")["execution"] == IN_DRIVER
     assert resumed.skipped == committed_before and resumed.skipped + resumed.processed == 720
-    fresh = run(parse_config(cfg), run_id="fresh", progress=False)
+    fresh = run(ResolvedRun.of(parse_config(cfg)), run_id="fresh", progress=False)
     assert fresh.processed == 720
     resumed_tables = _tables(store)
     assert resumed_tables == _tables(RunStore(Location.from_url(f"file://{tmp_path}"), "fresh"))
@@ -119,7 +120,7 @@ def test_run_on_s3(ray_head, s3_endpoint, bucket, monkeypatch, capsys):
 
     cfg = parse_config(config_dict(f"s3://{bucket}/runs", MODELS[:2], ["halogen/code"], limit=30,
                                    storage=s3_storage(s3_endpoint, f"s3://{bucket}/runs")))
-    result = run(cfg, run_id="s3run", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="s3run", progress=False)
     keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint)
             .list_objects_v2(Bucket=bucket, Prefix="runs/s3run/")["Contents"]}
     for name in ("manifest.json", "metrics.json", "leaderboard.md", "items/halogen__code.parquet"):
@@ -146,10 +147,10 @@ def test_generations_from_an_openai_endpoint(ray_head, tmp_path):
     with OpenAIStubServer(responder=responder, fail_plan=FailPlan(first_n=3, status=503, retry_after=0)) as server:
         cfg_dict["models"] = [{"id": "stub", "backend": "openai",
                                "params": {"base_url": server.base_url, "max_retries": 4}}]
-        result = run(parse_config(cfg_dict), run_id="live", progress=False)
+        result = run(ResolvedRun.of(parse_config(cfg_dict)), run_id="live", progress=False)
         calls_first = server.calls
         # the same config under a new run id: every answer comes from the call cache
-        run(parse_config(cfg_dict), run_id="live-again", progress=False)
+        run(ResolvedRun.of(parse_config(cfg_dict)), run_id="live-again", progress=False)
         assert server.calls == calls_first
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "live")
     gens = store.read_table("generations").to_pylist()
@@ -191,7 +192,7 @@ def test_bad_recorded_rows_are_quarantined(ray_head, tmp_path):
                         "limits": {"max_items_per_task": 3},
                         "models": [{"id": "mine", "backend": "replay",
                                     "params": {"source": "file", "path": str(recorded)}}]})
-    result = run(cfg, run_id="q", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="q", progress=False)
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "q")
     q = store.read_table("quarantine").to_pylist()
     assert [(r["row"], r["reason"]) for r in q] == [(2, "1 more field(s) than the header")]

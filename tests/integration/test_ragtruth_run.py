@@ -20,6 +20,7 @@ from tests.support.servers import s3_storage
 from halluscope.config.load import parse_config
 from halluscope.errors import DataError, RunError
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -129,7 +130,7 @@ def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(i
         detector = {"id": "detector", "backend": "openai",
                     "params": {"base_url": server.base_url, "model": "detector-model"}}
         cfg = parse_config(detect_config(storage, corpus, detector, prices))
-        first = run(cfg, run_id="detect", progress=False)
+        first = run(ResolvedRun.of(cfg), run_id="detect", progress=False)
         assert server.calls == 6 and first.processed == 6
 
         def doc(key: str):
@@ -213,12 +214,12 @@ def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(i
         assert gen["usd"] > 0
 
         # the same run id: nothing left to do
-        again = run(cfg, run_id="detect", progress=False)
+        again = run(ResolvedRun.of(cfg), run_id="detect", progress=False)
         assert (again.processed, again.skipped) == (0, 6) and server.calls == 6
         assert by(again.metrics, "detection", "task_type", "generator") == by(first.metrics, "detection", "task_type",
                                                                                "generator")
         # a new run id: every detector answer from the call cache, the same tables
-        cached = run(cfg, run_id="detect-2", progress=False)
+        cached = run(ResolvedRun.of(cfg), run_id="detect-2", progress=False)
         assert server.calls == 6
         cached_costs = {(c["model"], c["stage"]): c for c in RunStore(Location.from_url(storage["root"], cfg.storage),
                                                                       "detect-2").read_table_file("costs.parquet")
@@ -229,7 +230,7 @@ def test_detector_run_on_s3_matches_hand_counts_then_prices_caches_and_resumes(i
                                                                                 "generator")
         # the same run id with another scoring rule is refused, not mixed
         with pytest.raises(RunError, match="different configuration"):
-            run(parse_config(detect_config(storage, corpus, detector, prices, metrics={"unreadable": "exclude"})),
+            run(ResolvedRun.of(parse_config(detect_config(storage, corpus, detector, prices, metrics={"unreadable": "exclude"}))),
                 run_id="detect", progress=False)
 
 
@@ -242,7 +243,7 @@ def test_bad_corpus_line_fails_before_any_model_starts(tmp_path):
                                      {"responses": str(tmp_path / "response.jsonl"),
                                       "sources": str(tmp_path / "source_info.jsonl")}, detector, None))
     with pytest.raises(DataError, match=r"response.jsonl:4: field 'model' is missing"):
-        run(cfg, run_id="bad", progress=False)
+        run(ResolvedRun.of(cfg), run_id="bad", progress=False)
     assert not (tmp_path / "runs").exists()  # not even a manifest
 
 
@@ -270,7 +271,7 @@ def test_rag_generation_rate_and_density(in_driver, tmp_path):
         "tasks": ["ragtruth/generate"], "costs": {"price_table": None},
         "benchmarks": {"ragtruth": {"corpus": {"responses": str(folder / "response.jsonl"),
                                                "sources": str(folder / "source_info.jsonl")}}}})
-    result = run(cfg, run_id="rag", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="rag", progress=False)
     rows = by(result.metrics, "generation", "model", "task_type")
     # gen-x: QA "Boil eggs for 20 minutes in the sea." (8 words, 1 span), Data2txt "Cafe Uno serves
     # pizza all night." (6 words, 2 spans), Summary "The mayor opened a bridge." (5 words, 0 spans)

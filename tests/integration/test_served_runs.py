@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 from tests.conftest import SHARED_DATA
+from tests.support.resolved import planned
 from tests.support.tiny_llama import build_tiny_llama
 
 from halluscope.config.load import parse_config
-from halluscope.pipeline.estimate import plan
-from halluscope.pipeline.resolved import cache_location
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
+from halluscope.resolve.tables import cache_location
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -41,10 +42,10 @@ def _rows(store: RunStore, table: str, key: str) -> list[dict]:
 def test_faulty_endpoint_gives_the_verdicts_of_a_clean_one(ray_head, tmp_path):
     """5% errors and 2% hangs, retried: the same verdicts as a clean endpoint."""
     root = f"file://{tmp_path}"
-    clean = run(parse_config(_cfg(root, [_scripted("m")], cache={"enabled": False})), run_id="clean",
+    clean = run(ResolvedRun.of(parse_config(_cfg(root, [_scripted("m")], cache={"enabled": False}))), run_id="clean",
                 progress=False)
-    faulty = run(parse_config(_cfg(root, [_scripted("m", error_rate=0.05, timeout_rate=0.02)],
-                                   cache={"enabled": False})), run_id="faulty", progress=False)
+    faulty = run(ResolvedRun.of(parse_config(_cfg(root, [_scripted("m", error_rate=0.05, timeout_rate=0.02)],
+                                   cache={"enabled": False}))), run_id="faulty", progress=False)
     a, b = (RunStore(Location.from_url(root), r) for r in ("clean", "faulty"))
     assert _rows(a, "verdicts", "atom_id") == _rows(b, "verdicts", "atom_id")
     assert _rows(a, "scores", "gen_id") == _rows(b, "scores", "gen_id")
@@ -57,8 +58,8 @@ def test_faulty_endpoint_gives_the_verdicts_of_a_clean_one(ray_head, tmp_path):
 
 def test_calls_failing_past_retries_are_errors_never_scores(ray_head, tmp_path):
     root = f"file://{tmp_path}"
-    result = run(parse_config(_cfg(root, [_scripted("always-down", error_rate=1.0)], limit=10,
-                                   cache={"enabled": False})), run_id="down", progress=False)
+    result = run(ResolvedRun.of(parse_config(_cfg(root, [_scripted("always-down", error_rate=1.0)], limit=10,
+                                   cache={"enabled": False}))), run_id="down", progress=False)
     m = [r for r in result.metrics if r["task"] == "halogen/code"][0]
     assert m["n_items"] == 0 and m["n_errors"] == 10 and m["hallucination_score"] is None
     scores = RunStore(Location.from_url(root), "down").read_table("scores").to_pylist()
@@ -71,7 +72,7 @@ def test_tiny_llama_served_by_serve_then_cached(ray_head, tmp_path):
     hf = {"id": "tiny-llama", "backend": "hf",
           "params": {"model_source": str(model_dir), "sampling": {"max_tokens": 16},
                      "serve": {"num_cpus": 0.5, "max_batch_prompts": 4}}}
-    first = run(parse_config(_cfg(root, [hf], limit=8)), run_id="tiny", progress=False)
+    first = run(ResolvedRun.of(parse_config(_cfg(root, [hf], limit=8))), run_id="tiny", progress=False)
     store = RunStore(Location.from_url(root), "tiny")
     gens = store.read_table("generations").to_pylist()
     assert len(gens) == 8 and all(g["text"] is not None and g["output_tokens"] > 0 for g in gens)
@@ -80,13 +81,13 @@ def test_tiny_llama_served_by_serve_then_cached(ray_head, tmp_path):
     assert costs[("tiny-llama", "generate")]["calls"] == 8
     assert costs[("tiny-llama", "serve")]["resource"] == "CPU" and costs[("tiny-llama", "serve")]["resource_seconds"] > 0
     # the same run id again: nothing left to do
-    assert run(parse_config(_cfg(root, [hf], limit=8)), run_id="tiny", progress=False).processed == 0
+    assert run(ResolvedRun.of(parse_config(_cfg(root, [hf], limit=8))), run_id="tiny", progress=False).processed == 0
     # a new run id: every answer from the call cache, so the plan schedules no deployment and the
     # run deploys none; zero model calls, identical scores
     cfg = parse_config(_cfg(root, [hf], limit=8))
-    estimate = plan(cfg, None, cache=cache_location(cfg))
+    estimate = planned(cfg, None, cache=cache_location(cfg))
     assert not estimate.schedule.windows and not [r for r in estimate.rows if r.stage == "idle"]
-    second = run(cfg, run_id="tiny-2", progress=False)
+    second = run(ResolvedRun.of(cfg), run_id="tiny-2", progress=False)
     store2 = RunStore(Location.from_url(root), "tiny-2")
     assert all(g["cached"] for g in store2.read_table("generations").to_pylist())
     assert not store2.read_json("manifest.json").get("schedule", {}).get("deployments")

@@ -12,6 +12,7 @@ import ray
 from ray import serve
 from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
+from tests.support.resolved import planned
 
 from halluscope.config.load import parse_config
 from halluscope.cost.prices import load_prices
@@ -19,6 +20,7 @@ from halluscope.errors import ConfigError, ModelDown
 from halluscope.pipeline.estimate import plan as estimate_cost
 from halluscope.pipeline.runner import run
 from halluscope.pipeline.spend import held_by_attempts
+from halluscope.resolve.run import ResolvedRun
 from halluscope.serving.app import app_name_for
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -63,6 +65,7 @@ def _peak(deployments: list[dict]) -> float:
 def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads_fails_alone(ray_head, tmp_path,
                                                                                             monkeypatch):
     from halluscope.pipeline import runner
+    from halluscope.resolve.run import ResolvedRun
 
     root = f"file://{tmp_path}"
     models = [_model("big", 4, 20), _model("small", 2, 10),
@@ -74,7 +77,7 @@ def test_models_beyond_the_budget_run_in_waves_and_a_deployment_that_never_loads
     cfg = parse_config({**_config(root, models, gpus=4), "costs": {"budget_usd": 1000.0, "price_table": str(prices)}})
     estimates = []
     monkeypatch.setattr(runner, "estimate_cost", lambda *a, **kw: estimates.append(1) or estimate_cost(*a, **kw))
-    result = run(cfg, run_id="waves", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="waves", progress=False)
     assert len(estimates) == 1  # the budget gate's and the waves' schedule are one estimate
     store = RunStore(Location.from_url(root), "waves")
     manifest = store.read_json("manifest.json")
@@ -107,7 +110,7 @@ def test_a_model_larger_than_the_budget_is_refused_before_any_deployment(ray_hea
     root = f"file://{tmp_path}"
     cfg = parse_config(_config(root, [_model("fits", 2, 5), _model("huge", 8, 5)], gpus=4))
     with pytest.raises(ConfigError, match=r"model 'huge' needs 8 GPUs, the budget has 4 GPUs \(cluster.gpus\)"):
-        run(cfg, run_id="refused", progress=False)
+        run(ResolvedRun.of(cfg), run_id="refused", progress=False)
     assert _deployed("refused", ("fits", "huge")) == []
 
 
@@ -126,8 +129,8 @@ def test_a_model_whose_engine_is_lost_mid_generation_is_deployed_again_once(ray_
     from tests.support.servers import free_port
 
     from halluscope.config.schema import ScriptedModel
-    from halluscope.pipeline.schedule import job_of
     from halluscope.pipeline.waves import Waves
+    from halluscope.resolve.cluster import job_of
     from halluscope.serving.app import start_serve
 
     specs = {m: ScriptedModel.model_validate(_model(m, 2, 5)) for m in ("lost-engine", "lost-twice")}
@@ -163,9 +166,9 @@ def test_a_deployment_that_holds_its_gpus_past_the_budget_before_any_commit_is_s
     model = _model("slow-node", 2, 10, load_s=1, cold_start_s=90, serve={"deploy_timeout_s": 300})
     cfg = parse_config({**_config(root, [model], gpus=2), "limits": {"max_items_per_task": 2},
                         "costs": {"budget_usd": 60.0, "price_table": str(prices)}})
-    assert estimate_cost(cfg, load_prices(str(prices))).total_usd < 60.0  # the plan knows no cold start
+    assert planned(cfg, load_prices(str(prices))).total_usd < 60.0  # the plan knows no cold start
     with pytest.raises(OverBudget, match=r"costs.budget_usd \$60.00 crossed"):
-        run(cfg, run_id="held", progress=False)
+        run(ResolvedRun.of(cfg), run_id="held", progress=False)
     store = RunStore(Location.from_url(root), "held")
     assert store.read_json("manifest.json")["status"] == "over_budget"
     assert _deployed("held", ("slow-node",)) == []
@@ -184,7 +187,7 @@ def test_the_logs_of_the_nodes_its_models_ran_on_outlive_their_pods(ray_head, tm
     monkeypatch.setattr(run_log, "this_node", lambda: "the-driver-is-elsewhere")
     root = f"file://{tmp_path}"
     cfg = parse_config({**_config(root, [_model("logged", 2, 10)], gpus=2), "limits": {"max_items_per_task": 4}})
-    run(cfg, run_id="logs", progress=False)
+    run(ResolvedRun.of(cfg), run_id="logs", progress=False)
     store = RunStore(Location.from_url(root), "logs")
     attempt = store.read_json("attempt.json")["attempt"]
     (node,) = (tmp_path / "logs" / "logs" / f"ray-{attempt}").glob("node-*")

@@ -17,9 +17,9 @@ def every_metric(cfg: RunConfig, store, scores: pa.Table) -> list[MetricRecord]:
     """Every benchmark's metrics from one table of rows, in the order of the run's tasks.
     ``store``: what the hooks read besides the scores (``read_table``, ``read_items``)."""
     out: list[MetricRecord] = []
-    for name, tasks in tasks_by_benchmark(cfg).items():
-        out += merged(name, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg))
-        out += comparisons(name, tasks, [scores], store, cfg)
+    for name, tasks in tasks_by_benchmark(cfg.tasks).items():
+        out += merged(name, benchmark_metrics(name, tasks, scores, store.read_table, store, cfg.options_for(name)))
+        out += comparisons(name, tasks, [scores], store, cfg.options_for(name))
     return out
 
 

@@ -66,7 +66,7 @@ def test_parts_found_by_model_from_their_footers(store):
 
 
 def test_a_model_at_a_time_equals_every_row_at_once(store):
-    totals = aggregate(CFG, store)
+    totals = aggregate(store, CFG.tasks, CFG.models, CFG.options_for)
     everything = store.read_table("scores")
     assert [r.as_json() for r in totals.metrics] == [r.as_json() for r in every_metric(CFG, store, everything)]
     assert {r.model for r in totals.metrics} == {*MODELS, "*"}  # "*": HALOGEN's paired differences

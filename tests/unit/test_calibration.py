@@ -13,6 +13,7 @@ from halluscope.cli import main
 from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.calibration import calibrate
+from halluscope.resolve.run import ResolvedRun
 from halluscope.task_registry import benchmarks
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason="needs ../shared/data")
@@ -31,7 +32,7 @@ def _config(root: str, judge: dict, **extra) -> dict:
 def test_the_recorded_judge_agrees_with_itself_throughout(tmp_path, in_driver):
     cfg = parse_config(_config(f"file://{tmp_path}", {"backend": "recorded", "params": STEPS},
                                calibration={"items_per_model": 1}))
-    records = calibrate(cfg)
+    records = calibrate(ResolvedRun.of(cfg))
     # code asks no judge; historical events asks it whether a response answered, summarization per fact
     got = {(r.task, r.values["decision"]): r.as_json() for r in records}
     assert sorted(got) == [("halogen/historical_events", "responded"), ("halogen/summarization", "supported")]
@@ -66,6 +67,6 @@ def test_a_judge_that_says_no_to_everything_is_flagged_at_the_top_of_the_leaderb
 def test_a_run_without_a_judge_or_a_reference_cannot_be_calibrated(tmp_path):
     judged = _config(f"file://{tmp_path}", {"backend": "recorded", "params": STEPS}) | {"tasks": ["halogen/code"]}
     with pytest.raises(ConfigError, match="none of the run's tasks asks the judge and has a benchmark's recorded"):
-        calibrate(parse_config(judged))
+        calibrate(ResolvedRun.of(parse_config(judged)))
     with pytest.raises(ConfigError, match="the run has no judge to calibrate"):
-        calibrate(parse_config(judged | {"models": judged["models"][:2]}))
+        calibrate(ResolvedRun.of(parse_config(judged | {"models": judged["models"][:2]})))

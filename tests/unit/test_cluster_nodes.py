@@ -11,10 +11,11 @@ import pytest
 from halluscope.config.load import parse_config
 from halluscope.config.schema import ClusterSpec
 from halluscope.errors import ConfigError
-from halluscope.pipeline.nodes import Demand, Layout, serve_config_holds
-from halluscope.pipeline.schedule import Job, check_layout, job_of, simulate
-from halluscope.pipeline.schedule import budget as schedule_budget
-from halluscope.pipeline.schedule import layout as run_layout
+from halluscope.pipeline.schedule import simulate
+from halluscope.resolve.cluster import Job, check_layout, job_of
+from halluscope.resolve.cluster import budget as schedule_budget
+from halluscope.resolve.cluster import layout as run_layout
+from halluscope.resolve.nodes import Demand, Layout, serve_config_holds
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = [str(REPO / "serve" / "judge-llama-3.1-70b.yaml"), str(REPO / "serve" / "extractor-llama-3.1-405b-fp8.yaml")]

@@ -160,7 +160,8 @@ def test_llm_verified_tasks_need_their_roles_and_knowledge(cfg, message):
 
 
 def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path):
-    from halluscope.pipeline.resolved import knowledge_for, knowledge_provenance
+    from halluscope.resolve.knowledge import knowledge_provenance
+    from halluscope.resolve.run import ResolvedRun
 
     monkeypatch.delenv("S2_KEY_FOR_TEST", raising=False)
     cfg = parse_config({"tasks": ["halogen/references@corrected"], "models": [TESTED, EXTRACTOR],
@@ -168,11 +169,12 @@ def test_missing_semantic_scholar_key_fails_in_the_driver(monkeypatch, tmp_path)
                         "benchmarks": {"halogen": {"titles": {"source": "semantic_scholar",
                                                               "api_key_env": "S2_KEY_FOR_TEST"}}}})
     with pytest.raises(ConfigError, match="S2_KEY_FOR_TEST"):
-        knowledge_provenance(cfg, knowledge_for(cfg))
+        knowledge_provenance(cfg.tasks, ResolvedRun.of(cfg).knowledge)
 
 
 def test_the_manifest_describes_halogen_knowledge_from_its_options(tmp_path):
-    from halluscope.pipeline.resolved import knowledge_for, knowledge_provenance
+    from halluscope.resolve.knowledge import knowledge_provenance
+    from halluscope.resolve.run import ResolvedRun
 
     (tmp_path / "names.txt").write_text("numpy\nopencv-python\n")
     (tmp_path / "extra.txt").write_text("# then\nPIL\n")
@@ -182,8 +184,8 @@ def test_the_manifest_describes_halogen_knowledge_from_its_options(tmp_path):
                         "benchmarks": {"halogen": {"pypi_index": str(tmp_path / "names.txt"),
                                                    "pypi_extra_names": str(tmp_path / "extra.txt"),
                                                    "import_name_aliases": True}}})
-    kb = knowledge_for(cfg)
-    described = knowledge_provenance(cfg, kb)
+    kb = ResolvedRun.of(cfg).knowledge
+    described = knowledge_provenance(cfg.tasks, kb)
     assert set(described) == {"pypi", "pypi_extra_names"}
     assert described["pypi"]["source"] == str(tmp_path / "names.txt") and described["pypi"]["import_name_aliases"]
     assert described["pypi_extra_names"]["names"] == 1

@@ -188,13 +188,14 @@ def test_bad_price_tables(tmp_path):
 def test_a_run_over_its_budget_stops_before_anything_is_written(tmp_path):
     from halluscope.errors import RunError
     from halluscope.pipeline.runner import run
+    from halluscope.resolve.run import ResolvedRun
 
     cfg = parse_config({"tasks": ["halogen/code"], "storage": {"root": f"file://{tmp_path}"},
                         "costs": {"price_table": str(REPO / "cluster" / "prices.yaml"), "budget_usd": 0.0001},
                         "models": [{"id": "api", "backend": "openai",
                                     "params": {"base_url": "http://127.0.0.1:1/v1", "model": "gpt-4o"}}]})
     with pytest.raises(RunError, match="exceeds costs.budget_usd"):
-        run(cfg, run_id="over", progress=False)
+        run(ResolvedRun.of(cfg), run_id="over", progress=False)
     assert not (tmp_path / "over").exists()
 
 
@@ -204,8 +205,8 @@ def test_what_an_earlier_attempts_deployments_held_counts_against_the_budget_and
     import os
 
     from halluscope.cost.nodes import Interval
-    from halluscope.pipeline.resolved import ResolvedRun
     from halluscope.pipeline.spend import HELD_TABLE, deployment_rows, held_by_attempts, record_held, spent_before
+    from halluscope.resolve.run import ResolvedRun
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 

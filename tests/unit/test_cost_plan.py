@@ -10,6 +10,7 @@ import math
 import pyarrow as pa
 import pytest
 import yaml
+from tests.support.resolved import planned, resolved
 
 from halluscope import records
 from halluscope.config.load import parse_config
@@ -24,10 +25,11 @@ from halluscope.halogen import prompts
 from halluscope.models.base import GenerationRequest
 from halluscope.models.cache import GENERATION_TEMPLATE, CachedBackend
 from halluscope.models.registry import sampling_of
-from halluscope.pipeline.estimate import check_budget, plan
-from halluscope.pipeline.resolved import ResolvedRun, plan_options
+from halluscope.pipeline.estimate import check_budget
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.records import GenerationIds, generation_id
+from halluscope.resolve.run import ResolvedRun
+from halluscope.resolve.tables import plan_options
 from halluscope.serving import throughput
 from halluscope.serving.served import busy_seconds, placement, startup_seconds
 from halluscope.serving.throughput import (
@@ -109,7 +111,7 @@ T_MEETING = len(prompts.meeting_prompt("", "", "").split()) * 1.3  # the judge t
 
 
 def test_hand_computed_plan(data):
-    p = plan(_cfg(data), PRICES, options=OPTIONS)
+    p = planned(_cfg(data), PRICES, options=OPTIONS)
     rows = _rows(p)
     # api: 2 calls per task; prompts 39 / 26 tokens; outputs 2 x 100 max_tokens x 0.5 fill = 100
     api_code = rows[("api", "halogen/code", "generate")]
@@ -156,7 +158,7 @@ def test_hand_computed_plan(data):
 
 
 def test_budget(data):
-    p = plan(_cfg(data), PRICES, options=OPTIONS)
+    p = planned(_cfg(data), PRICES, options=OPTIONS)
     check_budget(p, 1.0)
     with pytest.raises(RunError) as err:
         check_budget(p, 0.5)
@@ -167,7 +169,7 @@ def test_budget(data):
 
 def test_unpriced_items_block_a_budget(data):
     # the judge's size is neither in its name nor in the options; no price table for the API model
-    p = plan(_cfg(data), None, options=OPTIONS.model_copy(update={"params_b": {}}))
+    p = planned(_cfg(data), None, options=OPTIONS.model_copy(update={"params_b": {}}))
     notes = "\n".join(p.notes)
     assert "set plan options params_b['judge']" in notes and "no price table" in notes
     assert p.wall_hours is None and {r.model for r in p.unpriced} == {"api", "llama", "judge"}
@@ -203,7 +205,7 @@ def test_measured_stats_replace_estimates(data, tmp_path):
     # a model not measured on a task gets the pooled rate: 1 judge call in 3 generations
     pooled, basis = stats.get(hist, "abstain", "judge", "new")
     assert (pooled.calls_per_generation, pooled.input_tokens_per_call, basis) == (1 / 3, 300, "measured:*")
-    p = plan(_cfg(data), PRICES, stats, options=OPTIONS)
+    p = planned(_cfg(data), PRICES, stats, options=OPTIONS)
     rows = _rows(p)
     # api on code: its own mean 35 in / 80 out per call; llama on code: the same, pooled over models
     code = [rows[(m, "halogen/code", "generate")] for m in ("api", "llama")]
@@ -234,7 +236,7 @@ def test_generation_calls_in_the_cache_are_free(data, tmp_path):
     api = next(m for m in cfg.models if m.id == "api")
     CachedBackend(_Fixed(), cache, None, GENERATION_TEMPLATE, sampling_of(api).as_dict()).generate_batch(
         [GenerationRequest("halogen/code", "x", CODE_PROMPTS[0])])
-    row = _rows(plan(cfg, PRICES, options=OPTIONS, cache=cache))[("api", "halogen/code", "generate")]
+    row = _rows(planned(cfg, PRICES, options=OPTIONS, cache=cache))[("api", "halogen/code", "generate")]
     # the 10-word prompt is cached: one call left, the 20-word one (26 tokens) and 50 output tokens
     assert (row.calls, row.cached_calls, row.input_tokens, row.output_tokens) == (1, 1, 26, 50)
     assert math.isclose(row.usd, (26 + 100) / 1e6) and row.basis == "mixed"
@@ -244,7 +246,7 @@ def test_a_resumed_run_plans_only_what_is_left(data):
     cfg = _cfg(data)
     items = get_task("halogen/historical_events").load_items(DataResolver(str(data), download=False)).items
     done = GenerationIds(pa.array([generation_id("halogen/historical_events", items[0].item_id, "llama")]))
-    rows = _rows(plan(cfg, PRICES, options=OPTIONS, done=done))
+    rows = _rows(planned(cfg, PRICES, options=OPTIONS, done=done))
     gen = rows[("llama", "halogen/historical_events", "generate")]
     assert (gen.generations, gen.calls, gen.input_tokens, gen.output_tokens) == (1, 1, 13, 100)
     # the judge sees 2 api generations and 1 llama generation: 2 x (T + 50 + 13) + (T + 100 + 13)
@@ -257,7 +259,7 @@ def test_replayed_generations_cost_nothing(data, tmp_path):
     text = " ".join(["They"] + ["never"] * 19)  # 20 words; the second item has no recorded response
     recorded.write_text(json.dumps({"prompt": _meeting(*MEETINGS[0]), "response": text}) + "\n")
     rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
-    p = plan(_cfg(data, models=(rec, JUDGE), tasks=("halogen/historical_events",)), PRICES, options=OPTIONS)
+    p = planned(_cfg(data, models=(rec, JUDGE), tasks=("halogen/historical_events",)), PRICES, options=OPTIONS)
     rows = _rows(p)
     gen = rows[("rec", "halogen/historical_events", "generate")]
     assert (gen.generations, gen.calls, gen.input_tokens, gen.usd, gen.basis) == (2, 0, 0, 0.0, "replay")
@@ -272,7 +274,7 @@ def test_summarization_judges_every_fact(data):
     judge = {"id": "oj", "role": "judge", "backend": "openai",
              "params": {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-judge", "sampling": {"max_tokens": 20}}}
     api = {**API, "params": {**API["params"], "sampling": {"max_tokens": 104}}}
-    rows = _rows(plan(_cfg(data, models=(api, ext, judge), tasks=("halogen/summarization",)), PRICES,
+    rows = _rows(planned(_cfg(data, models=(api, ext, judge), tasks=("halogen/summarization",)), PRICES,
                       options=OPTIONS))
     # the generation: 104 x 0.5 = 52 tokens = 40 words = 5 facts of 8 words
     e = rows[("ext", "halogen/summarization", "decompose")]
@@ -301,7 +303,7 @@ def test_a_task_with_roles_and_no_cost_rules_stops_the_plan(data, monkeypatch):
     monkeypatch.setattr(get_task("halogen/historical_events"), "cost_rules", lambda options=None: ())
     with pytest.raises(RunError, match="task 'halogen/historical_events' calls role models \\(judge\\) but "
                                        "declares no cost rules"):
-        plan(_cfg(data), PRICES, options=OPTIONS)
+        planned(_cfg(data), PRICES, options=OPTIONS)
 
 
 @pytest.mark.parametrize("source, billions", [
@@ -376,7 +378,7 @@ def test_placement(model, expected):
 
 
 def test_unpriced_items_make_the_total_unknown_not_zero(data):
-    text = plan(_cfg(data), None, options=OPTIONS.model_copy(update={"params_b": {}})).table()
+    text = planned(_cfg(data), None, options=OPTIONS.model_copy(update={"params_b": {}})).table()
     assert "total: unknown, 7 line item(s) unpriced (priced items: $0.0000)" in text
     assert "total: $" not in text and "judge unpriced" in text
     assert "unpriced: api (test): no price table (costs.price_table)" in text
@@ -386,11 +388,11 @@ def test_a_replay_only_plan_checks_its_files_and_holds_no_served_model(data, tmp
     recorded = tmp_path / "rec.jsonl"
     recorded.write_text(json.dumps({"prompt": CODE_PROMPTS[0], "response": "import os"}) + "\n")
     rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
-    text = plan(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS).table()
+    text = planned(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS).table()
     assert "total: $0.0000" in text and "served models held" not in text
     recorded.unlink()
     with pytest.raises(DataError, match=f"recorded generations file not found: {recorded}"):
-        plan(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS)
+        planned(_cfg(data, models=(rec,), tasks=("halogen/code",)), PRICES, options=OPTIONS)
 
 
 # --- the throughput table (cluster/throughput.yaml) ------------------------------------------
@@ -407,7 +409,7 @@ def test_the_throughput_table_is_found_from_any_directory_and_the_working_direct
     monkeypatch.chdir(tmp_path)  # no cluster/ here: the checkout this package runs from has it
     assert find_throughput_table() == CHECKOUT / DEFAULT_THROUGHPUT_TABLE
     # costs.price_table: null leaves dollars unknown, never the served models' hours
-    p = plan(_cfg(data, costs={"price_table": None}), None, options=PlanOptions(params_b={"judge": 16}))
+    p = planned(_cfg(data, costs={"price_table": None}), None, options=PlanOptions(params_b={"judge": 16}))
     assert p.wall_hours is not None and _rows(p)[("llama", "halogen/code", "generate")].resource_hours
     own = yaml.safe_load((CHECKOUT / DEFAULT_THROUGHPUT_TABLE).read_text())
     own["throughput"]["H100"]["decode_tokens_per_s"] = 1
@@ -421,8 +423,8 @@ def test_without_a_throughput_table_only_a_served_model_stops_the_plan(data, tmp
     monkeypatch.setattr(throughput, "CHECKOUT", tmp_path)
     assert PlanOptions().throughput == {}
     with pytest.raises(ConfigError, match="cluster/throughput.yaml .* run from the repository"):
-        plan(_cfg(data), None, options=PlanOptions(**OPTIONS.model_dump(exclude={"table"})))
-    text = plan(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES).table()  # no served model
+        planned(_cfg(data), None, options=PlanOptions(**OPTIONS.model_dump(exclude={"table"})))
+    text = planned(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES).table()  # no served model
     assert "total: $" in text and "throughput table" not in text  # nor a note on what does not apply
 
 
@@ -460,7 +462,7 @@ def test_a_throughput_table_that_would_plan_a_run_for_nothing_is_refused(tmp_pat
 def test_a_model_is_planned_only_on_the_tasks_it_answers(data):
     """models[].tasks: the run never generates the other pairs, so the plan neither loads nor bills them."""
     only_code = {**API, "tasks": ["halogen/code"]}
-    rows = _rows(plan(_cfg(data, models=(only_code, LLAMA, JUDGE)), PRICES, options=OPTIONS))
+    rows = _rows(planned(_cfg(data, models=(only_code, LLAMA, JUDGE)), PRICES, options=OPTIONS))
     assert ("api", "halogen/code", "generate") in rows
     assert not any(m == "api" and t == "halogen/historical_events" for m, t, _ in rows)
     assert ("llama", "halogen/historical_events", "generate") in rows
@@ -473,9 +475,9 @@ def test_the_notes_state_only_the_assumptions_that_apply(data):
         (note,) = [n for n in p.notes if n.startswith("estimates: ")]
         return note
 
-    api_only = assumptions(plan(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES, options=OPTIONS))
+    api_only = assumptions(planned(_cfg(data, models=(API,), tasks=("halogen/code",)), PRICES, options=OPTIONS))
     assert "served models" not in api_only and "waves" not in api_only and "API requests 10 output" in api_only
-    mixed = assumptions(plan(_cfg(data), PRICES, options=OPTIONS))
+    mixed = assumptions(planned(_cfg(data), PRICES, options=OPTIONS))
     assert "served models: " in mixed and "in waves under the GPU budget" in mixed and "API requests" in mixed
 
 
@@ -565,7 +567,7 @@ def test_a_calibration_keeps_the_slower_of_two_engines_on_one_resource(data, mon
     monkeypatch.setattr(engine_speed, "init_ray", lambda spec: False)
     for order in ((LLAMA, judge), (judge, LLAMA)):
         cfg = _cfg(data, models=order, tasks=("halogen/code",), costs={"price_table": None})
-        table, speeds = engine_speed.calibrate_speed(cfg)
+        table, speeds = engine_speed.calibrate_speed(ResolvedRun.of(cfg))
         assert [s.model for s in speeds] == [m["id"] for m in order]
         assert table.measured["H100"].model == "judge" and table.measured["H100"].decode_tokens_per_s == 300
     assert asked["judge"] == asked["llama"] == CODE_PROMPTS  # a role is measured on the run's prompts
@@ -578,7 +580,8 @@ def test_calibrate_writes_its_table_into_a_new_folder_and_refuses_a_path_it_cann
 
     measured: list[str] = []
 
-    def calibrate_speed(cfg, calls=None):
+    def calibrate_speed(run, calls=None):
+        cfg = run.cfg
         measured.append(cfg.models[0].id)
         speed = engine_speed.EngineSpeed("llama", 60.0, 8, 4_000, 1.0, 0, 400, 1.0)
         return engine_speed.with_measured_row(PlanOptions().table_or_raise(), cfg.models[0], speed, PlanOptions(),
@@ -614,7 +617,7 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     8B figures scaled to 70B; the run waits on it; the service is billed for the run's wall time,
     the engine's busy hours and the rest held idle as lines of their own."""
     cfg = _judge_on_service(data)
-    p = plan(cfg, PRICES, options=OPTIONS)
+    p = planned(cfg, PRICES, options=OPTIONS)
     rows = _rows(p)
     calls = rows[("judge", "halogen/historical_events", "abstain")]
     scale = 8 / 70  # the table's reference size over the engine's
@@ -639,8 +642,8 @@ def test_a_shared_services_time_comes_from_its_load_at_its_engines_rates(data):
     tally = CallTally(cfg.models)
     tally.acc[("judge", "halogen/historical_events", "abstain")].update(
         calls=calls.calls, input_tokens=calls.input_tokens, output_tokens=calls.output_tokens)
-    assert busy_by_service(cfg, tally, OPTIONS).keys() == {"svc"}
-    assert math.isclose(busy_by_service(cfg, tally, OPTIONS)["svc"], engine_s)
+    assert busy_by_service(resolved(cfg, plan_options=OPTIONS), tally).keys() == {"svc"}
+    assert math.isclose(busy_by_service(resolved(cfg, plan_options=OPTIONS), tally)["svc"], engine_s)
 
 
 def test_a_served_models_role_calls_join_the_services_queue_when_it_is_given_back(data):
@@ -648,8 +651,8 @@ def test_a_served_models_role_calls_join_the_services_queue_when_it_is_given_bac
     staged apart from evaluation): its calls reach the shared engine then, and the engine works
     them in the order models are released; an API model's stream in from the start (the last
     batch's come after its last answer: the tail)."""
-    from halluscope.pipeline.service_engines import service_engines
     from halluscope.pipeline.service_load import ServiceLoad
+    from halluscope.resolve.service_engines import service_engines
 
     cfg = _judge_on_service(data)
     load = ServiceLoad(service_engines(cfg))
@@ -672,11 +675,11 @@ def test_a_shared_services_engine_is_calibrated_through_its_endpoint_and_planned
     from tests.support.openai_server import OpenAIStubServer
 
     from halluscope.pipeline import engine_speed
-    from halluscope.pipeline.service_engines import service_engines
+    from halluscope.resolve.service_engines import service_engines
 
     with OpenAIStubServer(responder=lambda prompt: "no") as server:
         cfg = _judge_on_service(data, server.base_url, price_table=None)
-        table, speeds = engine_speed.calibrate_speed(cfg, calls=4)
+        table, speeds = engine_speed.calibrate_speed(ResolvedRun.of(cfg), calls=4)
         prefill_calls = server.calls
     [speed] = speeds
     assert speed.model == "judge" and speed.deploy_s is None and speed.calls == 4
@@ -703,7 +706,7 @@ def test_a_calibration_whose_calls_were_retried_records_nothing(data):
         cfg = _judge_on_service(data, server.base_url, price_table=None)
         with pytest.raises(RunError, match=r"calibrating 'judge': \d+ of \d+ calls were retried .* nothing was "
                                            r"recorded"):
-            engine_speed.calibrate_speed(cfg, calls=4)
+            engine_speed.calibrate_speed(ResolvedRun.of(cfg), calls=4)
 
 
 def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release(data):
@@ -714,8 +717,8 @@ def test_the_plan_bills_cold_starts_the_pods_and_the_gpus_after_the_last_release
     overheads = {"head_cpus": 8, "cpu_worker_cpus": 16, "node_boot_s": 300, "image_gb": 15, "pull_gb_per_s": 0.25,
                  "weights_gb_per_s": 0.5, "weights_cache": "per_pod", "scale_down_s": 300, "after_finish_s": 600}
     prices = PRICES.model_copy(update={"gpu_hour_usd": {"H100": 3.6, "CPU": 0.036}})  # $0.00001 a core-second
-    before = plan(_cfg(data), prices, options=OPTIONS)
-    p = plan(_cfg(data, costs={"overheads": overheads}), prices, options=OPTIONS)
+    before = planned(_cfg(data), prices, options=OPTIONS)
+    p = planned(_cfg(data, costs={"overheads": overheads}), prices, options=OPTIONS)
     rows = _rows(p)
     llama_cold = 300 + 15 / 0.25 + 8 * 2 / 0.5  # 8B x 2 bytes: 392 s
     judge_cold = 300 + 15 / 0.25 + 16 * 2 / 0.5  # 16B: 424 s
@@ -756,7 +759,7 @@ def test_a_twin_tasks_judge_calls_are_counted_once_where_the_call_cache_shares_t
     of the 2 generations (paper: no answer format, corrected: Yes/No): 2 calls, then 2 cached or 2 more."""
     cfg = _cfg(data, models=(API, judge), tasks=("halogen/historical_events", "halogen/historical_events@corrected"),
                cache={"enabled": cache})
-    calls = _calls(plan(cfg, PRICES, options=OPTIONS), "abstain")
+    calls = _calls(planned(cfg, PRICES, options=OPTIONS), "abstain")
     assert calls[("judge", "halogen/historical_events")] == (2, 0)
     assert calls[("judge", "halogen/historical_events@corrected")] == ((0, 2) if shared else (2, 0))
 
@@ -768,7 +771,7 @@ def test_a_twin_shares_the_extractors_facts_and_the_judges_verdicts_it_is_asked_
     sent the corrected Yes/No format, so its 5 calls are the twin's own."""
     tasks = ("halogen/summarization", "halogen/summarization@corrected")
     for judge, verified in ((OPEN_JUDGE, (0, 5)), (JUDGE, (5, 0))):
-        p = plan(_cfg(data, models=(API, judge, EXTRACTOR), tasks=tasks), PRICES, options=OPTIONS)
+        p = planned(_cfg(data, models=(API, judge, EXTRACTOR), tasks=tasks), PRICES, options=OPTIONS)
         decompose, verify = _calls(p, "decompose"), _calls(p, "verify")
         assert decompose[("ext", tasks[0])] == (1, 0) and decompose[("ext", tasks[1])] == (0, 1)
         assert verify[("judge", tasks[0])] == (5, 0) and verify[("judge", tasks[1])] == verified
@@ -802,7 +805,7 @@ def test_every_fewl_reference_model_is_planned_and_the_generator_apart(tmp_path)
         API, _reference("ref-a", "gpt-judge"), _reference("ref-b", "gpt-ext"), _reference("iwco", "gpt-judge")],
         "benchmarks": {"fewl": {"dataset": {"name": "truthfulqa-gen", "source": str(csv_path)},
                                 "references": ["ref-a", "ref-b"], "generator": "iwco"}}})
-    rows = _rows(plan(cfg, PRICES, options=OPTIONS))
+    rows = _rows(planned(cfg, PRICES, options=OPTIONS))
     ref_prompts = [len(fewl_prompts.reference_prompt(q).split()) * 1.3 for q in questions]
     question_tokens = [len(q.split()) * 1.3 for q in questions]
     iw_co = len(fewl_prompts.iw_co_prompt("", 25).split()) * 1.3
@@ -821,6 +824,6 @@ def test_a_stage_of_no_calls_is_planned_at_zero(data, tmp_path):
     recorded = tmp_path / "rec.jsonl"
     recorded.write_text(json.dumps({"prompt": CODE_PROMPTS[0], "response": "import os"}) + "\n")
     rec = {"id": "rec", "backend": "replay", "params": {"source": "file", "path": str(recorded)}}
-    p = plan(_cfg(data, models=(rec, OPEN_JUDGE, EXTRACTOR), tasks=("halogen/summarization",)), PRICES,
+    p = planned(_cfg(data, models=(rec, OPEN_JUDGE, EXTRACTOR), tasks=("halogen/summarization",)), PRICES,
              options=OPTIONS)
     assert _calls(p, "verify")[("judge", "halogen/summarization")] == (0, 0)

@@ -18,8 +18,8 @@ from halluscope.config.load import parse_config
 from halluscope.contract.roles import RoleCall
 from halluscope.errors import ConfigError
 from halluscope.pipeline.roles import RoleModels
-from halluscope.pipeline.service_engines import check_service_load
 from halluscope.pipeline.stages import Generate
+from halluscope.resolve.service_engines import check_service_load
 
 ACTORS = 4
 

@@ -14,10 +14,10 @@ from tests.conftest import SHARED_DATA
 from halluscope.config.load import parse_config
 from halluscope.pipeline import stages, workset
 from halluscope.pipeline.execute import driver_batches, in_process
-from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.runner import run
 from halluscope.pipeline.workset import list_work
 from halluscope.records import GenerationIds
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -37,7 +37,7 @@ def _config(root: str, **extra) -> dict:
 def test_aliases_are_answered_by_the_recorded_steps_of_the_model_they_replay(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = parse_config(_config(f"file://{tmp_path}"))
-    result = run(cfg, run_id="r", progress=False)
+    result = run(ResolvedRun.of(cfg), run_id="r", progress=False)
     assert not ray.is_initialized()
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["execution"] == "in the driver's process" and "ray_init_s" not in manifest["timings"]
@@ -52,14 +52,14 @@ def test_aliases_are_answered_by_the_recorded_steps_of_the_model_they_replay(tmp
 def test_which_runs_go_in_the_driver(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     small = parse_config(_config("file:///tmp/unused"))
-    assert in_process(small, 24_999) and not in_process(small, 25_000)
-    assert not in_process(parse_config(_config("file:///tmp/unused", ray={"in_process_below": 0})), 1)
-    assert not in_process(parse_config(_config("file:///tmp/unused", ray={"address": "127.0.0.1:1"})), 1)
+    assert in_process(ResolvedRun.of(small), 24_999) and not in_process(ResolvedRun.of(small), 25_000)
+    assert not in_process(ResolvedRun.of(parse_config(_config("file:///tmp/unused", ray={"in_process_below": 0}))), 1)
+    assert not in_process(ResolvedRun.of(parse_config(_config("file:///tmp/unused", ray={"address": "127.0.0.1:1"}))), 1)
     served = _config("file:///tmp/unused")
     served["models"][-1] = {"id": "judge", "role": "judge", "backend": "scripted"}
-    assert not in_process(parse_config(served), 1)
+    assert not in_process(ResolvedRun.of(parse_config(served)), 1)
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
-    assert not in_process(small, 1)
+    assert not in_process(ResolvedRun.of(small), 1)
 
 
 def _slow_writes(monkeypatch) -> list[str]:
@@ -94,7 +94,7 @@ def test_a_part_is_reported_committed_only_once_it_is_written(tmp_path, monkeypa
             yield committed
 
     monkeypatch.setattr(stages.Evaluate, "__call__", checked)
-    result = run(parse_config(_config(f"file://{tmp_path}", concurrency={"batch_size": 5})), run_id="r",
+    result = run(ResolvedRun.of(parse_config(_config(f"file://{tmp_path}", concurrency={"batch_size": 5}))), run_id="r",
                  progress=False)
     assert result.failure is None and result.processed == 48
     assert len(written) == 12 and sorted(reported) == sorted(written)  # 4 units of 12 rows, parts of 5
@@ -106,7 +106,7 @@ def test_a_stopped_evaluation_finishes_the_part_in_flight(tmp_path, monkeypatch)
     store = RunStore(Location.from_url(cfg.storage.root), "r")
     store.claim()
     run = ResolvedRun.of(cfg)
-    work = list_work(cfg, store, run.items)
+    work = list_work(run, store)
     batches = driver_batches(run, store, work, work.blocks, GenerationIds(), cfg.models)
     first = next(batches)
     assert first.column("key").to_pylist()[0] == written[0]
@@ -119,16 +119,17 @@ def test_a_worker_fetches_what_was_committed_before_once_for_all_its_blocks(tmp_
     fetches them once."""
     cfg = parse_config(_config(f"file://{tmp_path}"))
     store = RunStore(Location.from_url(cfg.storage.root), "r")
-    items = workset.item_source(cfg)
-    work = list_work(cfg, store, items)
-    first = next(workset.expand_unit(work.blocks[0], workset.Expansion(store, items, workset.models_under_test(cfg)), GenerationIds()))
+    resolved = ResolvedRun.of(cfg)
+    items = resolved.items
+    work = list_work(resolved, store)
+    first = next(workset.expand_unit(work.blocks[0], workset.Expansion(store, items, resolved.tested), GenerationIds()))
     done = GenerationIds(first.column("gen_id").slice(0, 5))
     fetched: list[ray.ObjectRef] = []
     monkeypatch.setattr(workset.ray, "get", lambda ref: fetched.append(ref) or done)
     ref = ray.ObjectRef(b"\x01" * 28)
     workset.committed_before.cache_clear()
     try:
-        ids = [g for b in work.blocks for t in workset.expand_unit(b, workset.Expansion(store, items, workset.models_under_test(cfg)), ref)
+        ids = [g for b in work.blocks for t in workset.expand_unit(b, workset.Expansion(store, items, resolved.tested), ref)
                for g in t.column("gen_id").to_pylist()]
     finally:
         workset.committed_before.cache_clear()
@@ -140,15 +141,15 @@ def test_a_budgeted_run_reads_its_price_table_once(tmp_path, monkeypatch):
     """The price table is read and validated once per run, however many places price it (the
     budget gate, the ledger, shared services, stranded GPUs)."""
     from halluscope.cost import prices
-    from halluscope.pipeline import resolved
+    from halluscope.resolve import tables
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     reads = []
-    monkeypatch.setattr(resolved, "load_prices", lambda path: reads.append(path) or prices.load_prices(path))
+    monkeypatch.setattr(tables, "load_prices", lambda path: reads.append(path) or prices.load_prices(path))
     table = tmp_path / "prices.yaml"
     table.write_text("as_of: '2026-01-01'\nsource: test prices\napi_usd_per_million_tokens: {}\n")
     cfg = parse_config(_config(f"file://{tmp_path}", costs={"price_table": str(table), "budget_usd": 1.0}))
-    assert run(cfg, run_id="r", progress=False).failure is None
+    assert run(ResolvedRun.of(cfg), run_id="r", progress=False).failure is None
     assert reads == [str(table)]
 
 
@@ -162,7 +163,7 @@ def test_each_benchmarks_options_are_parsed_once_for_a_config_and_its_run(tmp_pa
     parse = Benchmark.parse_options
     monkeypatch.setattr(Benchmark, "parse_options", lambda self, raw: parsed.append(self.name) or parse(self, raw))
     cfg = parse_config(_config(f"file://{tmp_path}"))
-    assert run(cfg, run_id="r", progress=False).failure is None
+    assert run(ResolvedRun.of(cfg), run_id="r", progress=False).failure is None
     assert parsed == ["halogen"]
     cfg.benchmarks["halogen"] = {"import_name_aliases": False}  # a changed section is parsed anew
     cfg.options_for("halogen")
@@ -190,12 +191,12 @@ def test_rows_that_failed_transiently_are_done_again_when_the_run_is_resubmitted
         def errors() -> list[str | None]:
             return store.read_table("scores", ["error"]).column("error").to_pylist()
 
-        run(cfg, run_id="t", progress=False)
+        run(ResolvedRun.of(cfg), run_id="t", progress=False)
         assert sum(map(transient_error, errors())) == 4 and errors().count(None) == 8
-        kept = run(cfg, run_id="t", progress=False, retry_failed=False)
+        kept = run(ResolvedRun.of(cfg), run_id="t", progress=False, retry_failed=False)
         assert kept.processed == 0 and sum(map(transient_error, errors())) == 4
         calls = server.calls
-        again = run(cfg, run_id="t", progress=False)
+        again = run(ResolvedRun.of(cfg), run_id="t", progress=False)
         manifest = store.read_json("manifest.json")
     assert errors() == [None] * 12 and again.processed == manifest["counts"]["processed"]
     assert manifest["counts"]["batches_redone"] >= 1 and server.calls - calls == 4  # the rest from the cache
@@ -257,12 +258,12 @@ def test_a_run_whose_spend_crosses_its_budget_stops_there_and_resumes_under_a_ra
 
         store = RunStore(Location.from_url(f"file://{tmp_path}"), "b")
         with pytest.raises(OverBudget, match=r"costs.budget_usd \$5.00 crossed: \$[0-9.]+ spent so far"):
-            run(cfg(5.0), run_id="b", progress=False)
+            run(ResolvedRun.of(cfg(5.0)), run_id="b", progress=False)
         manifest = store.read_json("manifest.json")
         assert manifest["status"] == "over_budget" and "raise the budget and resume" in manifest["reason"]
         stopped_at = store.read_table("scores", ["gen_id"]).num_rows
         assert 0 < stopped_at < 12, stopped_at
-        resumed = run(cfg(100.0), run_id="b", progress=False)
+        resumed = run(ResolvedRun.of(cfg(100.0)), run_id="b", progress=False)
     assert resumed.failure is None and resumed.processed == 12 - stopped_at
     ids = store.read_table("scores", ["gen_id"]).column("gen_id").to_pylist()
     assert len(ids) == len(set(ids)) == 12
@@ -318,7 +319,7 @@ def test_show_prints_a_response_its_units_and_each_verdict(tmp_path, monkeypatch
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = parse_config(_config(f"file://{tmp_path}"))
-    run(cfg, run_id="s", progress=False)
+    run(ResolvedRun.of(cfg), run_id="s", progress=False)
     scores = RunStore(Location.from_url(f"file://{tmp_path}"), "s").read_table("scores").to_pylist()
     worst = min((r for r in scores if r["model"] == "alpaca_7b" and r["task"] == "halogen/summarization"
                  and (r["f"] or 0.0) > 0), key=lambda r: (-r["f"], r["item_id"]))  # the most hallucinated
@@ -346,7 +347,7 @@ def test_a_committed_part_edited_before_the_resume_is_done_again(tmp_path, monke
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = parse_config(_config(f"file://{tmp_path}"))
-    first = run(cfg, run_id="r", progress=False)
+    first = run(ResolvedRun.of(cfg), run_id="r", progress=False)
     folder = tmp_path / "r" / "scores"
     name = sorted(os.listdir(folder))[0]
     part = pq.read_table(folder / name)
@@ -354,7 +355,7 @@ def test_a_committed_part_edited_before_the_resume_is_done_again(tmp_path, monke
     (folder / name).write_bytes(table_to_bytes(part.set_column(part.schema.get_field_index("responded"),
                                                                "responded", abstained)))
     with caplog.at_level("WARNING"):
-        again = run(cfg, run_id="r", progress=False)
+        again = run(ResolvedRun.of(cfg), run_id="r", progress=False)
     assert again.processed == part.num_rows and again.skipped == first.processed - part.num_rows
     assert name in caplog.text and "does not hash to the sha256 in its name" in caplog.text
 
@@ -376,7 +377,7 @@ def test_a_row_its_judge_failed_keeps_its_generation_and_is_billed_as_an_answere
         "models": [{"id": "m", "backend": "scripted", "params": {"in_process": True, "default": answer}},
                    {"id": "j", "role": "judge", "backend": "scripted", "params": {"in_process": True,
                                                                                   "default": "perhaps"}}]})
-    run(cfg, run_id="t", progress=False)
+    run(ResolvedRun.of(cfg), run_id="t", progress=False)
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "t")
 
     scores = store.read_table("scores", ["error"]).column("error").to_pylist()
@@ -399,7 +400,7 @@ def test_the_ledger_bills_the_head_and_cpu_pods_of_every_attempt_as_measured(tmp
     prices.write_text("as_of: '2026-01-01'\nsource: test prices\ngpu_hour_usd: {CPU: 0.036}\n")
     cfg = parse_config(_config(f"file://{tmp_path}", costs={
         "price_table": str(prices), "overheads": {"head_cpus": 8, "cpu_worker_cpus": 16, "after_finish_s": 600}}))
-    run(cfg, run_id="r", progress=False)
+    run(ResolvedRun.of(cfg), run_id="r", progress=False)
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "r")
     first = json.loads((tmp_path / "r" / "manifest.json").read_text())["timings"]["pipeline_s"]
     (pods,) = [r for r in pq.read_table(tmp_path / "r" / "costs.parquet").to_pylist() if r["stage"] == "pods"]
@@ -409,6 +410,6 @@ def test_the_ledger_bills_the_head_and_cpu_pods_of_every_attempt_as_measured(tmp
     assert math.isclose(pods["usd"], pods["resource_seconds"] * 0.00001)
     names = next(iter(store.parts("scores").values()))  # one batch undone: a second attempt does it again
     store.part_file("scores", names[0]).remove()
-    run(cfg, run_id="r", progress=False)
+    run(ResolvedRun.of(cfg), run_id="r", progress=False)
     (again,) = [r for r in pq.read_table(tmp_path / "r" / "costs.parquet").to_pylist() if r["stage"] == "pods"]
     assert again["resource_seconds"] > pods["resource_seconds"]  # both attempts' pipelines

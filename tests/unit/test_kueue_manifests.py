@@ -314,7 +314,7 @@ def test_the_rendered_quota_admits_only_runs_whose_pods_fit_beside_the_service_a
     (each 8 GPUs: one pod) place their pods on the nodes the service leaves at its maximum, by the
     project's own placement rules; one run more is not admitted."""
     from halluscope.kueue import picture
-    from halluscope.pipeline.nodes import Demand, Layout
+    from halluscope.resolve.nodes import Demand, Layout
 
     drawn = picture(described(nodes), ROOT)
     assert (drawn.service_pods, drawn.run_gpus) == (service_pods, run_gpus)

@@ -24,8 +24,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("L4 models, knowledge", ("models", "knowledge")),
     ("L5 accounting, serving", ("cost", "serving", "runkit")),
     ("L6 benchmarks, report", ("halogen", "hallulens", "ragtruth", "fewl", "report")),
-    ("L7 engine", ("pipeline",)),
-    ("L8 entry points", ("cli", "kuberay", "kuberay_cli", "preflight", "kueue", "kueue_cli", "service_logs",
+    ("L7 resolution", ("resolve",)),
+    ("L8 engine", ("pipeline",)),
+    ("L9 entry points", ("cli", "kuberay", "kuberay_cli", "preflight", "kueue", "kueue_cli", "service_logs",
                           "service_logs_cli")),
 ]
 
@@ -167,7 +168,7 @@ def test_the_checks_see_what_they_check(tmp_path):
     assert cycles(g) == [["halluscope.config", "halluscope.storage.fs"]]
 
 
-ENGINE = ("pipeline", "report", "config", "storage", "models", "serving", "runkit.py", "cli.py")
+ENGINE = ("pipeline", "resolve", "report", "config", "storage", "models", "serving", "runkit.py", "cli.py")
 
 
 def benchmark_names_in_code(path: Path, names: list[str], root: Path = PACKAGE) -> list[str]:

@@ -186,8 +186,8 @@ def test_run_summary_on_screen_gives_the_quarantine_counts_and_folder(tmp_path, 
         "storage": {"root": f"file://{tmp_path}/runs"}, "tasks": ["halogen/code"], "costs": {"price_table": None},
         "models": [{"id": "my-model", "backend": "replay", "params": {"source": "file", "path": "gens.jsonl"}}]}))
 
-    def fake_run(cfg, run_id=None, progress=True, retry_failed=True, agreement=()):
-        store = RunStore(Location.from_url(cfg.storage.root), run_id)
+    def fake_run(resolved, run_id=None, progress=True, retry_failed=True, agreement=()):
+        store = RunStore(resolved.root, run_id)
         store.write_part("quarantine", "k", pa.Table.from_pylist(QUARANTINED, schema=records.QUARANTINE))
         return runner.RunResult(run_id, store.loc.url, [], "# board", 2, 0, 1.0, {"my-model/halogen/code": 1})
 

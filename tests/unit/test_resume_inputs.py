@@ -11,6 +11,7 @@ from tests.conftest import SHARED_DATA
 from halluscope.config.load import parse_config
 from halluscope.errors import RunError
 from halluscope.pipeline import runner
+from halluscope.resolve.run import ResolvedRun
 from halluscope.sources import DataResolver
 from halluscope.task_registry import get_task
 
@@ -48,18 +49,18 @@ def test_resume_with_the_same_files_goes_on(tmp_path, started):
     cfg, _ = _config(tmp_path, tmp_path / "gens.jsonl")
     for _ in range(2):
         with pytest.raises(Started):
-            runner.run(cfg, run_id="r", progress=False)
+            runner.run(ResolvedRun.of(cfg), run_id="r", progress=False)
 
 
 def test_a_changed_replay_file_is_refused(tmp_path, started):
     replay = tmp_path / "gens.jsonl"
     cfg, _ = _config(tmp_path, replay)
     with pytest.raises(Started):
-        runner.run(cfg, run_id="r", progress=False)
+        runner.run(ResolvedRun.of(cfg), run_id="r", progress=False)
     manifest = (tmp_path / "runs" / "r" / "manifest.json").read_bytes()
     replay.write_text(replay.read_text().replace("import numpy", "import nonexistent_pkg"))
     with pytest.raises(RunError, match=rf"{replay} changed since the run started .* use a new run id"):
-        runner.run(cfg, run_id="r", progress=False)
+        runner.run(ResolvedRun.of(cfg), run_id="r", progress=False)
     # nothing was claimed or rewritten: the manifest still names the data the results came from
     assert (tmp_path / "runs" / "r" / "manifest.json").read_bytes() == manifest
 
@@ -67,8 +68,8 @@ def test_a_changed_replay_file_is_refused(tmp_path, started):
 def test_a_changed_released_data_file_is_refused(tmp_path, started):
     cfg, released = _config(tmp_path, tmp_path / "gens.jsonl")
     with pytest.raises(Started):
-        runner.run(cfg, run_id="r", progress=False)
+        runner.run(ResolvedRun.of(cfg), run_id="r", progress=False)
     text = gzip.decompress(released.read_bytes()).decode()
     released.write_bytes(gzip.compress(text.replace("import", "from x import", 1).encode()))
     with pytest.raises(RunError, match=rf"{RELEASED} changed since the run started"):
-        runner.run(cfg, run_id="r", progress=False)
+        runner.run(ResolvedRun.of(cfg), run_id="r", progress=False)

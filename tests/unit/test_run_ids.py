@@ -10,6 +10,7 @@ from halluscope.cli import main
 from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.names import check_run_id
 from halluscope.storage.run import RunStore
@@ -65,7 +66,7 @@ def test_bad_run_id_in_a_config(root, run_id, tmp_path, capsys):
 def test_bad_run_id_through_the_api(root, run_id):
     storage, written = root
     with pytest.raises(ConfigError, match="run id"):
-        run(parse_config(_config(storage)), run_id=run_id)
+        run(ResolvedRun.of(parse_config(_config(storage))), run_id=run_id)
     with pytest.raises(ConfigError, match="run id"):
         RunStore(Location.from_url(storage["root"]), run_id)
     assert written() == []

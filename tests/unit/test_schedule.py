@@ -6,17 +6,8 @@ import pytest
 
 from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
-from halluscope.pipeline.schedule import (
-    Admission,
-    Job,
-    budget,
-    check_cpus,
-    cpu_demand,
-    order,
-    pool_of,
-    refusals,
-    simulate,
-)
+from halluscope.pipeline.schedule import Admission, order, simulate
+from halluscope.resolve.cluster import Job, budget, check_cpus, cpu_demand, pool_of, refusals
 
 
 def test_models_beyond_the_budget_run_in_waves_largest_first_with_backfill():
@@ -86,15 +77,18 @@ def test_cpus_that_cannot_hold_the_roles_and_actors_fail_before_the_start_naming
 
 
 def test_the_dollar_budget_holds_back_a_model_that_would_cross_it(tmp_path):
-    from halluscope.pipeline.resolved import price_table
+    from tests.support.resolved import resolved
+
     from halluscope.pipeline.spend import dollar_gate
     from halluscope.pipeline.waves import Deployment
+    from halluscope.resolve.run import ResolvedRun
+    from halluscope.resolve.tables import price_table
 
     prices = tmp_path / "prices.yaml"
     prices.write_text("as_of: '2025-07-01'\nsource: test\ngpu_hour_usd: {GPU: 2.0}\n")
     cfg = _cfg(costs={"price_table": str(prices), "budget_usd": 5.0})
     jobs = {"a": Job("a", "GPU", 1, 0, 3600), "b": Job("b", "GPU", 1, 0, 3600), "c": Job("c", "GPU", 1, 0, 1800)}
-    gate = dollar_gate(cfg, price_table(cfg), jobs)
+    gate = dollar_gate(ResolvedRun.of(cfg), jobs)
     assert gate is not None
     done = Deployment("a", "GPU", 1, 0, requested_at=0.0, released_at=3600.0)  # $2 held
     assert gate(jobs["b"], [done]) is None  # $2 + $2 <= $5
@@ -102,4 +96,4 @@ def test_the_dollar_budget_holds_back_a_model_that_would_cross_it(tmp_path):
     reason = gate(jobs["b"], [done, running])
     assert reason is not None and "costs.budget_usd $5.00 would be crossed: model 'b' is estimated at $2.00" in reason
     assert gate(jobs["c"], [done, running]) is None  # $2 + $2 + $1
-    assert dollar_gate(_cfg(), price_table(cfg), jobs) is None  # no budget: nothing held back
+    assert dollar_gate(resolved(_cfg(), prices=price_table(cfg)), jobs) is None  # no budget: nothing held back

@@ -13,7 +13,8 @@ from halluscope.models.model import Model
 from halluscope.models.registry import Context, client
 from halluscope.models.scripted import ScriptedProvider, ScriptedResponder
 from halluscope.pipeline.execute import in_process
-from halluscope.pipeline.schedule import cpu_demand, scheduled
+from halluscope.resolve.cluster import cpu_demand, scheduled
+from halluscope.resolve.run import ResolvedRun
 
 PARAMS = {"rules": [{"pattern": "capital", "response": "Paris is the capital"}], "support_on_overlap": 0.5}
 
@@ -49,10 +50,10 @@ def test_a_run_with_only_in_process_stand_ins_goes_in_the_driver(monkeypatch):
     models = [{"id": "tested", "backend": "scripted", "params": {"in_process": True}},
               {"id": "judge", "role": "judge", "backend": "scripted", "params": {"in_process": True}}]
     cfg = parse_config({"tasks": ["halogen/code"], "models": models})
-    assert in_process(cfg, 10) and not any(scheduled(m) for m in cfg.models)
+    assert in_process(ResolvedRun.of(cfg), 10) and not any(scheduled(m) for m in cfg.models)
     assert not any("model" in holder for holder in cpu_demand(cfg))  # nothing served holds a CPU
     served = parse_config({"tasks": ["halogen/code"], "models": [{**models[0], "params": {}}, models[1]]})
-    assert not in_process(served, 10) and scheduled(served.models[0])
+    assert not in_process(ResolvedRun.of(served), 10) and scheduled(served.models[0])
 
 
 def test_an_outage_ends_at_faults_until_and_when_changes_no_fingerprint():

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 from tests.conftest import SHARED_DATA
+from tests.support.resolved import planned
 
 from halluscope.config.load import parse_config
 from halluscope.config.schema import ScriptedModel
@@ -17,7 +18,6 @@ from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
 from halluscope.models.provider import CallLimits, RemoteProvider, Retry
 from halluscope.models.usage import Usage
-from halluscope.pipeline.estimate import plan
 from halluscope.pipeline.roles import RoleModels
 
 
@@ -78,7 +78,7 @@ def test_the_plan_counts_a_served_models_twin_prompts_once(tmp_path):
            "limits": {"max_items_per_task": 5}, "costs": {"price_table": None}, "cache": {"enabled": False},
            "models": [{"id": "served", "backend": "scripted", "params": {"default": "import numpy"}},
                       {"id": "api", "backend": "scripted", "params": {"default": "import numpy", "in_process": True}}]}
-    rows = {(r.model, r.task): (r.calls, r.cached_calls) for r in plan(parse_config(raw), None).rows if r.stage == "generate"}
+    rows = {(r.model, r.task): (r.calls, r.cached_calls) for r in planned(parse_config(raw), None).rows if r.stage == "generate"}
     assert rows[("served", "halogen/code")] == (5, 0)
     assert rows[("served", "halogen/code@corrected")] == (0, 5)  # generated once, by its generation task
     # a model answered in the actors' batches shares only through the call cache: counted twice

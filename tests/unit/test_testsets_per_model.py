@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pytest
 from tests.support.hallulens_sources import EDGES, FakeGenerator, write_wiki_sources
+from tests.support.resolved import planned
 
 from halluscope.config.load import parse_config
 from halluscope.errors import ConfigError
 from halluscope.hallulens import tasks as hallulens_tasks
 from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
 from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
-from halluscope.pipeline import estimate, workset
+from halluscope.pipeline import workset
 from halluscope.pipeline.workset import expand_unit, list_work
 from halluscope.records import GenerationIds
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -31,11 +33,11 @@ def _testsets(tmp_path) -> list[str]:
 
 
 def _rows(cfg, store) -> dict[str, set[str]]:
-    items = workset.item_source(cfg)
-    work = list_work(cfg, store, items)
+    run = ResolvedRun.of(cfg)
+    work = list_work(run, store)
     rows: dict[str, set[str]] = {}
     for i in range(work.units.num_rows):
-        for t in expand_unit(work.units.slice(i, 1), workset.Expansion(store, items, workset.models_under_test(cfg)), GenerationIds()):
+        for t in expand_unit(work.units.slice(i, 1), workset.Expansion(store, run.items, run.tested), GenerationIds()):
             for r in t.to_pylist():
                 rows.setdefault(r["model"], set()).add(r["item_id"])
     return rows
@@ -51,7 +53,7 @@ def test_per_model_test_sets_give_each_model_its_own_items(tmp_path):
     assert rows["a"] and rows["b"] and not rows["a"] & rows["b"]  # different seeds, different items
     written = set(store.read_items(TASK).column("item_id").to_pylist())
     assert written == rows["a"] | rows["b"]
-    totals = list_work(per_model, store, workset.item_source(per_model)).totals
+    totals = list_work(ResolvedRun.of(per_model), store).totals
     assert totals == {("a", TASK): len(rows["a"]), ("b", TASK): len(rows["b"])}
 
     shared = parse_config({**per_model.model_dump(mode="json"), "testsets": {TASK: [first]}})
@@ -71,6 +73,6 @@ def test_the_estimate_counts_each_models_own_test_sets(tmp_path):
     first, second = _testsets(tmp_path)
     models = [{"id": "a", "backend": "scripted"}, {"id": "b", "backend": "scripted"}, JUDGE]
     cfg = parse_config({"tasks": [TASK], "models": models, "testsets": {TASK: {"a": [first], "b": [first, second]}}})
-    generated = {r.model: r.generations for r in estimate.plan(cfg, None).rows if r.stage == "generate"}
+    generated = {r.model: r.generations for r in planned(cfg, None).rows if r.stage == "generate"}
     first_n, second_n = (len(hallulens_tasks.testset_of(Location.from_url(u)).task_items()) for u in (first, second))
     assert generated == {"a": first_n, "b": first_n + second_n}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 from halluscope.pipeline import waves
-from halluscope.pipeline.schedule import Job
 from halluscope.pipeline.waves import Deployment, Waves, _Active
+from halluscope.resolve.cluster import Job
 
 
 def _active() -> _Active:

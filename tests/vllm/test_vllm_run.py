@@ -9,6 +9,7 @@ from tests.support.servers import free_port
 from halluscope.config.load import parse_config
 from halluscope.config.schema import VLLMModel
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.serving.vllm import vllm_installed
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
@@ -33,7 +34,7 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
 
     from halluscope.hallulens.generation import PreciseWikiQAConfig, build_wiki_testset
     from halluscope.hallulens.sources import load_goodwiki, load_harmonic_centrality
-    from halluscope.pipeline.schedule import cpu_demand, job_of
+    from halluscope.resolve.cluster import cpu_demand, job_of
 
     goodwiki, titles, scores = write_wiki_sources(tmp_path)
     root = Location.from_url(f"file://{tmp_path}/testsets")
@@ -60,7 +61,7 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
     assert (engine, fixed) == (2.0, 2.75)
     cfg = parse_config({**raw, "cluster": {"cpus": fixed + engine}})
     try:
-        result = run(cfg, run_id="waves", progress=False)
+        result = run(ResolvedRun.of(cfg), run_id="waves", progress=False)
     finally:
         serve.shutdown()  # the next test starts Serve on a port of its own
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "waves")

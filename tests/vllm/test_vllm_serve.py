@@ -25,6 +25,7 @@ from halluscope.models.model import Model
 from halluscope.models.registry import Context, client, sampling_of
 from halluscope.models.vllm_handle import VLLMHandleProvider
 from halluscope.pipeline.runner import run
+from halluscope.resolve.run import ResolvedRun
 from halluscope.serving.app import ServedEndpoint
 from halluscope.serving.vllm import build_application, vllm_installed
 from halluscope.storage.fs import Location
@@ -139,7 +140,7 @@ def test_a_run_of_the_real_model_answers_in_english_is_judged_readably_counts_it
                        "params": {**served, "sampling": {"max_tokens": 48, "temperature": 0.0}}},
                       {"id": "smollm2-judge", "role": "judge", "backend": "openai",
                        "params": {**served, "structured_output": "vllm", "sampling": {"max_tokens": 8}}}]}
-    runs = {rid: run(parse_config(raw), run_id=rid, progress=False) for rid in ("first", "again")}
+    runs = {rid: run(ResolvedRun.of(parse_config(raw)), run_id=rid, progress=False) for rid in ("first", "again")}
     stores = {rid: RunStore(Location.from_url(f"file://{tmp_path}"), rid) for rid in runs}
 
     gens = stores["first"].read_table("generations").to_pylist()

@@ -20,8 +20,9 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel
 
-from halluscope.config.schema import RunConfig
+from halluscope.config.schema import ModelSpec
 from halluscope.contract.benchmark import MetricInputs
 from halluscope.contract.metrics import Figure, MetricRecord
 from halluscope.cost.ledger import LEDGER_COLUMNS, CallTally
@@ -77,19 +78,19 @@ class Totals:
     calls: CallTally
 
 
-def score_columns(cfg: RunConfig) -> list[str] | None:
+def score_columns(tasks: Sequence[str]) -> list[str] | None:
     """The ``scores`` columns the aggregation reads: those the run's benchmarks name, with those
     ``RowCounts`` counts by; every column (None) if one names none."""
-    wanted = [benchmark_of(t).score_columns for t in cfg.tasks]
+    wanted = [benchmark_of(t).score_columns for t in tasks]
     if any(w is None for w in wanted):
         return None
-    compared = {c for t in cfg.tasks for c in benchmark_of(t).compare_columns}
+    compared = {c for t in tasks for c in benchmark_of(t).compare_columns}
     return sorted({"model", "task", "error", *compared, *(c for w in wanted for c in w or ())})
 
 
-def tasks_by_benchmark(cfg: RunConfig) -> dict[str, list[str]]:
+def tasks_by_benchmark(tasks: Sequence[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = defaultdict(list)
-    for t in cfg.tasks:
+    for t in tasks:
         out[benchmark_of(t).name].append(t)
     return out
 
@@ -102,21 +103,20 @@ def _own(tasks: list[str], scores: pa.Table) -> pa.Table:
 
 
 def benchmark_metrics(name: str, tasks: list[str], scores: pa.Table, read_table: Callable[..., pa.Table],
-                      store: RunStore, cfg: RunConfig) -> list[MetricRecord]:
+                      store: RunStore, options: BaseModel) -> list[MetricRecord]:
     """One call of a benchmark's metrics hook on ``scores`` (rows of any tasks: its own are
-    handed over)."""
-    inputs = MetricInputs(tasks, _own(tasks, scores), read_table, store.read_items, cfg.options_for(name))
+    handed over), with the benchmark's ``options``."""
+    inputs = MetricInputs(tasks, _own(tasks, scores), read_table, store.read_items, options)
     return _checked(name, benchmark_of(tasks[0]).metrics(inputs))
 
 
 def comparisons(name: str, tasks: list[str], compared: list[pa.Table], store: RunStore,
-                cfg: RunConfig) -> list[MetricRecord]:
+                options: BaseModel) -> list[MetricRecord]:
     """The benchmark's compare hook on the compared columns of every model's rows of its tasks."""
     compare = benchmark_of(tasks[0]).compare
     if compare is None or not compared:
         return []
-    inputs = MetricInputs(tasks, pa.concat_tables(compared), store.read_table, store.read_items,
-                          cfg.options_for(name))
+    inputs = MetricInputs(tasks, pa.concat_tables(compared), store.read_table, store.read_items, options)
     return [replace(r, benchmark=r.benchmark or name) for r in _checked(name, compare(inputs))]
 
 
@@ -170,14 +170,16 @@ def _checked(name: str, records: Sequence[object]) -> list[MetricRecord]:
     return out
 
 
-def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
-    """Metrics, counts and the ledger's call tally of everything committed, a model at a time."""
-    columns = score_columns(cfg)
-    groups = tasks_by_benchmark(cfg)
+def aggregate(store: RunStore, tasks: Sequence[str], models: Sequence[ModelSpec],
+              options_for: Callable[[str], BaseModel]) -> Totals:
+    """Metrics, counts and the ledger's call tally of everything committed, a model at a time:
+    the run's ``tasks`` and ``models``, each benchmark's metrics given its options (``options_for``)."""
+    columns = score_columns(tasks)
+    groups = tasks_by_benchmark(tasks)
     per_model = [n for n, tasks in groups.items() if benchmark_of(tasks[0]).metrics_per_model]
     records: dict[str, list[MetricRecord]] = {n: [] for n in groups}
     compared: dict[str, list[pa.Table]] = {n: [] for n in groups}  # each model's rows, the compared columns
-    counts, calls = RowCounts(), CallTally(cfg.models)
+    counts, calls = RowCounts(), CallTally(models)
     parts = store.parts_by("model")
     listed = Counter(k for keys in parts.values() for k in keys)
     for model, keys in sorted(parts.items()):
@@ -190,7 +192,7 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
             calls.add_generations(read("generations", LEDGER_COLUMNS))
         calls.add_role_calls(read("role_calls"))
         for name in per_model:
-            records[name] += benchmark_metrics(name, groups[name], scores, read, store, cfg)
+            records[name] += benchmark_metrics(name, groups[name], scores, read, store, options_for(name))
             if benchmark_of(groups[name][0]).compare is not None:
                 compared[name].append(_own(groups[name], scores).select(
                     ["model", "task", *benchmark_of(groups[name][0]).compare_columns]))
@@ -198,11 +200,12 @@ def aggregate(cfg: RunConfig, store: RunStore) -> Totals:
     for name, tasks in groups.items():
         if name not in per_model:
             scores = store.read_table("scores", columns, filters=[("task", "in", tasks)])
-            records[name] = benchmark_metrics(name, tasks, scores, store.read_table, store, cfg)
+            records[name] = benchmark_metrics(name, tasks, scores, store.read_table, store, options_for(name))
             compared[name] = [scores]
     metrics: list[MetricRecord] = []
-    for name, tasks in groups.items():
-        metrics += [*merged(name, records[name]), *comparisons(name, tasks, compared[name], store, cfg)]
+    for name, group in groups.items():
+        metrics += [*merged(name, records[name]),
+                    *comparisons(name, group, compared[name], store, options_for(name))]
     return Totals(metrics, counts, calls)
 
 

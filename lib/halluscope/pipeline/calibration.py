@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from halluscope.config.load import parse_config
-from halluscope.config.schema import CalibrationSpec, RunConfig
+from halluscope.config.schema import CalibrationSpec
 from halluscope.contract.benchmark import Benchmark
 from halluscope.contract.metrics import AGREEMENT, COSTS_TOTAL, Estimate, MetricRecord
 from halluscope.errors import ConfigError
 from halluscope.pipeline.agreement import METHOD, Agreement, agreement
 from halluscope.pipeline.runner import run
-from halluscope.storage.fs import Location
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.run import RunStore
 from halluscope.task_registry import benchmark_of, get_task
 
@@ -38,8 +38,8 @@ DECISIONS = {"verify": "supported", "abstain": "responded"}
 class Pair:
     """The two runs of one benchmark's calibration."""
 
-    reference: RunConfig
-    judged: RunConfig
+    reference: ResolvedRun
+    judged: ResolvedRun
     tasks: tuple[str, ...]
     judge: str
     reference_judge: str
@@ -51,7 +51,10 @@ def _judged_stages(task: str) -> list[str]:
                               if r.role == "judge" and r.stage in DECISIONS))
 
 
-def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
+def _pairs(run: ResolvedRun, spec: CalibrationSpec) -> list[Pair]:
+    """One pair of runs per benchmark of the run's with a recorded reference, each of its
+    sub-configs resolved here."""
+    cfg = run.cfg
     judge = next((m for m in cfg.models if m.role == "judge"), None)
     if judge is None:
         raise ConfigError("calibration: the run has no judge to calibrate")
@@ -76,24 +79,27 @@ def _pairs(cfg: RunConfig, spec: CalibrationSpec) -> list[Pair]:
         released = [{"id": m, "backend": "replay", "params": {"source": "recorded"}} for m in bench.recorded_models]
         judged = judge.model_dump(mode="json", exclude_none=True)
         sub = {**base, "tasks": tasks}
-        out.append(Pair(parse_config({**sub, "models": [*released, ref["extractor"], ref["judge"]]}, "calibration"),
-                        parse_config({**sub, "models": [*released, ref["extractor"], judged]}, "calibration"),
+        out.append(Pair(ResolvedRun.of(parse_config({**sub, "models": [*released, ref["extractor"], ref["judge"]]},
+                                                     "calibration")),
+                        ResolvedRun.of(parse_config({**sub, "models": [*released, ref["extractor"], judged]},
+                                                     "calibration")),
                         tuple(tasks), judge.id, str(ref["judge"]["id"])))
     return out
 
 
-def _stored(sub: RunConfig, progress: bool) -> tuple[RunStore, float | None]:
+def _stored(sub: ResolvedRun, progress: bool) -> tuple[RunStore, float | None]:
     """Runs (or reads back) one calibration run, under an id its config decides; its store and cost."""
-    result = run(sub, run_id=f"calibration-{sub.fingerprint()[:12]}", progress=progress)
+    result = run(sub, run_id=f"calibration-{sub.fingerprint[:12]}", progress=progress)
     usd = next(r.get("usd") for r in result.metrics if r["task"] == COSTS_TOTAL)
-    return RunStore(Location.from_url(sub.storage.root, sub.storage), result.run_id), usd
+    return RunStore(sub.root, result.run_id), usd
 
 
-def calibrate(cfg: RunConfig, spec: CalibrationSpec | None = None, progress: bool = False) -> list[MetricRecord]:
+def calibrate(resolved: ResolvedRun, spec: CalibrationSpec | None = None,
+              progress: bool = False) -> list[MetricRecord]:
     """The judge's agreement records, one per task and decision (``contract.metrics.AGREEMENT``)."""
-    spec = spec or cfg.calibration or CalibrationSpec()
+    spec = spec or resolved.cfg.calibration or CalibrationSpec()
     records = []
-    for pair in _pairs(cfg, spec):
+    for pair in _pairs(resolved, spec):
         reference, _ = _stored(pair.reference, progress)
         judged, usd = _stored(pair.judged, progress)
         for task in pair.tasks:

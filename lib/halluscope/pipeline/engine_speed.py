@@ -39,15 +39,14 @@ from typing import Any, TypeVar, cast
 
 import yaml
 
-from halluscope.config.schema import ModelSpec, RunConfig, SamplingSpec, ServedModel
+from halluscope.config.schema import ModelSpec, SamplingSpec, ServedModel
 from halluscope.errors import ConfigError, RunError
 from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
 from halluscope.models.provider import RemoteProvider
 from halluscope.models.registry import Context, provider, sampling_of
-from halluscope.pipeline.resolved import plan_options
-from halluscope.pipeline.service_engines import service_engines
-from halluscope.pipeline.workset import item_source, models_under_test
+from halluscope.resolve.run import ResolvedRun
+from halluscope.resolve.service_engines import service_engines
 from halluscope.runkit import init_ray, is_served, served
 from halluscope.serving.served import measured_throughput, placement, served_part
 from halluscope.serving.throughput import Measured, PlanOptions, ThroughputTable, known_size
@@ -180,12 +179,12 @@ def hardware(resource: str) -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
-def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[ThroughputTable, list[EngineSpeed]]:
+def calibrate_speed(run: ResolvedRun, calls: int | None = None) -> tuple[ThroughputTable, list[EngineSpeed]]:
     """The table with each engine's measured row (and start-up), and the measurements: the engines
     the run serves, each deployed here, and the shared services' engines (``cluster.service``),
     already up, reached as the run reaches them (their start-up is not measured). The table
     measured into is the one the config names, else the checkout's: its other rows are kept."""
-    o = plan_options(cfg)
+    cfg, o = run.cfg, run.plan_options
     table = o.table_or_raise()
     specs = [m for m in cfg.models if is_served(m) and served_part(m).sized_by_table]
     callers = {m.api_model: m for m in cfg.models if m.billing == "tokens"}
@@ -194,7 +193,7 @@ def calibrate_speed(cfg: RunConfig, calls: int | None = None) -> tuple[Throughpu
         raise ConfigError("calibrate --throughput: the config serves no model whose speed the throughput table "
                           "gives (backend hf or vllm), and no shared service's engine (cluster.service) serves "
                           "one of its models")
-    items, tested = item_source(cfg), models_under_test(cfg)
+    items, tested = run.items, run.tested
 
     def prompts(spec: ModelSpec) -> list[str]:
         # a role model is measured on the prompts of the first model under test (their length, not their

@@ -30,7 +30,7 @@ same rule the run follows); the roles the run serves are held for the whole run 
 makespan, or startup + the busiest other model's time, whichever is longer).
 
 This module accumulates and prices. The items come from the run's own loader
-(``workset.ItemSource``), so both read the same items; cached generation calls from the call
+(``resolve.items.ItemSource``), so both read the same items; cached generation calls from the call
 cache's one reader (``models.cache.read_calls``), as the Generate stage sees them; measured sizes
 from ``token_stats``; the rows and their rendering are ``plan_view``'s.
 """
@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import ModelSpec, Overheads, RunConfig, ServedModel
+from halluscope.config.schema import ModelSpec, Overheads, ServedModel
 from halluscope.contract.cost_rules import Shape, StageRule
 from halluscope.contract.task import Item, Task
 from halluscope.cost.ledger import IN_PROCESS, NO_PRICE_TABLE, service_tokens_usd
@@ -54,13 +55,14 @@ from halluscope.knowledge.specs import evidence_words
 from halluscope.models.registry import cached_prompts, constrains_answers, predicted, sampling_of
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.pipeline.plan_view import Plan, PlanRow, detectable
-from halluscope.pipeline.schedule import Schedule, Window, job_of, layout, scheduled, simulate
-from halluscope.pipeline.schedule import budget as schedule_budget
-from halluscope.pipeline.service_engines import check_service_load, service_engines
+from halluscope.pipeline.schedule import Schedule, Window, simulate
 from halluscope.pipeline.service_load import ServiceLoad, service_rows
 from halluscope.pipeline.token_stats import TokenStats
-from halluscope.pipeline.workset import ItemSource, item_source, models_under_test, resolver_for
 from halluscope.records import GenerationIds, generation_id
+from halluscope.resolve.cluster import budget as schedule_budget
+from halluscope.resolve.cluster import job_of, scheduled
+from halluscope.resolve.run import ResolvedRun
+from halluscope.resolve.service_engines import check_service_load, service_engines
 from halluscope.runkit import is_served
 from halluscope.serving.served import busy_seconds, placement, served_part, startup_seconds
 from halluscope.serving.throughput import (
@@ -70,6 +72,7 @@ from halluscope.serving.throughput import (
     served_assumptions,
     size_assumption,
 )
+from halluscope.sources import DataResolver
 from halluscope.storage.fs import Location
 from halluscope.task_registry import benchmark_of, get_task
 
@@ -102,24 +105,23 @@ def _prompt_tokens(items: list[Item], o: PlanOptions) -> float:
     return math.fsum(len(i.prompt.split()) for i in items) * o.tokens_per_word
 
 
-def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = None, *,
-         options: PlanOptions | None = None, cache: Location | None = None,
-         done: GenerationIds | None = None, items: ItemSource | None = None) -> Plan:
-    """The estimate of a run: rows per (model, role, task, stage), idle rows of served models.
+def plan(run: ResolvedRun, stats: TokenStats | None = None, *, done: GenerationIds | None = None) -> Plan:
+    """The estimate of a run: rows per (model, role, task, stage), idle rows of served models,
+    priced by ``run.prices`` over ``run.plan_options``.
 
-    ``stats``: measured sizes (``TokenStats.measure``) used before any estimate. ``cache``: the
+    ``stats``: measured sizes (``TokenStats.measure``) used before any estimate. ``run.cache``: the
     call cache; generation calls found there are counted as cached and cost nothing (role calls
     cannot be looked up: their prompts depend on the generations). ``done``: generation ids a
-    resumed run already committed; they make no more calls. ``items``: the run's item source,
+    resumed run already committed; they make no more calls. The items are the run's item source's,
     whose sources the run's plan then reads without loading them again."""
+    cfg, cache, items = run.cfg, run.cache, run.items
     check_service_load(cfg)
-    o = options or PlanOptions()
+    o = run.plan_options
     stats = stats or TokenStats()
     done = done if done is not None else GenerationIds()
     roles: dict[str, ModelSpec] = {m.role: m for m in cfg.models if m.role != "test"}
     # evidence per fact: the passages retrieved from the article store the task's benchmark names
-    evidence = {t: evidence_words(cfg.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}
-    items = items or item_source(cfg)
+    evidence = {t: evidence_words(run.options_for(benchmark_of(t).name)) * o.tokens_per_word for t in cfg.tasks}
     acc: dict[tuple[str, str, str], _Acc] = defaultdict(_Acc)  # (model, task, stage)
     evaluated: dict[str, int] = defaultdict(int)  # task -> items a model under test is evaluated on
     # model -> prompts a served model under test is asked by earlier tasks: its generation task
@@ -129,15 +131,15 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
     # earlier task put those prompts to: the call cache answers a twin task's from them (none without
     # a cache; a twin's items are its base's, ids apart)
     role_asked: dict[tuple, set[str]] | None = defaultdict(set) if cfg.cache.enabled else None
-    specs = {m.id: m for m in cfg.models}
+    specs = run.specs
     for task_name in cfg.tasks:
         task = get_task(task_name)
-        rules = task.cost_rules(cfg.options_for(benchmark_of(task_name).name))
+        rules = task.cost_rules(run.options_for(benchmark_of(task_name).name))
         if task.roles and not rules:
             raise RunError(f"plan: task '{task_name}' calls role models ({', '.join(task.roles)}) but declares "
                            "no cost rules (Task.cost_rules), so its role calls cannot be estimated")
         unruled = sorted(stats.stages(task_name) - {(r.stage, r.role) for r in rules})  # measured only
-        for m in models_under_test(cfg):
+        for m in run.tested:
             if task_name not in cfg.tasks_of(m):  # models[].tasks: the run never makes this pair
                 continue
             listed = items.items(task_name, m.id)
@@ -145,7 +147,7 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
             new = done.unseen([generation_id(task_name, i.item_id, m.id) for i in listed])
             todo = [i for i, n in zip(listed, new) if n]
             judged, P, G = _generate(acc[(m.id, task_name, "generate")], m, task, todo, bool(rules or unruled),
-                                     stats, o, cache, cfg, asked[m.id] if scheduled(m) else None)
+                                     stats, o, cache, run.resolver, asked[m.id] if scheduled(m) else None)
             shape = Shape(P, G, evidence[task_name], o)
             for rule in rules:
                 spec = specs[rule.model] if rule.model is not None else roles[rule.role]
@@ -157,13 +159,13 @@ def plan(cfg: RunConfig, prices: PriceTable | None, stats: TokenStats | None = N
                                 rule, share)
             for stage, role in unruled:
                 _add_role_stage(acc, roles[role], task_name, stage, role, m.id, len(judged), 0, shape, stats, None)
-    priced = _price(cfg, acc, prices, o, stats)
+    priced = _price(run, acc, stats)
     priced.detectable = detectable(evaluated, stats.spreads)
     return priced
 
 
 def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool, stats: TokenStats,
-              o: PlanOptions, cache: Location | None, cfg: RunConfig,
+              o: PlanOptions, cache: Location | None, resolver: DataResolver,
               asked: set[str] | None = None) -> tuple[list[Item], float, float]:
     """Adds a model's generation of a task's items to ``a``; returns the items whose generations
     role models will see and their sizes (prompt tokens P, generation tokens G). Replayed texts are read only
@@ -174,8 +176,8 @@ def _generate(a: _Acc, m: ModelSpec, task: Task, items: list[Item], judged: bool
     P = _prompt_tokens(items, o) / max(len(items), 1)
     if m.replayed:
         a.bases.add("replay")
-        replay_source(m, task, resolver_for(cfg))  # a missing or unreadable file fails the plan as it would the run
-        by_item = load_replay(m, task, items, resolver_for(cfg)).texts if judged else {}
+        replay_source(m, task, resolver)  # a missing or unreadable file fails the plan as it would the run
+        by_item = load_replay(m, task, items, resolver).texts if judged else {}
         G = math.fsum(len(t.split()) for t in by_item.values()) * o.tokens_per_word / max(len(by_item), 1)
         return [i for i in items if i.item_id in by_item], P, G
     cached = _cached_items(m, items, cache) if cache is not None else set()
@@ -252,8 +254,8 @@ def _add_role_stage(acc: dict, spec: ModelSpec, task: str, stage: str, role: str
     part[1] += (gens - shared) * calls * tout
 
 
-def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions, stats: TokenStats) -> Plan:
-    specs = {m.id: m for m in cfg.models}
+def _price(run: ResolvedRun, acc: dict, stats: TokenStats) -> Plan:
+    cfg, prices, o, specs = run.cfg, run.prices, run.plan_options, run.specs
     shared = {m: s.name for s in cfg.costs.shared_services for m in s.models}
     busy_wall: dict[str, float | None] = defaultdict(float)  # model -> seconds of work per held unit
     service = ServiceLoad(service_engines(cfg))
@@ -274,7 +276,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     for (model, _, stage), a in acc.items():
         if stage == "generate":
             calls[model] += a.calls
-    sched = simulate([j for j in jobs if calls[j.model] > 0], budget, layout(cfg))
+    sched = simulate([j for j in jobs if calls[j.model] > 0], budget, run.layout())
     windows = {w.model: w for w in sched.windows}
     others = [s for m, s in busy_wall.items() if m not in windows]
     known = [s for s in others if s is not None]
@@ -293,7 +295,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
     deployed = [m for m in served if not scheduled(m) or m.id in windows]
     rows += [_cold_start(m, cold[m.id], prices) for m in deployed if cold.get(m.id)]
     rows += [_idle(m, windows.get(m.id), wall_s, rows, prices) for m in deployed]
-    rows += service_rows(cfg, prices, wall_s, service)
+    rows += service_rows(run, wall_s, service)
     rows += _pod_rows(oh, wall_s, sched, prices)
     held = [Interval(w.start_s, w.end_s, w.resource, w.units, w.model) for w in sched.windows
             if math.isfinite(w.end_s)]
@@ -303,7 +305,7 @@ def _price(cfg: RunConfig, acc: dict, prices: PriceTable | None, o: PlanOptions,
                      r["usd"], "estimated", r["note"]) for r in stranded_rows(held, prices)]
     rows.sort(key=lambda r: (r.role != "test", r.role, r.model, r.task == "*", r.task, _STAGE_ORDER.get(r.stage, 9)))
     notes = list(dict.fromkeys(f"{r.model}: {r.note}" for r in rows if r.note))
-    notes.append(_assumptions(cfg, o, stats))
+    notes.append(_assumptions(cfg.models, o, stats))
     return Plan(rows, None if wall_s is None else wall_s / 3600, notes, o, jobs, sched, budget)
 
 
@@ -424,18 +426,18 @@ def _hours_usd(prices: PriceTable | None, resource: str, seconds: float,
     return usd, why if usd is not None else f"no price for resource '{resource}' in the price table"
 
 
-def _assumptions(cfg: RunConfig, o: PlanOptions, stats: TokenStats) -> str:
+def _assumptions(models: Sequence[ModelSpec], o: PlanOptions, stats: TokenStats) -> str:
     """The estimate's assumptions that apply to this run: served models' and APIs' only when it has some."""
     measured = f"measured sizes from {len(stats.runs)} run(s): {', '.join(stats.runs)}; " if stats.runs else ""
     parts = [f"{measured}estimates: {o.tokens_per_word} tokens/word, generations fill {o.fill_factor:.0%} of "
              f"max_tokens, {o.words_per_fact:g} words per fact, every generation responds (upper bound)"]
-    if any(is_served(m) for m in cfg.models):
+    if any(is_served(m) for m in models):
         parts.append(f"served models: {served_assumptions(o)}; models under test held from deployment to their "
                      "last answer, in waves under the GPU budget, roles for the whole run")
-        sized = [size_assumption(m, o) for m in cfg.models if is_served(m) and served_part(m).sized_by_table]
+        sized = [size_assumption(m, o) for m in models if is_served(m) and served_part(m).sized_by_table]
         if sized:
             parts.append(f"sizes: {', '.join(sized)}")
-    if any(not m.replayed and not is_served(m) for m in cfg.models):
+    if any(not m.replayed and not is_served(m) for m in models):
         parts.append(f"API requests {o.api_tokens_per_s:g} output tokens/s")
     return "; ".join(parts)
 

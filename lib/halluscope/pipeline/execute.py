@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import ray
 
-from halluscope.config.schema import ModelSpec, RunConfig
+from halluscope.config.schema import ModelSpec
 from halluscope.models.registry import cached_prompts
 from halluscope.pipeline import stages
 from halluscope.pipeline.generation import (
@@ -27,13 +27,13 @@ from halluscope.pipeline.generation import (
 )
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
-from halluscope.pipeline.resolved import ResolvedRun
-from halluscope.pipeline.schedule import budget as schedule_budget
-from halluscope.pipeline.schedule import layout, scheduled
 from halluscope.pipeline.spend import dollar_gate
 from halluscope.pipeline.watchdog import Watchdog
-from halluscope.pipeline.workset import Expansion, Work, expand_unit, models_under_test
+from halluscope.pipeline.workset import Expansion, Work, expand_unit
 from halluscope.records import GenerationIds
+from halluscope.resolve.cluster import budget as schedule_budget
+from halluscope.resolve.cluster import scheduled
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -67,14 +67,15 @@ class StageInputs:
     ctx: Expansion = field(init=False)
 
     def __post_init__(self) -> None:
-        self.ctx = Expansion(self.store, self.run.items, models_under_test(self.run.cfg))
+        self.ctx = Expansion(self.store, self.run.items, self.run.tested)
 
 
-def in_process(cfg: RunConfig, todo: int) -> bool:
+def in_process(run: ResolvedRun, todo: int) -> bool:
     """Whether the run's stages run in the driver's process rather than on Ray: a run with fewer
     than ``ray.in_process_below`` generations to do, no Ray to join (neither ``ray.address`` nor
     RAY_ADDRESS set, none started in this process) and no model the run serves on Ray Serve.
     Ray's own start (9 s on 2 cores) and its workers' would be most of such a run's time."""
+    cfg = run.cfg
     return (todo < cfg.ray.in_process_below and not (cfg.ray.address or os.environ.get("RAY_ADDRESS"))
             and not ray.is_initialized() and not any(m.served for m in cfg.models))
 
@@ -100,7 +101,7 @@ def driver_batches(run: ResolvedRun, store: RunStore, work: Work, blocks: list[p
     what Evaluate committed. ``ctx``: the run's expansion, when the caller has built it."""
     cfg = run.cfg
     generate = stages.Generate(models, {}, run.cache) if _live(models) else None
-    ctx = ctx or Expansion(store, run.items, models_under_test(cfg))
+    ctx = ctx or Expansion(store, run.items, run.tested)
     evaluate = stages.Evaluate(run.knowledge, cfg.models, {}, run.cache, store, cfg.concurrency.batch_size, ctx.item)
     size = cfg.concurrency.generate_batch_size  # as Ray Data batches generation: what a budget stop waits for
     for block in blocks:
@@ -166,8 +167,8 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
         ready.put((m, True))
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
                   lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
-                  layout=layout(cfg),
-                  allowed=dollar_gate(cfg, run.prices, {j.model: j for j in estimate.jobs}, w.earlier_usd))
+                  layout=run.layout(),
+                  allowed=dollar_gate(run, {j.model: j for j in estimate.jobs}, w.earlier_usd))
     w.deployments = waves.deployments
     staged = StagedRows(w.store.loc)
     w.tracker.views.append(lambda: {"deployments": [{**d.as_dict(), "staged_rows": staged.of(d.model)}
@@ -225,8 +226,8 @@ def _evaluate_generated(w: StageInputs, blocks: dict[str, list[pa.Table]], remai
 TICK_S = 5.0  # how often the driver looks at the spend while it waits for a wave
 
 
-def ray_budget(cfg: RunConfig, cpus: float | None) -> dict[str, float]:
-    return schedule_budget(cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
+def ray_budget(run: ResolvedRun, cpus: float | None) -> dict[str, float]:
+    return schedule_budget(run.cfg, ray.cluster_resources().get("GPU", 0.0), cpus) or {}
 
 
 def _to_deploy(w: StageInputs, specs: dict[str, ModelSpec], blocks: dict[str, list[pa.Table]], wanted: list[str],

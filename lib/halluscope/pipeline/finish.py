@@ -22,7 +22,6 @@ from halluscope.cost.overheads import ledger_rows as overhead_rows
 from halluscope.cost.shared import service_rows
 from halluscope.pipeline.aggregate import aggregate
 from halluscope.pipeline.plan_view import Plan
-from halluscope.pipeline.resolved import ResolvedRun
 from halluscope.pipeline.service_load import busy_by_service
 from halluscope.pipeline.spend import Spent, deployment_rows, held_by_attempts
 from halluscope.pipeline.workset import Work
@@ -31,7 +30,7 @@ from halluscope.report.agreement import agreement_summary
 from halluscope.report.html import RunData, write_report
 from halluscope.report.leaderboard import leaderboard
 from halluscope.report.sections import report_sections
-from halluscope.storage.fs import Location
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.run import RunStore, json_bytes
 
 if TYPE_CHECKING:
@@ -98,14 +97,14 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     if stopping is not None:
         gc.collect()
         stopping.start()
-    totals = aggregate(cfg, store)
+    totals = aggregate(store, cfg.tasks, cfg.models, run.options_for)
     metrics = [*agreement, *totals.metrics]
-    root = Location.from_url(cfg.storage.root, cfg.storage)
+    root = run.root
     intervals = held_by_attempts(store)  # every attempt's deployments: each one's GPUs were billed
     last = max((d.wave for d in done.schedule), default=None)
     costs = ledger(totals.calls, cfg.models, deployment_rows(intervals), run.prices, extra_rows=[
         *service_rows(cfg.models, cfg.costs.shared_services, root, store.run_id, *done.window, run.prices,
-                      busy_s=busy_by_service(cfg, totals.calls, run.plan_options), key=cfg.costs.usage_key()),
+                      busy_s=busy_by_service(run, totals.calls), key=cfg.costs.usage_key()),
         *stranded_rows(intervals, run.prices),
         *overhead_rows(cfg.costs.overheads, intervals, [(d.resource, d.units) for d in done.schedule
                                                          if d.wave == last], run.prices)])

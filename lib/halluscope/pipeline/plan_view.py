@@ -9,7 +9,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from halluscope.pipeline.schedule import Job, Schedule
+from halluscope.pipeline.schedule import Schedule
+from halluscope.resolve.cluster import Job
 
 if TYPE_CHECKING:
     from halluscope.serving.throughput import PlanOptions

@@ -1,6 +1,6 @@
-"""Runs an evaluation: its lifecycle and manifest. A run is resolved from its config once
-(``resolved``), opened (checked, planned, claimed), streamed through its stages (``execute``) and
-finished (``finish``); a stop on the way is recorded in its manifest."""
+"""Runs an evaluation: its lifecycle and manifest. A run is resolved from its config once, by its
+caller (``resolve.run.ResolvedRun``), opened (checked, planned, claimed), streamed through its
+stages (``execute``) and finished (``finish``); a stop on the way is recorded in its manifest."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import ray
 
-from halluscope.config.schema import RunConfig
 from halluscope.contract.metrics import MetricRecord
 from halluscope.cost.shared import check_services, record_run_usage
 from halluscope.errors import (
@@ -32,45 +31,46 @@ from halluscope.pipeline.execute import StageInputs, in_process, in_waves, ray_b
 from halluscope.pipeline.finish import Executed, Opened, RunResult, finish
 from halluscope.pipeline.plan_view import Plan
 from halluscope.pipeline.progress import Progress
-from halluscope.pipeline.resolved import ResolvedRun, knowledge_provenance
 from halluscope.pipeline.run_log import RunLog, ray_log_folder
-from halluscope.pipeline.schedule import budget_source, check_cpus, check_fits, cpu_demand, job_of, layout, scheduled
 from halluscope.pipeline.spend import SpendWatch, check_spent, held, record_held, spend_so_far, spent_before
 from halluscope.pipeline.token_stats import TokenStats
 from halluscope.pipeline.watchdog import Watchdog
 from halluscope.pipeline.workset import list_work
 from halluscope.records import GenerationIds, transient_error
+from halluscope.resolve.cluster import budget_source, check_cpus, check_fits, cpu_demand, job_of, scheduled
+from halluscope.resolve.knowledge import knowledge_provenance
+from halluscope.resolve.run import ResolvedRun
 from halluscope.runkit import check_api_keys, code_version, fewer_collections, init_ray, served
-from halluscope.storage.fs import Location
 from halluscope.storage.run import BATCH_TABLES, RunStore
 from halluscope.task_registry import get_task
 
 logger = logging.getLogger(__name__)
 
 
-def default_run_id(cfg: RunConfig) -> str:
-    return f"{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{cfg.fingerprint()[:8]}"
+def default_run_id(run: ResolvedRun) -> str:
+    return f"{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}-{run.fingerprint[:8]}"
 
 
-def run(cfg: RunConfig, run_id: str | None = None, progress: bool = True, retry_failed: bool = True,
+def run(resolved: ResolvedRun, run_id: str | None = None, progress: bool = True, retry_failed: bool = True,
         agreement: Sequence[MetricRecord] = ()) -> RunResult:
-    """Run (or resume) ``cfg`` as ``run_id``. A run that stops on an error or Ctrl-C records
+    """Run (or resume) the ``resolved`` config as ``run_id``. A run that stops on an error or Ctrl-C records
     ``failed`` / ``interrupted`` with the reason in its manifest; one that went through but has
     nothing to stand on records ``failed`` and returns the reason in ``RunResult.failure``.
     ``retry_failed``: a resumed run does again the committed batches that hold a row whose error
     was transient (``records.transient_error``: a call out of retries, a generation its
     deployment ended before); without it, such rows stay as they were committed."""
+    cfg = resolved.cfg
     check_api_keys(cfg.models)
     check_services(cfg.costs.shared_services, cfg.models)
     cfg.costs.usage_key()  # a key named but not set: refused before anything starts
     fewer_collections()  # the plan and the aggregation build a row object per generation
-    run_id = run_id or cfg.run_id or default_run_id(cfg)
-    root = Location.from_url(cfg.storage.root, cfg.storage)
+    run_id = run_id or cfg.run_id or default_run_id(resolved)
+    root = resolved.root
     root.check_reachable("storage.root")  # in seconds, one line naming the URL (botocore retries for a minute)
     store = RunStore(root, run_id)
     try:
         with RunLog(store) as log, stop_signals() as stops:  # SIGTERM, SIGHUP: recorded as Ctrl-C is
-            return _run(cfg, store, progress, retry_failed, stops, log, agreement)
+            return _run(resolved, store, progress, retry_failed, stops, log, agreement)
     except SystemExit as err:
         # ray.init replaces the SIGTERM handler with its own, which exits with the signal's number
         if err.code != signal.SIGTERM:
@@ -108,10 +108,9 @@ def _record_stop(store: RunStore, err: BaseException) -> None:
         pass  # the error that stopped the run is the one to report (a full disk takes the manifest too)
 
 
-def _run(cfg: RunConfig, store: RunStore, progress: bool, retry_failed: bool, stops: Stops,
+def _run(run: ResolvedRun, store: RunStore, progress: bool, retry_failed: bool, stops: Stops,
          log: RunLog, agreement: Sequence[MetricRecord]) -> RunResult:
     started = time.time()
-    run = ResolvedRun.of(cfg)
     opened = _open(run, store, retry_failed)
     executed = _pipeline(run, store, opened, progress, log)
     stops.rearm()  # Ray's handler, put in by ray.init, exits the process: the rest of the run records a stop too
@@ -136,16 +135,15 @@ def _open(run: ResolvedRun, store: RunStore, retry_failed: bool = True) -> Opene
     if cfg.costs.budget_usd is not None or any(scheduled(m) for m in cfg.models):
         # once, before anything is written or started: the budget gate and the waves' schedule
         committed = GenerationIds(store.read_table("scores", ["gen_id"], keys=kept).column("gen_id"))
-        estimate = estimate_cost(cfg, run.prices, TokenStats.measure([store]) if committed else None,
-                                 options=run.plan_options, cache=run.cache, done=committed, items=run.items)
+        estimate = estimate_cost(run, TokenStats.measure([store]) if committed else None, done=committed)
         if cfg.costs.budget_usd is not None:
             # the budget is the run's: what earlier attempts spent counts, and an attempt that
             # would cross it starts nothing (a retry of an over-budget run ends here, in seconds)
             check_spent(spent[0], cfg.costs.budget_usd, estimate.total_usd)
             check_budget(estimate, cfg.costs.budget_usd)
     mark = time.time()
-    work = list_work(cfg, store, run.items)
-    knowledge = knowledge_provenance(cfg, run.knowledge)
+    work = list_work(run, store)
+    knowledge = knowledge_provenance(cfg.tasks, run.knowledge)
     check_same_inputs(previous, input_hashes(work.sources, knowledge), store.loc.url)
     timings = {"plan_s": round(time.time() - mark, 2)}
     store.claim()
@@ -170,17 +168,17 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
     """Start what the run needs (Ray, its roles on Serve) and stream the work still to do."""
     cfg, work, timings, done = run.cfg, opened.work, opened.timings, opened.done
     mark = time.time()
-    here = in_process(cfg, work.total - len(done))
+    here = in_process(run, work.total - len(done))
     opened.manifest["execution"] = "in the driver's process" if here else "Ray"
     out = Executed()
     if not here:
-        out.started_ray, out.budget = _start_ray(cfg)
+        out.started_ray, out.budget = _start_ray(run)
         log.ray_logs = ray_log_folder()
         timings["ray_init_s"] = round(time.time() - mark, 2)
     mark = time.time()
     tracker = Progress(store, work.totals, opened.done_counts, show=progress, every_s=cfg.progress_every_s)
     tracker.views.append(log.view)
-    services, root = cfg.costs.shared_services, Location.from_url(cfg.storage.root, cfg.storage)
+    services, root = cfg.costs.shared_services, run.root
     if len(done) < work.total:
         out.window = (time.time(), None)
         record_run_usage(root, services, cfg.models, store.run_id, out.window[0], key=cfg.costs.usage_key())
@@ -191,8 +189,8 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
             roles = [m for m in cfg.models if not scheduled(m)]
             with served(roles, cfg.serve_http_port, scope=store.run_id) as (w.endpoints, _):
                 watch = SpendWatch(run, store, cfg.costs.budget_usd, *opened.spent,
-                                   lambda: spend_so_far(cfg, run.prices, w.deployments, out.window[0]),
-                                   lambda: held(cfg, w.deployments, (out.window[0], time.time()), time.time()))
+                                   lambda: spend_so_far(run, w.deployments, out.window[0]),
+                                   lambda: held(run, w.deployments, (out.window[0], time.time()), time.time()))
                 w.on_commit, w.on_tick, w.on_released = watch.committed, watch.tick, log.copy_other_nodes
                 tracker.views.append(lambda: {"spend": watch.view(), **_planned(opened.estimate)})
                 with Watchdog(cfg.cluster.stall_timeout_s, lambda: sum(tracker.done.values())) as watchdog, \
@@ -203,7 +201,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
             out.window = (out.window[0], time.time())
             record_run_usage(root, services, cfg.models, store.run_id, *out.window, key=cfg.costs.usage_key())
             # what this attempt's deployments held, for a later attempt's budget and for the ledger
-            record_held(store, held(cfg, out.schedule or w.deployments, out.window, out.window[1]))
+            record_held(store, held(run, out.schedule or w.deployments, out.window, out.window[1]))
             log.copy_other_nodes(wait=True)  # the replicas' and engines' logs, before their pods go
     tracker.flush(final=True)
     out.late = store.prune(BATCH_TABLES, opened.snapshot | out.mine)
@@ -221,17 +219,18 @@ def _planned(estimate: Plan | None) -> dict:
                         "wall_s": None if estimate.wall_hours is None else round(estimate.wall_hours * 3600, 1)}}
 
 
-def _start_ray(cfg: RunConfig) -> tuple[bool, dict[str, float]]:
+def _start_ray(run: ResolvedRun) -> tuple[bool, dict[str, float]]:
     """Ray joined or started, the run's CPUs and GPUs checked against it before any deployment;
     whether this run started it, and what its served models under test may hold."""
+    cfg = run.cfg
     started = init_ray(cfg.ray, cpus_needed=sum(cpu_demand(cfg).values()))
     # an autoscaling cluster may have fewer CPUs now than it will have: checked where the CPUs are known
     cpus = cfg.cluster.cpus or (ray.cluster_resources().get("CPU", 0.0) if started else None)
     if cpus is not None:
         check_cpus(cfg, cpus)
     waved = [job_of(m) for m in cfg.models if scheduled(m)]
-    budget = ray_budget(cfg, cpus) if waved else {}
-    check_fits(waved, budget, budget_source(cfg), layout(cfg))  # before any deployment, the roles' included
+    budget = ray_budget(run, cpus) if waved else {}
+    check_fits(waved, budget, budget_source(cfg), run.layout())  # before any deployment, the roles' included
     # per-model progress lines replace Ray Data's per-operator bars (pipeline/progress.py)
     ray.data.DataContext.get_current().enable_progress_bars = False
     return started, budget

@@ -10,25 +10,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from halluscope.config.schema import RunConfig
 from halluscope.cost.ledger import CallTally
-from halluscope.cost.prices import PriceTable
 from halluscope.cost.shared import service_gpus, service_rate, services_of
 from halluscope.pipeline.plan_view import PlanRow
-from halluscope.pipeline.service_engines import Engine, service_engines
+from halluscope.resolve.run import ResolvedRun
+from halluscope.resolve.service_engines import Engine, service_engines
 from halluscope.serving.served import busy_seconds
 from halluscope.serving.throughput import PlanOptions
 
 
-def service_rows(cfg: RunConfig, prices: PriceTable | None, wall_s: float | None,
-                 service: ServiceLoad) -> list[PlanRow]:
+def service_rows(run: ResolvedRun, wall_s: float | None, service: ServiceLoad) -> list[PlanRow]:
     """Two rows per shared service the run calls, at its full rate for the run's wall time (the
     run's share, split with the runs that overlap it, ``cost.shared``, is at most that): the time
     its engines are busy with the run's calls ("shared"; the busiest engine's, where
     ``cluster.service`` describes them, else the whole window), and the rest of the window it
     holds them idle ("idle")."""
-    out = []
-    for s in services_of(cfg.costs.shared_services, cfg.models):
+    out, prices = [], run.prices
+    for s in services_of(run.cfg.costs.shared_services, run.cfg.models):
         rate, why = service_rate(s, prices)
         busy = PlanRow(s.name, "service", "*", "shared", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
         idle = PlanRow(s.name, "service", "*", "idle", 0, 0, 0, 0, 0, s.resource, None, None, "estimated", why)
@@ -105,13 +103,13 @@ class ServiceLoad:
                    default=0.0)
 
 
-def busy_by_service(cfg: RunConfig, tally: CallTally, o: PlanOptions) -> dict[str, float]:
+def busy_by_service(run: ResolvedRun, tally: CallTally) -> dict[str, float]:
     """How long each shared service's busiest engine worked for the calls ``tally`` counted: their
-    tokens at the engine's rates, as the plan sizes them (a service reports no time per run). A
-    service whose engines ``cluster.service`` does not describe, or cannot be sized, is left out."""
-    load = ServiceLoad(service_engines(cfg))
-    specs = {m.id: m for m in cfg.models}
-    shared = {m for s in cfg.costs.shared_services for m in s.models}
+    tokens at the engine's rates, as the plan sizes them (``run.plan_options``; a service reports no
+    time per run). A service whose engines ``cluster.service`` does not describe, or cannot be
+    sized, is left out."""
+    load, o, specs = ServiceLoad(service_engines(run.cfg)), run.plan_options, run.specs
+    shared = {m for s in run.cfg.costs.shared_services for m in s.models}
     for (model, _, _), a in tally.acc.items():
         engine = load.engines.get(specs[model].api_model) if model in shared else None
         if engine is not None and a["calls"]:

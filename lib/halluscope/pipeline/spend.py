@@ -25,14 +25,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from halluscope.config.schema import RunConfig
 from halluscope.cost.ledger import CallTally, calls_usd
 from halluscope.cost.nodes import Interval, held_usd
 from halluscope.cost.overheads import HEAD, pods_cpus
-from halluscope.cost.prices import PriceTable
 from halluscope.errors import OverBudget
-from halluscope.pipeline.resolved import ResolvedRun
-from halluscope.pipeline.schedule import Job, job_of, scheduled
+from halluscope.resolve.cluster import Job, job_of, scheduled
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.run import RunStore
 
 if TYPE_CHECKING:
@@ -163,11 +161,12 @@ def check_spent(before: Spent, budget_usd: float, planned_usd: float) -> None:
                          "nothing was started: raise the budget and resume the run")
 
 
-def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None, float | None],
+def held(run: ResolvedRun, schedule: list[Deployment], window: tuple[float | None, float | None],
          now: float | None = None) -> list[Interval]:
     """What the run's deployments held when: the waves' models from request to release (to
     ``now`` for those not released yet), the roles it served and its head and CPU pods
     (``costs.overheads``) for the pipeline's time."""
+    cfg = run.cfg
     out = [Interval(d.requested_at, d.released_at or now or d.requested_at, d.resource, d.units, d.model)
            for d in schedule]
     start, end = window
@@ -179,22 +178,22 @@ def held(cfg: RunConfig, schedule: list[Deployment], window: tuple[float | None,
     return out
 
 
-def spend_so_far(cfg: RunConfig, prices: PriceTable | None, schedule: list[Deployment],
-                 started: float | None) -> float | None:
+def spend_so_far(run: ResolvedRun, schedule: list[Deployment], started: float | None) -> float | None:
     """Dollars of the resources the run's deployments have held until now (the waves' models and
     the roles it serves); calls to priced APIs are counted at the end, from the committed rows."""
+    prices = run.prices
     if prices is None or started is None:
         return None
     now = time.time()
-    return round(held_usd(prices, held(cfg, list(schedule), (started, now), now)), 4)
+    return round(held_usd(prices, held(run, list(schedule), (started, now), now)), 4)
 
 
-def dollar_gate(cfg: RunConfig, prices: PriceTable | None, jobs: dict[str, Job],
+def dollar_gate(run: ResolvedRun, jobs: dict[str, Job],
                  earlier_usd: float = 0.0) -> Callable[[Job, list[Deployment]], str | None] | None:
     """Holds back a model whose estimated time would take the run's served models past
     ``costs.budget_usd`` (what earlier attempts spent, what they held so far, the estimate of
     those still held, and its own); the run then stops before it, and resumes under a raised budget."""
-    budget = cfg.costs.budget_usd
+    budget, prices = run.cfg.costs.budget_usd, run.prices
     if budget is None or prices is None:
         return None
 

@@ -81,7 +81,7 @@ _ADDED = {"responded": pa.bool_(), "atoms": pa.list_(pa.string()), "supported": 
 
 RoleUsage = dict[str, list[dict]]  # gen_id -> role-model usage records of this batch
 # (task, model, item id) -> the item: rows carry ids, the worker holds the run's items
-# (workset.ItemSource.item); tasks treat an item as read-only
+# (resolve.items.ItemSource.item); tasks treat an item as read-only
 ItemLookup = Callable[[str, str, str], Item]
 
 

@@ -27,8 +27,9 @@ import ray
 
 from halluscope.config.schema import ModelSpec
 from halluscope.errors import ModelDown
-from halluscope.pipeline.nodes import Layout
-from halluscope.pipeline.schedule import Admission, Job
+from halluscope.pipeline.schedule import Admission
+from halluscope.resolve.cluster import Job
+from halluscope.resolve.nodes import Layout
 from halluscope.retry import GaveUp, RetryPolicy, Transient
 from halluscope.serving.app import ServedEndpoint, deploy, shutdown, states
 

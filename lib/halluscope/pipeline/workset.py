@@ -13,18 +13,18 @@ from functools import lru_cache
 
 import pyarrow as pa
 import ray
-from pydantic import BaseModel
 
 from halluscope import records
-from halluscope.config.schema import ModelSpec, RunConfig
-from halluscope.contract.task import Item, LoadedItems, Task
+from halluscope.config.schema import ModelSpec
+from halluscope.contract.task import Item, Task
 from halluscope.models.replay import load_replay, replay_source
 from halluscope.records import MISSING, GenerationIds, generation_id, stable_id
-from halluscope.sources import DataResolver, sha256_file
-from halluscope.storage.fs import Location
+from halluscope.resolve.items import ItemSource
+from halluscope.resolve.run import ResolvedRun
+from halluscope.sources import sha256_file
 from halluscope.storage.parquet import table_to_bytes
 from halluscope.storage.run import RunStore
-from halluscope.task_registry import benchmark_of, get_task
+from halluscope.task_registry import get_task
 
 UNITS = pa.schema([("model", pa.string()), ("task", pa.string())])  # a unit names its model; the specs travel once
 
@@ -42,70 +42,6 @@ class Work:
     sources: dict[str, str] = field(default_factory=dict)  # data file -> sha256
 
 
-def models_under_test(cfg: RunConfig) -> list[ModelSpec]:
-    """Judges and extractors serve the verifiers; only role 'test' models are evaluated."""
-    return [m for m in cfg.models if m.role == "test"]
-
-
-def resolver_for(cfg: RunConfig) -> DataResolver:
-    return DataResolver(cfg.data.dir, cfg.data.cache_dir, cfg.data.download)
-
-
-def testset_locations(cfg: RunConfig) -> dict[tuple[str, str], tuple[Location, ...]]:
-    """(task, model under test) -> the test sets its items come from (none for released data)."""
-    return {(task, m.id): tuple(Location.from_url(u, cfg.storage) for u in cfg.testset_uris(task, m.id))
-            for task in cfg.testsets for m in models_under_test(cfg)}
-
-
-def task_options(cfg: RunConfig) -> dict[str, BaseModel]:
-    """task -> its benchmark's validated options, as the workers receive them."""
-    return {t: cfg.options_for(benchmark_of(t).name) for t in cfg.tasks}
-
-
-class ItemSource:
-    """A run's items per (task, model under test): the model's test sets for the task, else the
-    task's released files or the files its benchmark's options name; the run's item limit
-    applied. One per run (``ResolvedRun.items``): the loader of the run's plan, of its cost
-    estimate and, shipped with what it loaded, of its workers, so the three read the same items
-    of a (task, model), each source loaded once. A plain class (see ``Expansion``)."""
-
-    def __init__(self, resolver: DataResolver, limit: int | None,
-                 testsets: dict[tuple[str, str], tuple[Location, ...]], options: dict[str, BaseModel]) -> None:
-        self.resolver = resolver
-        self.limit = limit
-        self.testsets = testsets  # testset_locations
-        self.options = options  # task -> its benchmark's validated options
-        # (task, test set urls) -> its items, as loaded at the source's first use
-        self.loaded: dict[tuple[str, tuple[str, ...]], LoadedItems] = {}
-
-    def source(self, task: str, model: str) -> tuple[tuple[str, tuple[str, ...]], LoadedItems]:
-        """The source of (task, model): its key (task, test set urls), shared by the models that
-        read it, and all its items, loaded at its first use."""
-        sets = self.testsets.get((task, model), ())
-        key = (task, tuple(t.url for t in sets))
-        if key not in self.loaded:
-            self.loaded[key] = get_task(task).load_items(self.resolver, sets, self.options[task])
-        return key, self.loaded[key]
-
-    def item(self, task: str, model: str, item_id: str) -> Item:
-        """The item a row of (task, model) names: rows carry item ids, the workers hold the items."""
-        found = self.source(task, model)[1].by_id.get(item_id)
-        if found is None:
-            raise KeyError(f"task '{task}', model '{model}': no item '{item_id}' among its items")
-        return found
-
-    def limited(self, items: list[Item]) -> list[Item]:
-        return items[:self.limit] if self.limit else items
-
-    def items(self, task: str, model: str) -> list[Item]:
-        """The items (task, model) generates in the run."""
-        return self.limited(self.source(task, model)[1].items)
-
-
-def item_source(cfg: RunConfig) -> ItemSource:
-    return ItemSource(resolver_for(cfg), cfg.limits.max_items_per_task, testset_locations(cfg), task_options(cfg))
-
-
 def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc = store.items_location(task.name)
     if loc.exists():
@@ -116,17 +52,18 @@ def _write_items(store: RunStore, task: Task, items: list[Item]) -> None:
     loc.write_bytes_atomic(table_to_bytes(table))
 
 
-def list_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> Work:
+def list_work(run: ResolvedRun, store: RunStore) -> Work:
     """Load each task's items once here, from the run's item source (they are written to the
     run), hash every input file, and list the units. Fails early, before any worker starts, on
     a missing file."""
+    cfg, source = run.cfg, run.items
     sources: dict[str, str] = {}
     totals: dict[tuple[str, str], int] = {}
     shared: dict[tuple[str, str], str] = {}  # (model, task) -> the recorded file it replays
     for name in cfg.tasks:
         task = get_task(name)
         written: dict[str, Item] = {}  # per-model test sets: the items of every model's sets
-        for m in models_under_test(cfg):
+        for m in run.tested:
             if name not in cfg.tasks_of(m):
                 continue
             _, loaded = source.source(name, m.id)
@@ -141,7 +78,7 @@ def list_work(cfg: RunConfig, store: RunStore, source: ItemSource) -> Work:
                     shared[(m.id, task.name)] = str(found[1])
         _write_items(store, task, list(written.values()))
     units = pa.Table.from_pylist([{"model": m.id, "task": t}
-                                  for t in cfg.tasks for m in models_under_test(cfg) if t in cfg.tasks_of(m)],
+                                  for t in cfg.tasks for m in run.tested if t in cfg.tasks_of(m)],
                                  schema=UNITS)
     keys = list(zip(units.column("model").to_pylist(), units.column("task").to_pylist()))
     by_block: dict[tuple[str, str], list[int]] = {}

@@ -10,7 +10,7 @@ from typing import cast
 
 from halluscope.config.schema import RunConfig, ServiceHold, VLLMModel
 from halluscope.errors import ConfigError
-from halluscope.pipeline.nodes import service_holds
+from halluscope.resolve.nodes import service_holds
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from halluscope.config.schema import ReplayModel
 from halluscope.contract.metrics import PAIRED
 from halluscope.pipeline.runner import run
 from halluscope.report.compare import compare
+from halluscope.resolve.run import ResolvedRun
 from halluscope.storage.fs import Location
 from halluscope.storage.run import RunStore
 
@@ -53,7 +54,7 @@ def runs(request, tmp_path_factory) -> tuple[str, RunStore, RunStore]:
                 assert isinstance(spec, ReplayModel)
                 spec.params.source, spec.params.path = "file", str(_edited(stores[0], model, text, tmp))
                 spec.params.columns = {"item_id": "item_id", "task": "task", "text": "text"}
-            assert run(cfg, run_id=run_id, progress=False).failure is None
+            assert run(ResolvedRun.of(cfg), run_id=run_id, progress=False).failure is None
             stores.append(RunStore(Location.from_url(cfg.storage.root), run_id))
     return name, stores[0], stores[1]
 

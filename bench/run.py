@@ -92,7 +92,8 @@ def scripts() -> dict[str, tuple[list[str], str, int | None]]:
         # again under faults: the longest part, about an hour on 2 cores
         "scale.py": (["--faults", "--sizes", *os.environ.get("BENCH_SCALE_SIZES", "10000 50000 140000").split()],
                      sys.executable, None),
-        # driver memory and rows/s at ~100k and over 1M generations (recorded models under aliases): ~8 minutes
+        # driver memory and rows/s at ~100k and over 1M generations (recorded models under aliases): ~8 minutes;
+        # then 2,002 of them on 5 code items (metrics.json's size, peak memory, the time after the pipeline): ~75 s
         "driver_memory.py": ([], sys.executable, None),
         # 12 served models in waves on 16 simulated GPUs: about 13 minutes
         "many_models.py": ([], sys.executable, None),

@@ -19,7 +19,9 @@ SMALLEST = {
     "run.py": ["--compare-only", "--max-items", "2"],
     "saturation.py": ["--calls", "200", "--json"],
     "scale.py": ["--sizes", "300", "--tasks", "halogen/code", "--json"],  # the domains: test_halogen_all_domains
-    "driver_memory.py": ["--aliases", "1", "2", "--max-items", "2", "--json"],
+    # 28 models on halogen/code: past the 16 models up to which every two are paired (neighbours beyond)
+    "driver_memory.py": ["--aliases", "1", "2", "--max-items", "2", "--many-models", "28", "--many-items", "2",
+                         "--json"],
     # one wave of three models, their modelled loads and tokens 20 times faster (33-36 s; 38-39 s without)
     "many_models.py": ["--models", "3", "--items", "1", "--speedup", "20", "--json"],
     # the RayService's pods, its engine calibrated, the run (its own pilot at one item) and the outage

@@ -189,7 +189,7 @@ def test_run_summary_on_screen_gives_the_quarantine_counts_and_folder(tmp_path, 
     def fake_run(resolved, run_id=None, progress=True, retry_failed=True, agreement=()):
         store = RunStore(resolved.root, run_id)
         store.write_part("quarantine", "k", pa.Table.from_pylist(QUARANTINED, schema=records.QUARANTINE))
-        return runner.RunResult(run_id, store.loc.url, [], "# board", 2, 0, 1.0, {"my-model/halogen/code": 1})
+        return runner.RunResult(run_id, store.loc.url, [], "# board", 2, 0, 1.0, 0.5, {"my-model/halogen/code": 1})
 
     monkeypatch.setattr(runner, "run", fake_run)
     assert main(["run", str(cfg), "--run-id", "mine"]) == 0

@@ -48,6 +48,9 @@ class RunResult:
     processed: int
     skipped: int
     seconds: float
+    # from the pipeline's end to the run's return: aggregation, ledger, views, manifest and report
+    # (what a run of many models pays once its generations are scored)
+    finish_s: float
     missing: dict[str, int] = field(default_factory=dict)  # "model/task" -> items with no recorded response
     failure: str | None = None  # set when the run went through but failed (manifest status failed)
 
@@ -131,7 +134,7 @@ def finish(run: ResolvedRun, store: RunStore, opened: Opened, done: Executed, st
     logger.info("run %s %s%s", store.run_id, "failed: " if failure else "complete", failure or "")
     write_report(store, RunData(store.run_id, opened.manifest, metrics, costs=costs), built)
     return RunResult(store.run_id, store.loc.url, stored, board, done.processed, len(opened.done),
-                     time.time() - started, missing, failure)
+                     time.time() - started, time.time() - mark, missing, failure)
 
 
 def _close_manifest(store: RunStore, opened: Opened, done: Executed, failure: str | None,

@@ -5,7 +5,7 @@ aliases) and at over 1,000,000 (52). Each size runs in a fresh driver process (o
 from 25,000 generations, ``ray.in_process_below``), so its peak RSS (getrusage of the driver
 itself, not of Ray's workers) is its own.
 
-Then many models on few items (issue 56): 2,002 aliases (14 x 143) of the recorded models on 5
+Then many models on few items: 2,002 aliases (14 x 143) of the recorded models on 5
 items of halogen/code, whose records pair the models per task. Its records, each against its
 target: metrics.json's size (under 50 MB), the driver's peak RSS (under 2 GB) and the seconds
 from the pipeline's end to the run's return (the aggregation, the ledger, metrics.json,
@@ -34,7 +34,7 @@ MODELS = ["alpaca_7b", "falcon_40b_instruct", "gpt_3.5_turbo_0125", "gpt_4_0125_
 
 MB = 1024 * 1024
 MANY_TASKS = ["halogen/code"]
-# issue 56's targets for many models on few items
+# the targets for many models on few items: what a run of them writes, holds and takes after its pipeline
 METRICS_JSON_MB, PEAK_MB, AFTER_OVER_PIPELINE = 50.0, 2048.0, 1.0
 
 
@@ -90,7 +90,7 @@ def in_driver(cfg: dict, tmp: str, name: str) -> dict:
 
 
 def many_records(m: dict, models: int, items: int) -> list[dict]:
-    """Many models on few items against issue 56's targets."""
+    """Many models on few items against their targets."""
     run = f"{models} models x {items} items of {', '.join(MANY_TASKS)}: {m['rows']} generations"
     after, pipe = m["after_pipeline_s"], m["pipeline_s"]
     return [

@@ -699,7 +699,7 @@ def test_testset_jobs_load(path: Path) -> None:
         assert generation_config(job, seed).seed == seed
 
 
-# ---------------------------------------------------------------- what an operator expects (issue 15)
+# ---------------------------------------------------------------- what an operator expects
 # Each rendering as kubectl applies it: the base alone, dev and prod.
 RENDERINGS = ["base", "dev", "prod"]
 

@@ -137,6 +137,31 @@ def test_a_read_by_model_and_task_opens_only_the_parts_that_hold_them(tmp_path, 
         store.parts_by("gen_id")
 
 
+def test_reads_of_an_unchanging_run_list_each_folder_once(tmp_path, monkeypatch):
+    """The aggregation reads a model at a time: inside ``unchanging`` a table's folder is listed
+    and the commits are checked once, whatever the reads; outside, each read lists again."""
+    store = RunStore(Location.from_url(f"file://{tmp_path}"), "run1")
+    for key in ("k1", "k2"):
+        store.write_batch(key, {"generations": _gens([f"{key}-a"]), "scores": _scores([f"{key}-a"])})
+    listed: Counter[str] = Counter()
+    real = run.list_private
+
+    def counted(folder):
+        listed[folder.url.rsplit("/", 1)[1]] += 1
+        return real(folder)
+
+    monkeypatch.setattr(run, "list_private", counted)
+    with store.unchanging():
+        for key in ("k1", "k2"):
+            assert store.read_table("generations", ["gen_id"], keys={key}).column("gen_id").to_pylist() == [f"{key}-a"]
+            assert store.read_table("scores", ["gen_id"], keys={key}).num_rows == 1
+        assert store.committed_keys() == {"k1", "k2"}
+    assert listed == {"generations": 1, "scores": 1}
+    store.write_batch("k3", {"generations": _gens(["k3-a"]), "scores": _scores(["k3-a"])})
+    assert store.committed_keys() == {"k1", "k2", "k3"}  # outside the block, what is there now
+    assert store.read_table("generations").num_rows == 3
+
+
 def test_a_part_altered_planted_or_linked_is_not_read_and_its_batch_is_done_again(tmp_path, caplog):
     """Committed parts are read back as the caches' are (storage.verified): a part edited after it
     was written, one planted under a name that is not its digest, a link, a file anyone may

@@ -174,6 +174,12 @@ def aggregate(store: RunStore, tasks: Sequence[str], models: Sequence[ModelSpec]
               options_for: Callable[[str], BaseModel]) -> Totals:
     """Metrics, counts and the ledger's call tally of everything committed, a model at a time:
     the run's ``tasks`` and ``models``, each benchmark's metrics given its options (``options_for``)."""
+    with store.unchanging():
+        return _aggregate(store, tasks, models, options_for)
+
+
+def _aggregate(store: RunStore, tasks: Sequence[str], models: Sequence[ModelSpec],
+               options_for: Callable[[str], BaseModel]) -> Totals:
     columns = score_columns(tasks)
     groups = tasks_by_benchmark(tasks)
     per_model = [n for n, tasks in groups.items() if benchmark_of(tasks[0]).metrics_per_model]

@@ -34,8 +34,9 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, cast
 
 import pyarrow as pa
@@ -162,11 +163,26 @@ class RunStore:
         self._keyed: dict[tuple[str, str], dict[str, frozenset[str] | None]] = {}
         # commit files that verified -> their generation ids (their rows are checked again when read)
         self._commits: dict[str, frozenset[str]] = {}
+        # inside ``unchanging``: each table's parts and the committed batches, found once
+        self._listed: dict[str, dict[str, list[str]]] | None = None
+        self._committed: set[str] | None = None
 
     def __getstate__(self) -> dict:
         """What an actor needs to write parts: not the driver's memo of what it verified (the
         generation ids of every commit, megabytes in a large run)."""
-        return {**self.__dict__, "_keyed": {}, "_commits": {}}
+        return {**self.__dict__, "_keyed": {}, "_commits": {}, "_listed": None, "_committed": None}
+
+    @contextmanager
+    def unchanging(self) -> Iterator[None]:
+        """Reads of a run nothing writes meanwhile (its aggregation, after the pipeline): each
+        folder is listed, and the committed batches are found, once for the block rather than at
+        every read. Read a model at a time, 2,000 models listed every part of four tables and
+        checked every commit 8,000 times: 12 s of a 27 s aggregation."""
+        self._listed, self._committed = {}, None
+        try:
+            yield
+        finally:
+            self._listed, self._committed = None, None
 
     # --- ownership ---------------------------------------------------------------------------
     def claim(self) -> None:
@@ -193,6 +209,8 @@ class RunStore:
 
     def parts(self, table: str) -> dict[str, list[str]]:
         """key -> the names of its parts in ``table`` (one, but where a batch was written twice)."""
+        if self._listed is not None and table in self._listed:
+            return self._listed[table]
         folder = self.loc.child(table)
         found: dict[str, list[str]] = {}
         foreign = []
@@ -204,6 +222,8 @@ class RunStore:
                 found.setdefault(parsed[0], []).append(name)
         if foreign:
             _warn_foreign(folder, foreign)
+        if self._listed is not None:
+            self._listed[table] = found
         return found
 
     def committed_keys(self) -> set[str]:
@@ -213,6 +233,8 @@ class RunStore:
         warning. Every part of a finished run copied so had its rows counted twice, n 5 -> 10. A
         batch redone for a failed row is taken back before it is done again, so runs of this code
         never commit an id twice."""
+        if self._listed is not None and self._committed is not None:
+            return set(self._committed)
         listed = self.parts(COMMIT_TABLE)
         unseen = [n for names in listed.values() for n in names if n not in self._commits]
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
@@ -234,6 +256,8 @@ class RunStore:
                 continue
             owner.update(dict.fromkeys(ids, key))
             keys.add(key)
+        if self._listed is not None:
+            self._committed = set(keys)
         return keys
 
     def _trusted(self, table: str, name: str) -> bytes | None:

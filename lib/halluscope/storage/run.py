@@ -37,9 +37,11 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, cast
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from halluscope.errors import DataError, Superseded
@@ -328,8 +330,19 @@ class RunStore:
             data = self._read(table, listed[key])
             if data is None:
                 return None
-            rest = [t for t in filters or () if values is None or not _holds(values, t)]
-            return read_parquet(pa.BufferReader(data), columns=columns, filters=rest or None)
+            given = filters or []
+            rest = tuple(i for i, t in enumerate(given) if values is None or not _holds(values, t))
+            if not rest:
+                return read_parquet(pa.BufferReader(data), columns=columns)
+            # the part read whole, then filtered by an expression built once per read_table: a
+            # filtered pq.read_table builds a dataset per part, 3x the time of a small part's read
+            needed = None if columns is None else list(dict.fromkeys([*columns, *(given[i][0] for i in rest)]))
+            found = read_parquet(pa.BufferReader(data), columns=needed).filter(expression(rest))
+            return found if columns is None else found.select(columns)
+
+        @cache
+        def expression(rest: tuple[int, ...]) -> pc.Expression:  # by the filters' places: values may be lists
+            return pq.filters_to_expression([(filters or [])[i] for i in rest])
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
         # each part is a request), in key order

@@ -91,15 +91,16 @@ class RoleModels:
             by_key = getattr(backend, "by_key", None)
             # an answer on record depends on its content key and the model under test alone: for
             # a role answered ``by_key`` those make two questions the same, prompts not compared
-            first = first_asks([(ckey, subject_of.get(key, ""), fmt) + (() if by_key is not None else (prompt,))
-                                for key, _, prompt, ckey, fmt in entries])
+            subject = [subject_of.get(key, "") for key, *_ in entries]
+            first = first_asks([(ckey, subject[n], fmt) + (() if by_key is not None else (prompt,))
+                                for n, (_, _, prompt, ckey, fmt) in enumerate(entries)])
             asked = sorted(set(first))
             if by_key is not None:  # no request built: ~700,000 of them in the demo
-                done = by_key([(entries[a][3], subject_of.get(entries[a][0], "")) for a in asked])
+                done = by_key([(entries[a][3], subject[a]) for a in asked])
             else:
                 done = backend.generate_batch([
-                    GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject_of.get(key, ""),
-                                      answer_format=fmt) for key, i, prompt, ckey, fmt in (entries[a] for a in asked)])
+                    GenerationRequest(f"{role}:{template}", f"{key}:{i}", prompt, ckey, subject[a], answer_format=fmt)
+                    for a in asked for key, i, prompt, ckey, fmt in (entries[a],)])
             per_row: dict[str, list[Completion]] = {}
             for (key, i, _, _, _), completion in zip(entries, spread(first, dict(zip(asked, done)))):
                 replies[key][i] = completion

@@ -318,6 +318,7 @@ class RunStore:
         else:  # a table outside the batches' commit protocol: every part, or those ``keys`` names
             ordered = sorted(set(listed) if keys is None else set(listed) & keys)
         wanted = _keyed_filters(filters) if schema is not None else {}
+        given = filters or []
 
         def read(key: str) -> pa.Table | None:
             values = self._keyed.get((table, key))
@@ -330,7 +331,6 @@ class RunStore:
             data = self._read(table, listed[key])
             if data is None:
                 return None
-            given = filters or []
             rest = tuple(i for i, t in enumerate(given) if values is None or not _holds(values, t))
             if not rest:
                 return read_parquet(pa.BufferReader(data), columns=columns)
@@ -342,7 +342,7 @@ class RunStore:
 
         @cache
         def expression(rest: tuple[int, ...]) -> pc.Expression:  # by the filters' places: values may be lists
-            return pq.filters_to_expression([(filters or [])[i] for i in rest])
+            return pq.filters_to_expression([given[i] for i in rest])
 
         # a run has hundreds of parts: read side by side (Arrow decodes without the GIL; on S3
         # each part is a request), in key order

@@ -58,6 +58,25 @@ def test_llm_config_fields():
                                      "ray_actor_options": {"num_cpus": 1.0}}  # the front end, in the first bundle
     assert cfg.accelerator_config.kind == "cpu"
     assert cfg.engine_kwargs["max_model_len"] == 256
+    # a folder needs no download task per replica start; a hub id gets Ray's own node initialization
+    assert cfg.callback_config.callback_class == hv.WEIGHTS_ON_DISK
+    hub = VLLMModel(id="m", backend="vllm", params=VLLMParams(model_source="org/model"))
+    assert hv.llm_config(hub).callback_config.callback_class != hv.WEIGHTS_ON_DISK
+
+
+def test_a_replica_downloads_nothing_for_a_folder_on_its_node(tmp_path):
+    import asyncio
+    from types import SimpleNamespace
+
+    from halluscope.serving.weights_on_disk import WeightsOnDisk
+
+    def runs_init_node(source: str) -> bool:
+        config = SimpleNamespace(model_loading_config=SimpleNamespace(model_source=source))
+        callback = WeightsOnDisk(llm_config=config)  # type: ignore[arg-type]
+        asyncio.run(callback.run_callback("on_before_node_init"))
+        return callback.ctx.run_init_node
+
+    assert [runs_init_node(s) for s in (str(tmp_path), str(tmp_path / "absent"), "org/model")] == [False, True, True]
 
 
 @pytest.mark.vllm

@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import platform
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from halluscope.config.schema import RESERVED_ENGINE_KEYS, TYPED_ENGINE_KEYS, VLLMModel
@@ -101,6 +102,8 @@ def native_cpu_dtype() -> str | None:
 # The CPU of a replica's LLMServer actor (the engine's front end: tokenizing, queueing requests),
 # which Ray places in the replica's first bundle beside the first worker's
 REPLICA_CPUS = 1.0
+# by its import path: only a replica imports it
+WEIGHTS_ON_DISK = "halluscope.serving.weights_on_disk.WeightsOnDisk"
 
 
 def worker_bundle(spec: VLLMModel) -> dict[str, float]:
@@ -124,15 +127,19 @@ def llm_config(spec: VLLMModel) -> LLMConfig:
     """The ``ray.serve.llm.LLMConfig`` of one model; invalid settings raise ConfigError."""
     serve_llm = _import_ray_llm("ray.serve.llm")
     opts = spec.params.serve
+    source = local_weights(spec).params.model_source
+    # weights already in a folder need no download task per replica start (serving/weights_on_disk.py)
+    on_disk = {"callback_config": {"callback_class": WEIGHTS_ON_DISK}} if Path(source).is_absolute() else {}
     try:
         return serve_llm.LLMConfig(
-            model_loading_config={"model_id": spec.id, "model_source": local_weights(spec).params.model_source},
+            model_loading_config={"model_id": spec.id, "model_source": source},
             accelerator_type=spec.params.accelerator_type,
             placement_group_config=placement_group_config(spec),
             deployment_config={"num_replicas": opts.num_replicas,
                                "max_ongoing_requests": opts.max_ongoing_requests,
                                "ray_actor_options": {"num_cpus": REPLICA_CPUS}},
             engine_kwargs=engine_kwargs(spec),
+            **on_disk,
         )
     except ValueError as err:  # pydantic's ValidationError is a ValueError
         raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err

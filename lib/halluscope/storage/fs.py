@@ -84,6 +84,7 @@ def deadline_s(size: int = 0) -> float:
 
 CONNECT_TIMEOUT_S = 10.0  # an S3 endpoint that does not accept the connection in this long is down
 READ_TIMEOUT_S = 120.0  # nor one that accepted it and sends nothing back in this long
+FIRST_LOOK_S = 5.0  # connect and read timeouts of ``check_reachable``'s first look
 # ... also for the S3 paths opened without a storage section (a config's URL, a knowledge file,
 # a download): fsspec's defaults for every S3 filesystem made without config_kwargs of its own
 fsspec.config.conf.setdefault("s3", {}).setdefault(
@@ -237,7 +238,7 @@ class Location:
         """Fail in seconds, in one line naming the URL, when this location's object store does not
         answer: an endpoint that does not connect, no credentials, no such bucket, access denied.
         The store's own client retries for about a minute (botocore adaptive, 8 attempts); this
-        first look connects and waits for an answer for at most 5 s each, twice. Local paths:
+        first look connects and waits for an answer for at most ``FIRST_LOOK_S`` each, twice. Local paths:
         nothing to check."""
         protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
         if not {"s3", "s3a"} & set(protocols):
@@ -246,7 +247,8 @@ class Location:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         opts = dict(getattr(self.fs, "storage_options", None) or {})
-        opts["config_kwargs"] = {**(opts.get("config_kwargs") or {}), "connect_timeout": 5, "read_timeout": 5,
+        opts["config_kwargs"] = {**(opts.get("config_kwargs") or {}), "connect_timeout": FIRST_LOOK_S,
+                                 "read_timeout": FIRST_LOOK_S,
                                  "retries": {"max_attempts": 2, "mode": "standard"}}
         quick = s3fs.S3FileSystem(**opts, skip_instance_cache=True)
         quick.retries = 1  # s3fs retries dropped connections itself, on top of botocore

@@ -235,7 +235,7 @@ class RunStore:
         warning. Every part of a finished run copied so had its rows counted twice, n 5 -> 10. A
         batch redone for a failed row is taken back before it is done again, so runs of this code
         never commit an id twice."""
-        if self._listed is not None and self._committed is not None:
+        if self._committed is not None:  # set inside ``unchanging`` only
             return set(self._committed)
         listed = self.parts(COMMIT_TABLE)
         unseen = [n for names in listed.values() for n in names if n not in self._commits]

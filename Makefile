@@ -38,9 +38,9 @@ demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leade
 # the default worker ports, Serve on free ports), the unit tests (no Ray) and the bench scripts of
 # BENCH_BESIDE_VLLM; and the type check, the integration tests (one Ray head on ports the OS hands
 # out) and the other bench scripts (each at its smallest size starts what it measures, on ports
-# of its own). The split evens the lanes (a fresh clone's `make test`, 792 s: vLLM 490 s, then
-# unit with cluster_layouts and many_models 255 s, against mypy, integration 580 s and the other
-# scripts 118 s); unit and every script, then vLLM, beside types and integration took 972 s.
+# of its own). The split evens the lanes (a fresh clone's `make test`, 865 s: vLLM 526 s, then
+# unit with cluster_layouts and many_models 280 s, against mypy, integration 611 s and the other
+# scripts 146 s); unit and every script, then vLLM, beside types and integration took 972 s.
 # Each suite's output follows, then the slowest tests.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 SLOWEST ?= 15  # how many of the slowest tests `make test` lists

@@ -58,7 +58,11 @@ def test_progress_and_partial_results_while_running(ray_head, tmp_path, capsys):
     # generation moves part by part; evaluation a model's staged rows at a time, once its deployment went
     assert len(set(generated)) > 2 and len(set(evaluated)) > 1, (generated, evaluated)
     assert evaluated == sorted(evaluated) and max(evaluated) <= 40 * len(MODELS)
-    assert {s["status"] for s in statuses} == {"running"}
+    # "running" until the manifest says "complete": a status read just after a snapshot that was not
+    # yet finished may come after the run's end
+    states = [s["status"] for s in statuses]
+    ended = states.index("complete") if "complete" in states else len(states)
+    assert ended > 0 and set(states[:ended]) == {"running"} and set(states[ended:]) <= {"complete"}, states
     assert any(m.get("deployment", {}).get("status") == "generating" for s in statuses for m in s["models"].values())
     snapshot, report = partial
     assert set(snapshot["models"]) == set(MODELS)

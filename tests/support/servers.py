@@ -106,11 +106,11 @@ def ray_head(num_cpus: int = 6, num_gpus: int = 16, object_store_bytes: int = 40
 
         if ray.is_initialized():
             ray.shutdown()
-        _kill_tree(temp_dir)
+        kill_tree(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _kill_tree(temp_dir: str) -> None:
+def kill_tree(temp_dir: str) -> None:
     """SIGKILL the head's processes (their command lines name its temp dir) and every process
     they started. The raylet's children retitle themselves (``ray::DashboardAgent``, workers), so
     a match on the command line misses them: a dashboard agent that had started a job outlived

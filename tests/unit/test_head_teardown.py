@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.servers import _kill_tree
+from tests.support.servers import kill_tree
 
 
 def _alive(pid: int) -> bool:
@@ -28,7 +28,7 @@ def test_the_processes_a_head_started_go_with_it(tmp_path):
         time.sleep(0.01)
     child = int(child_file.read_text())
     assert marker.encode() not in Path(f"/proc/{child}/cmdline").read_bytes()
-    _kill_tree(marker)
+    kill_tree(marker)
     head.wait(timeout=10)
     deadline = time.time() + 10
     while _alive(child):

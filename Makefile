@@ -31,21 +31,20 @@ $(STAMP): pyproject.toml requirements.lock | $(UV)
 demo: venv  ## score HALOGEN's recorded responses of 14 models; prints the leaderboard
 	$(PY) jobs/evaluate.py
 
-# both environments and chromium are independent; -j3 builds them side by side. The suite is CPU-bound
-# on 2 cores, and more at once costs more than it saves (Ray's processes poll, and time out, when
-# starved: five suites side by side took 13:42 where these two take 9:43), so after lint two lanes
-# run side by side, each one suite after another: the vLLM suite (a Ray of its own: its temp dir,
-# the default worker ports, Serve on free ports), the unit tests (no Ray) and the bench scripts of
-# BENCH_BESIDE_VLLM; and the type check, the integration tests (one Ray head on ports the OS hands
-# out) and the other bench scripts (each at its smallest size starts what it measures, on ports
-# of its own). The split evens the lanes (a fresh clone's `make test`, 865 s: vLLM 526 s, then
-# unit with cluster_layouts and many_models 280 s, against mypy, integration 611 s and the other
-# scripts 146 s); unit and every script, then vLLM, beside types and integration took 972 s.
+# both environments and chromium are independent; -j3 builds them side by side. After lint two
+# lanes run side by side, each one suite after another: the vLLM suite (a Ray of its own: its temp
+# dir, the default worker ports, Serve on free ports), the unit tests (no Ray) and the bench scripts
+# of BENCH_BESIDE_VLLM; and, at nice 5 (NICER: the vLLM suite's engine starts, chains of processes
+# that import vLLM one after another, get the cores first), the type check, the integration tests (one
+# Ray head on ports the OS hands out) and the other bench scripts (each at its smallest size starts
+# what it measures, on ports of its own). BENCH_BESIDE_VLLM evens the lanes. More lanes cost more
+# than they save; the measurements are in docs/architecture.md ("The test suite").
 # Each suite's output follows, then the slowest tests.
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 SLOWEST ?= 15  # how many of the slowest tests `make test` lists
 BENCH_SCRIPT := tests/bench/test_bench_scripts.py::test_bench_script_runs_to_its_end
-BENCH_BESIDE_VLLM := $(foreach s,cluster_layouts many_models,'$(BENCH_SCRIPT)[$(s).py]')
+BENCH_BESIDE_VLLM := $(foreach s,cluster_layouts many_models scale,'$(BENCH_SCRIPT)[$(s).py]')
+NICER := nice -n 5  # the lane that lets the vLLM suite's engine starts have the cores first
 MAKEFLAGS += -j3
 test: venv venv-vllm chromium  ## lint; then the vLLM, unit and some bench tests beside types, integration and the other bench tests (report.html rendered in headless chromium)
 	$(VENV)/bin/ruff check lib tests bench jobs
@@ -53,8 +52,8 @@ test: venv venv-vllm chromium  ## lint; then the vLLM, unit and some bench tests
 	suite() { name=$$1; shift; "$$@" > $$d/$$name 2>&1; echo $$? > $$d/$$name.rc; }; \
 	(suite vllm $(MAKE) --no-print-directory test-vllm PYTEST_ARGS="--junitxml=$$d/vllm.xml"; \
 	 suite unit $(PYTEST) --junitxml=$$d/unit.xml tests/unit $(BENCH_BESIDE_VLLM)) & \
-	(suite mypy $(VENV)/bin/mypy; suite integration $(PYTEST) --junitxml=$$d/integration.xml tests/integration; \
-	 suite bench $(PYTEST) --junitxml=$$d/bench.xml tests/bench $(addprefix --deselect ,$(BENCH_BESIDE_VLLM))); \
+	(suite mypy $(NICER) $(VENV)/bin/mypy; suite integration $(NICER) $(PYTEST) --junitxml=$$d/integration.xml tests/integration; \
+	 suite bench $(NICER) $(PYTEST) --junitxml=$$d/bench.xml tests/bench $(addprefix --deselect ,$(BENCH_BESIDE_VLLM))); \
 	wait; rc=0; \
 	for s in mypy vllm unit integration bench; do \
 		echo "--- $$s"; cat $$d/$$s; rc=$$((rc + $$(cat $$d/$$s.rc))); done; \

@@ -27,6 +27,10 @@ def test_the_processes_a_head_started_go_with_it(tmp_path):
         assert time.time() < deadline
         time.sleep(0.01)
     child = int(child_file.read_text())
+    # until it execs sleep, the forked child still shows the shell's command line
+    while not Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep"):
+        assert time.time() < deadline
+        time.sleep(0.01)
     assert marker.encode() not in Path(f"/proc/{child}/cmdline").read_bytes()
     kill_tree(marker)
     head.wait(timeout=10)

@@ -150,6 +150,7 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     assert done_first not in {d["model"] for d in manifest["schedule"]["deployments"]}
 
 
+@pytest.mark.clock  # botocore's back-offs and its adaptive send rate after each SlowDown
 def test_transient_s3_failures_are_retried(uninterrupted, in_driver, s3_endpoint, bucket):
     """Every 4th PUT and every 7th GET/HEAD fail (503 SlowDown before the server sees them, 500
     InternalError after it did the work): the run's retries absorb them, and its tables are the
@@ -181,6 +182,7 @@ def test_transient_s3_failures_are_retried(uninterrupted, in_driver, s3_endpoint
     assert not table_differences(tables, want)
 
 
+@pytest.mark.clock
 @pytest.mark.parametrize("retries, fails", [
     ({}, False),  # storage_options' botocore retries (8 attempts)
     ({"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}, True),  # botocore's off

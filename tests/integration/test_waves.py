@@ -13,6 +13,7 @@ from ray import serve
 from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
 from tests.support.resolved import planned
+from tests.support.servers import free_port
 
 from halluscope.config.load import parse_config
 from halluscope.cost.prices import load_prices
@@ -126,8 +127,6 @@ def test_a_model_whose_engine_is_lost_mid_generation_is_deployed_again_once(ray_
     """Two models of 2 GPUs each on 4: the first's generation ends on a lost engine, its GPUs go
     back and the model is queued again; its second deployment generates. The other loses its
     engine twice and fails, alone."""
-    from tests.support.servers import free_port
-
     from halluscope.config.schema import ScriptedModel
     from halluscope.pipeline.waves import Waves
     from halluscope.resolve.cluster import job_of
@@ -153,6 +152,7 @@ def test_a_model_whose_engine_is_lost_mid_generation_is_deployed_again_once(ray_
     assert _deployed("lost", tuple(specs)) == []
 
 
+@pytest.mark.clock  # 30 s of held GPUs to cross the budget
 def test_a_deployment_that_holds_its_gpus_past_the_budget_before_any_commit_is_stopped(ray_head, tmp_path):
     """A model whose node takes a minute longer to come up than the plan knows (an injected cold
     start the plan's overheads do not state) holds 2 GPUs at $1 a second each with nothing
@@ -165,7 +165,8 @@ def test_a_deployment_that_holds_its_gpus_past_the_budget_before_any_commit_is_s
     prices.write_text("as_of: '2026-01-01'\nsource: test prices\ngpu_hour_usd: {GPU: 3600.0}\n")
     model = _model("slow-node", 2, 10, load_s=1, cold_start_s=90, serve={"deploy_timeout_s": 300})
     cfg = parse_config({**_config(root, [model], gpus=2), "limits": {"max_items_per_task": 2},
-                        "costs": {"budget_usd": 60.0, "price_table": str(prices)}})
+                        "costs": {"budget_usd": 60.0, "price_table": str(prices)},
+                        "serve_http_port": free_port()})  # make test runs it beside the other tests' Serve
     assert planned(cfg, load_prices(str(prices))).total_usd < 60.0  # the plan knows no cold start
     with pytest.raises(OverBudget, match=r"costs.budget_usd \$60.00 crossed"):
         run(ResolvedRun.of(cfg), run_id="held", progress=False)

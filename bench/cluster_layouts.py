@@ -117,8 +117,6 @@ def config(tmp: Path, layout: str, size: Size, address: str | None = None,
     holds it), ``throughput``: the table a calibration wrote."""
     import random
 
-    from tests.support.servers import free_port
-
     nodes, service, quota = LAYOUTS[layout]
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "prices.yaml").write_text(PRICES)
@@ -149,21 +147,26 @@ def config(tmp: Path, layout: str, size: Size, address: str | None = None,
              # the RayService's two pods, billed for the run's wall time
              **({"shared_services": [{"name": SERVICE_NAME, "models": ["judge"], "resource": "GPU",
                                       "gpus": 2 * GPUS_PER_NODE}]} if service else {})}
-    return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": list(size.tasks), "serve_http_port": free_port(),
+    return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": list(size.tasks),
             "models": [*tested, *roles], "limits": {"max_items_per_task": size.items}, "cluster": cluster,
             "costs": costs, "cache": {"enabled": False},
             "concurrency": {"batch_size": 64, "generate_batch_size": 64, "verify_actors": 1},
             **({"ray": {"address": address}} if address else {})}
 
 
-def judge_engine(http_port: int, size: Size) -> str:
-    """Deploy the stand-in of the RayService's judge engine (the GPUs are its pods'); its base URL."""
+def judge_engine(size: Size) -> str:
+    """Deploy the stand-in of the RayService's judge engine (the GPUs are its pods') over HTTP, as
+    the RayService serves it; its base URL."""
+    from tests.support.servers import free_port
+
     from halluscope.config.schema import ScriptedModel
-    from halluscope.serving.app import deploy
+    from halluscope.serving.app import deploy_over_http
 
     spec = ScriptedModel.model_validate({"id": "judge-engine", "backend": "scripted", "params": {
         "default": "No.", **size.engine_rates(), "serve": {"num_cpus": 0, "max_ongoing_requests": 64}}})
-    return deploy([spec], http_port=http_port, scope="service")[spec.id].base_url
+    url = deploy_over_http([spec], free_port(), scope="service")[spec.id].base_url
+    assert url is not None
+    return url
 
 
 def refused(tmp: Path, layout: str, size: Size) -> str | None:
@@ -219,7 +222,7 @@ def measure(tmp: Path, layout: str, size: Size, drills: Sequence[str] = DRILLS) 
         held = [ray.remote(num_gpus=GPUS_PER_NODE, resources={m.name: 0.01})(_Pod).remote()
                 for m in placed.machines if any(r.owner == "service" for r in m.ray_nodes)]
         ray.get([h.ready.remote() for h in held])
-        judge_url = judge_engine(doc["serve_http_port"], size) if service else "http://127.0.0.1:9/v1"
+        judge_url = judge_engine(size) if service else "http://127.0.0.1:9/v1"
         throughput = None
         if service:  # `halluscope calibrate --throughput`: the service's engine measured where the run calls it
             throughput = tmp / "throughput.yaml"

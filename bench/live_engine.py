@@ -130,7 +130,7 @@ def offline(n: int, max_tokens: int) -> dict:
     return {"role": judged, "generation": timed(prompts(n), SamplingParams(max_tokens=max_tokens, temperature=0.0))}
 
 
-def role(n: int, max_tokens: int, port: int) -> tuple[dict, EngineSpeed]:
+def role(n: int, max_tokens: int) -> tuple[dict, EngineSpeed]:
     """The judge deployed as a run deploys its roles, called as the verifying actors call it; then
     the engine's speed, measured on that deployment as ``halluscope calibrate --throughput``
     measures one of its own (the same engine and arguments as the model under test's: sampling is
@@ -142,9 +142,9 @@ def role(n: int, max_tokens: int, port: int) -> tuple[dict, EngineSpeed]:
 
     spec = judge_spec(n)
     first, loads = judge_loads(n)
-    start_serve(port)  # before the clock, as calibrate and a run start it
+    start_serve()  # before the clock, as calibrate and a run start it
     t0 = time.perf_counter()
-    with served([spec], port, scope="role-bench") as (endpoints, _):
+    with served([spec], scope="role-bench") as (endpoints, _):
         deploy_s = time.perf_counter() - t0
         judge = RoleModels([spec], endpoints, cache=None)
         # one call first, as the offline side: the client finds the deployment's replica (once per
@@ -181,7 +181,6 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     from dataclasses import replace
 
     import ray
-    from tests.support.servers import free_port
 
     from halluscope.config.load import parse_config
     from halluscope.pipeline.engine_speed import with_measured_row
@@ -193,12 +192,10 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     from halluscope.storage.fs import Location
     from halluscope.storage.run import RunStore
 
-    port = free_port()  # Serve's, started once for the judge and the runs
-
     def config(items: int):
         return parse_config({
             "storage": {"root": f"file://{root}"}, "tasks": [TASK], "limits": {"max_items_per_task": items},
-            "costs": {"price_table": None}, "cache": {"enabled": False}, "serve_http_port": port,
+            "costs": {"price_table": None}, "cache": {"enabled": False},
             "ray": {"num_cpus": 8}, "concurrency": {"verify_actors": 1},
             "models": [{"id": "smollm2", "backend": "vllm",
                         "params": {**vllm_params(max_tokens, n, num_cpus=1), "request_timeout_s": UNHURRIED}}]})
@@ -208,7 +205,7 @@ def served(n: int, max_tokens: int, pilot_items: int, root: Path) -> dict:
     store = RunStore(root_loc, "live")
     ray.init(address="local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
     try:
-        judged, speed = role(n, max_tokens, port)
+        judged, speed = role(n, max_tokens)
         assumed = PlanOptions()
         table = with_measured_row(assumed.table_or_raise(), cfg.models[0], speed, assumed,
                                   time.strftime("%Y-%m-%d"))

@@ -70,8 +70,6 @@ def _testset(tmp: Path) -> str:
 def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int, speedup: float) -> dict:
     """The run's config; ``speedup``: the stand-ins' loads that many times shorter, their rates that
     many times higher (the same paths in less wall time)."""
-    from tests.support.servers import free_port
-
     (tmp / "prices.yaml").write_text(PRICES)
     # 8 answers in flight: a request waits at most 8 x 50 / 14.5 = 28 s, within the client's 60 s
     serve = {"num_cpus": 0, "max_ongoing_requests": 4, "max_batch_prompts": 2}
@@ -83,7 +81,6 @@ def config(tmp: Path, models: list[tuple[str, int, int, float]], items: int, spe
             {"pattern": "is_knowledgeable", "response": '{"is_knowledgeable": true}'},
             {"pattern": "does_believe", "response": '{"does_believe": false}'}]}}
     return {"storage": {"root": f"file://{tmp}/runs"}, "tasks": ["halogen/code", "hallulens/nonexistent_mixed"],
-            "serve_http_port": free_port(),
             "testsets": {"hallulens/nonexistent_mixed": [_testset(tmp)]},
             "models": [*tested, judge], "limits": {"max_items_per_task": items},
             "cluster": {"gpus": GPUS + 1}, "ray": {"num_gpus": GPUS + 1},

@@ -21,7 +21,7 @@ import ray
 from halluscope import records
 from halluscope.config.schema import Concurrency, ScriptedModel
 from halluscope.pipeline import stages
-from halluscope.serving.app import deploy, shutdown
+from halluscope.serving.app import deploy_over_http, shutdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support: free_port
 N_CALLS = 20_000
@@ -82,7 +82,7 @@ def measure(calls: int = N_CALLS) -> list[dict]:
              log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     spec = _spec()
-    endpoints = deploy([spec], free_port())  # not Serve's 8000, which another Ray may hold
+    endpoints = deploy_over_http([spec], free_port())  # not Serve's 8000, which another Ray may hold
     try:
         pipe, pipe_n = pipeline_rate(spec, endpoints, calls)
         pool, pool_n = thread_pool_rate(endpoints[spec.id].base_url, calls)

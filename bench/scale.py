@@ -60,12 +60,10 @@ def halogen_tasks() -> list[str]:
 
 
 def config(storage: dict, limit: int, titles: Path, articles: Path, tasks: list[str]) -> dict:
-    from tests.support.servers import free_port
-
     from halluscope.halogen.common import RELEASED
 
     serve = {"num_cpus": 0.25, "max_batch_prompts": 64, "max_ongoing_requests": 256}
-    return {"storage": storage, "tasks": tasks, "serve_http_port": free_port(),
+    return {"storage": storage, "tasks": tasks,
             "limits": {"max_items_per_task": limit}, "costs": {"price_table": None}, "cache": {"enabled": False},
             "benchmarks": {"halogen": {"titles": {"dump": str(titles)}, "wiki": {"articles": str(articles)}}},
             "models": [{"id": m, "backend": "replay"} for m in RELEASED["models"]] + [

@@ -173,7 +173,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if isinstance(doc, dict) and "applications" in doc:
         os.execvp("serve", ["serve", "run", args.config])
     from halluscope.runkit import init_ray, is_served
-    from halluscope.serving.app import deploy, remove, shutdown
+    from halluscope.serving.app import deploy_over_http, remove, shutdown
 
     cfg = parse_config(doc, args.config)
     served = [m for m in cfg.models if is_served(m)]
@@ -184,7 +184,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         deleted = remove(m.id for m in served)
         print(f"deleted Serve app(s): {', '.join(deleted)}" if deleted else "none of its models was being served")
         return 0
-    endpoints = deploy(served, http_port=args.http_port or cfg.serve_http_port)
+    endpoints = deploy_over_http(served, http_port=args.http_port or cfg.serve_http_port)
     for e in endpoints.values():
         print(f"{e.model_id}: {e.base_url} (Serve app {e.app_name})")
     try:

@@ -83,8 +83,7 @@ def is_served(spec: ModelSpec) -> TypeGuard[ServedModel]:
 
 
 @contextmanager
-def served(specs: Sequence[ModelSpec], http_port: int | None = None, scope: str | None = None
-           ) -> Iterator[tuple[dict, list[dict]]]:
+def served(specs: Sequence[ModelSpec], scope: str | None = None) -> Iterator[tuple[dict, list[dict]]]:
     """Deploy the specs Ray Serve must host (scripted, hf, vllm), as apps of ``scope`` (a run id),
     and remove them afterwards.
 
@@ -98,7 +97,7 @@ def served(specs: Sequence[ModelSpec], http_port: int | None = None, scope: str 
     from halluscope.serving.app import deploy, shutdown
 
     started = time.time()
-    endpoints = deploy(todo, http_port=http_port, scope=scope)
+    endpoints = deploy(todo, scope=scope)
     try:
         yield endpoints, deployments
     finally:

@@ -25,7 +25,7 @@ from tests.support.drills import (
 )
 from tests.support.flaky_s3 import FlakyS3Proxy
 from tests.support.openai_server import FailPlan, OpenAIStubServer
-from tests.support.servers import free_port, s3_storage
+from tests.support.servers import s3_storage
 
 from halluscope.config.load import parse_config
 from halluscope.models.staged import read_staged
@@ -45,7 +45,7 @@ LIMIT = 120
 TOTAL = LIMIT * len(TASKS) * (len(REPLAYED) + len(SCRIPTED))  # 600 generations
 
 
-def _config(root: str, serve_port: int, drill: bool = True) -> dict:
+def _config(root: str, drill: bool = True) -> dict:
     """HALOGEN's recorded responses of three models plus two live scripted models. For a drill,
     they are served in two waves (each holds the 2 GPUs the run has), take 0.2 s a prompt, 4 at
     once (so each generates for 6 s and can be hit), and batches are small, so kills land
@@ -59,7 +59,7 @@ def _config(root: str, serve_port: int, drill: bool = True) -> dict:
     return {"storage": {"root": root}, "tasks": TASKS,
             "models": [{"id": m, "backend": "replay"} for m in REPLAYED] + scripted,
             "limits": {"max_items_per_task": LIMIT}, "cache": {"enabled": False}, "costs": {"price_table": None},
-            "serve_http_port": serve_port, **({"cluster": {"gpus": 2}} if drill else {}),
+            **({"cluster": {"gpus": 2}} if drill else {}),
             "concurrency": {"batch_size": 10 if drill else 200, "generate_batch_size": 10, "verify_actors": 2}}
 
 
@@ -80,7 +80,7 @@ def uninterrupted(tmp_path_factory) -> dict[str, pa.Table]:
     root = f"file://{tmp_path_factory.mktemp('clean')}"
     with pytest.MonkeyPatch.context() as env:
         leave_ray(env)  # as the in_driver fixture does, for the module
-        result = run(ResolvedRun.of(parse_config(_config(root, free_port(), drill=False))), run_id="clean", progress=False)
+        result = run(ResolvedRun.of(parse_config(_config(root, drill=False))), run_id="clean", progress=False)
     assert result.processed == TOTAL
     assert RunStore(Location.from_url(root), "clean").read_json("manifest.json")["execution"] == IN_DRIVER
     tables = comparable_tables(RunStore(Location.from_url(root), "clean"))
@@ -98,7 +98,7 @@ def test_killed_driver_resubmitted_and_killed_workers_equal_an_uninterrupted_run
     a batch. The run ends with the tables of an uninterrupted one; no answer was generated twice
     and the model generated before the driver's kill was not deployed again."""
     cfg_path = tmp_path / "run.yaml"
-    cfg_path.write_text(yaml.safe_dump(_config(f"file://{tmp_path}", free_port())))
+    cfg_path.write_text(yaml.safe_dump(_config(f"file://{tmp_path}")))
     store = RunStore(Location.from_url(f"file://{tmp_path}"), "drill")
 
     def rows_committed() -> int:

@@ -16,12 +16,12 @@ from tests.support.servers import free_port
 from tests.support.tiny_llama import build_tiny_llama
 
 from halluscope.config.schema import HFModel, ModelSpec, ScriptedModel
-from halluscope.errors import EndpointDown
+from halluscope.errors import EndpointDown, HalluscopeError
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import Model
 from halluscope.models.registry import Context, provider
 from halluscope.models.scripted import ScriptedResponder, fault_draw, judge_parts
-from halluscope.serving.app import ServedEndpoint, app_name_for, deploy, shutdown
+from halluscope.serving.app import ServedEndpoint, app_name_for, deploy, deploy_over_http, shutdown
 
 pytestmark = pytest.mark.slow
 
@@ -88,8 +88,9 @@ def endpoints(ray_head, hf_spec):
 
     if not ray.is_initialized():
         ray.init(address=os.environ["RAY_ADDRESS"])
+    serve.shutdown()  # a Serve an earlier test's run started has no HTTP proxy
     started = time.perf_counter()
-    eps = deploy([SCRIPTED, FLAKY, DOOMED, hf_spec], http_port=free_port())
+    eps = deploy_over_http([SCRIPTED, FLAKY, DOOMED, hf_spec], http_port=free_port())
     print(f"deployed {len(eps)} apps in {time.perf_counter() - started:.1f} s")
     try:
         yield eps
@@ -118,6 +119,27 @@ def test_a_runs_apps_are_named_under_its_run_id():
     assert app_name_for("judge/scripted v1") == "judge-scripted-v1"  # `halluscope serve`: the model alone
     assert app_name_for("judge/scripted v1", "run-1") == "run-1--judge-scripted-v1"
     assert app_name_for("judge/scripted v1", "run 2") != app_name_for("judge/scripted v1", "run-1")
+
+
+def test_a_serve_a_run_starts_has_no_proxy_and_refuses_to_serve_over_http(ray_head):
+    """A run calls its models by handle: the Serve it starts runs no HTTP proxy (one per node by
+    Serve's default), its apps have no route, and serving over HTTP on that Serve says why not."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        ray.init(address=os.environ["RAY_ADDRESS"])
+    serve.shutdown()
+    eps = deploy([SCRIPTED], scope="run-1")
+    try:
+        assert eps[SCRIPTED.id].base_url is None and serve.status().proxies == {}
+        out = handle_backend(SCRIPTED, eps[SCRIPTED.id]).generate_batch(_requests(["What is the capital of France?"]))
+        assert [c.text for c in out] == ["Paris"]
+        with pytest.raises(HalluscopeError, match=r"Serve already runs on this Ray cluster without HTTP proxies"):
+            deploy_over_http([FLAKY], http_port=free_port())
+    finally:
+        shutdown(eps)
+        serve.shutdown()
 
 
 def test_endpoints_are_loopback_apps(endpoints):
@@ -275,7 +297,7 @@ def test_serve_down_deletes_the_apps_a_killed_driver_left(endpoints, tmp_path, c
     from halluscope.cli import main
 
     leftover = {"id": "left/over", "backend": "scripted", "params": {"default": "hi", "serve": SMALL}}
-    deploy([ScriptedModel.model_validate(leftover)], http_port=free_port())
+    deploy([ScriptedModel.model_validate(leftover)])
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({"tasks": ["halogen/code"], "models": [
         leftover, {"id": "gpt_4_0125_turbo", "backend": "replay"}]}))
@@ -297,6 +319,6 @@ def test_a_deployment_that_never_runs_fails_at_its_deadline_and_is_removed(endpo
     started = time.perf_counter()
     with pytest.raises(RuntimeError, match=r"model 'stuck/judge': deployment not running within 3 s "
                                            r"\(serve.deploy_timeout_s\)"):
-        deploy([stuck], http_port=free_port())
+        deploy([stuck])
     assert time.perf_counter() - started < 30
     assert "stuck-judge" not in serve.status().applications

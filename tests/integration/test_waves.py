@@ -13,7 +13,6 @@ from ray import serve
 from ray.serve.exceptions import RayServeException
 from tests.conftest import SHARED_DATA
 from tests.support.resolved import planned
-from tests.support.servers import free_port
 
 from halluscope.config.load import parse_config
 from halluscope.cost.prices import load_prices
@@ -140,9 +139,9 @@ def test_a_model_whose_engine_is_lost_mid_generation_is_deployed_again_once(ray_
         return _generation.remote(attempts[spec.id] if spec.id == "lost-engine" else 1, ITEMS)
 
     finished: list[tuple[str, bool]] = []
-    port = start_serve(free_port())
+    start_serve()
     waves = Waves([job_of(s) for s in specs.values()], {"GPU": 4.0}, specs, generate,
-                  lambda m, ok: finished.append((m, ok)), http_port=port, scope="lost")
+                  lambda m, ok: finished.append((m, ok)), scope="lost")
     records = [(d.model, d.status, d.generated, d.reason is not None) for d in waves.run()]
     assert sorted(records) == [("lost-engine", "generated", ITEMS, False), ("lost-engine", "requeued", 0, True),
                                ("lost-twice", "failed", 0, True), ("lost-twice", "requeued", 0, True)]
@@ -165,8 +164,7 @@ def test_a_deployment_that_holds_its_gpus_past_the_budget_before_any_commit_is_s
     prices.write_text("as_of: '2026-01-01'\nsource: test prices\ngpu_hour_usd: {GPU: 3600.0}\n")
     model = _model("slow-node", 2, 10, load_s=1, cold_start_s=90, serve={"deploy_timeout_s": 300})
     cfg = parse_config({**_config(root, [model], gpus=2), "limits": {"max_items_per_task": 2},
-                        "costs": {"budget_usd": 60.0, "price_table": str(prices)},
-                        "serve_http_port": free_port()})  # make test runs it beside the other tests' Serve
+                        "costs": {"budget_usd": 60.0, "price_table": str(prices)}})
     assert planned(cfg, load_prices(str(prices))).total_usd < 60.0  # the plan knows no cold start
     with pytest.raises(OverBudget, match=r"costs.budget_usd \$60.00 crossed"):
         run(ResolvedRun.of(cfg), run_id="held", progress=False)

@@ -15,7 +15,7 @@ from halluscope.models.registry import predicted, provider
 from halluscope.provider_registry import registered
 from halluscope.serving.app import ServedEndpoint
 
-ENDPOINT = ServedEndpoint("m", "run--m", "LLMServer:m", "http://127.0.0.1:1/run--m/v1")
+ENDPOINT = ServedEndpoint("m", "run--m", "LLMServer:m")  # a run reaches its models by handle only
 
 
 def _vllm(**params) -> VLLMModel:
@@ -105,9 +105,9 @@ def test_the_largest_gpu_groups_are_submitted_first(monkeypatch):
         submitted.extend(t.name for t in targets)
         return [SimpleNamespace(deployment_name="scripted") for _ in targets]
 
-    monkeypatch.setattr(app, "start_serve", lambda port: 8000)
+    monkeypatch.setattr(app, "start_serve", lambda port, over_http: None)
     monkeypatch.setattr(app.serve, "run_many", run_many)
-    monkeypatch.setattr(app, "build_application", lambda spec: spec.id)
+    monkeypatch.setattr(app, "build_application", lambda spec, over_http: spec.id)
     specs = [ScriptedModel.model_validate({"id": i, "backend": "scripted", "params": {"serve": serve}})
              for i, serve in (("judge", {"num_gpus": 4}), ("cpu", {"num_cpus": 1}), ("extractor", {"num_gpus": 8}))]
     endpoints = app.deploy(specs, wait=False, scope="r")

@@ -17,7 +17,7 @@ from halluscope.errors import EndpointDown, ModelDown
 from halluscope.models.base import GenerationRequest
 from halluscope.models.model import Model
 from halluscope.models.provider import CallLimits
-from halluscope.models.serve_handle import ServeHandleProvider
+from halluscope.models.serve_handle import ServeHandleProvider, deployment_handle
 
 
 class _Response:
@@ -144,3 +144,28 @@ def test_pickled_without_its_handle_or_count() -> None:
     assert backend._opened is not None
     copy = pickle.loads(pickle.dumps(backend))
     assert copy.provider._handle is None and copy._opened is None and copy.provider.limits.breaker_threshold == 5
+
+
+def test_a_dead_serve_client_cached_by_the_worker_is_forgotten_and_the_deployment_found_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pooled worker keeps the Serve client it first reached; Serve restarted in the same Ray
+    (as between tests) leaves that client dead. A deployment that is not there is a ModelDown."""
+    from ray import serve
+    from ray.serve import context
+
+    calls: list[str] = []
+    deployments = {("M", "m-app")}
+
+    def lookup(name: str, app_name: str) -> tuple[str, str]:
+        calls.append("lookup")
+        if "forget" not in calls or (name, app_name) not in deployments:
+            raise KeyError(f"no deployment {name} in {app_name}")
+        return name, app_name
+
+    monkeypatch.setattr(serve, "get_deployment_handle", lookup)
+    monkeypatch.setattr(context, "_disconnect", lambda: calls.append("forget"))
+    provider = ServeHandleProvider("m", "m-app", "M", limits=CallLimits())
+    assert deployment_handle(provider, "m-app", "M") == ("M", "m-app")
+    assert calls == ["lookup", "forget", "lookup"]
+    with pytest.raises(ModelDown, match=r"model 'm' .* is down: no such deployment \(KeyError"):
+        deployment_handle(provider, "m-app", "gone")

@@ -79,7 +79,7 @@ class _Handle:
 
 
 def _provider(handle: _Handle, sampling: SamplingParams = SamplingParams(), **limits: Any) -> VLLMHandleProvider:
-    p = VLLMHandleProvider("m", "m-app", "OpenAiIngress", limits=CallLimits(backoff_base_s=0.0, **limits),
+    p = VLLMHandleProvider("m", "m-app", "LLMServer:m", limits=CallLimits(backoff_base_s=0.0, **limits),
                            sampling=sampling)
     p._handle, p._request_cls = handle, SimpleNamespace  # what open() finds on a worker
     return p
@@ -173,46 +173,6 @@ def test_a_call_without_an_answer_in_time_is_cancelled_and_retried():
 
 def test_pickled_without_its_handle():
     backend = _provider(_Handle(lambda req, n: [_answer("x")]))
-    backend.deployment_name = "LLMServer:m"
     copy = pickle.loads(pickle.dumps(Model(backend))).provider
     assert copy._handle is None and copy._request_cls is None
     assert (copy.model_id, copy.app_name, copy.limits.calls_in_flight) == ("m", "m-app", 16)
-
-
-@pytest.mark.parametrize(("deployments", "found"), [
-    (["OpenAiIngress", "LLMServer:m"], "LLMServer:m"),
-    (["LLMServer:m", "LLMRouter"], "LLMServer:m"),  # Ray's direct streaming: the server is the ingress
-    (["OpenAiIngress", "MyServer:m"], "MyServer:m"),
-])
-def test_the_engine_deployment_is_found_in_the_app(deployments: list[str], found: str):
-    apps = {"m-app": SimpleNamespace(deployments=dict.fromkeys(deployments))}
-    assert _provider(_Handle(lambda req, n: []))._engine_deployment(apps) == found
-
-
-def test_a_missing_app_is_an_endpoint_down():
-    with pytest.raises(ModelDown, match="no such Serve app"):
-        _provider(_Handle(lambda req, n: []))._engine_deployment({})
-
-
-def test_a_dead_controller_cached_by_the_worker_is_forgotten_and_found_again(monkeypatch: pytest.MonkeyPatch):
-    """A pooled worker keeps the Serve controller it first reached; Serve restarted in the same Ray
-    session (as between the tests of this suite) leaves it dead."""
-    from ray import serve
-    from ray.exceptions import ActorDiedError
-    from ray.serve import context
-
-    apps = {"m-app": SimpleNamespace(deployments=dict.fromkeys(["OpenAiIngress", "LLMServer:m"]))}
-    calls: list[str] = []
-
-    def status() -> Any:
-        calls.append("status")
-        if "forget" not in calls:
-            raise ActorDiedError()
-        return SimpleNamespace(applications=apps)
-
-    monkeypatch.setattr(serve, "status", status)
-    monkeypatch.setattr(context, "_disconnect", lambda: calls.append("forget"))
-    monkeypatch.setattr(serve, "get_deployment_handle", lambda name, app_name: (name, app_name))
-    backend = VLLMHandleProvider("m", "m-app", "OpenAiIngress")
-    assert backend._lookup() == ("LLMServer:m", "m-app")
-    assert calls == ["status", "forget", "status"] and backend.deployment_name == "LLMServer:m"

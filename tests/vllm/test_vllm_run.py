@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from tests.conftest import SHARED_DATA
-from tests.support.servers import free_port
 
 from halluscope.config.load import parse_config
 from halluscope.config.schema import VLLMModel
@@ -48,7 +47,7 @@ def test_a_vllm_model_under_test_gives_its_cpus_back_to_the_next_wave(ray_local:
     stand_in = {"id": "tiny-b", "backend": "scripted", "params": {
         "default": "import numpy", "serve": {"num_cpus": job_of(smollm2).units}}}
     models = [engine_spec, stand_in]
-    raw = {"storage": {"root": f"file://{tmp_path}"}, "serve_http_port": free_port(),
+    raw = {"storage": {"root": f"file://{tmp_path}"},
            "tasks": ["halogen/code", "halogen/code@corrected", "hallulens/precise_wikiqa"],
            "testsets": {"hallulens/precise_wikiqa": [f"{root.url}/precise_wikiqa/{ts.testset_id}"]},
            "limits": {"max_items_per_task": 4}, "costs": {"price_table": None}, "cache": {"enabled": False},

@@ -46,9 +46,10 @@ def engine(ray_local: None, smollm2: VLLMModel) -> Iterator[tuple[VLLMModel, Ser
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
-        ingress = serve.run(build_application(smollm2), name="smollm2", route_prefix="/smollm2")
-        yield smollm2, ServedEndpoint(smollm2.id, "smollm2", ingress.deployment_name,
-                                      f"http://127.0.0.1:{port}/smollm2/v1")
+        serve.run(build_application(smollm2), name="smollm2", route_prefix="/smollm2")
+        # the engine deployment behind the OpenAI ingress: what the run's client calls by handle
+        (server,) = [d for d in serve.status().applications["smollm2"].deployments if d.startswith("LLMServer:")]
+        yield smollm2, ServedEndpoint(smollm2.id, "smollm2", server, f"http://127.0.0.1:{port}/smollm2/v1")
     finally:
         serve.shutdown()  # the next module starts Serve on a port of its own
 
@@ -71,8 +72,7 @@ def test_openai_route_answers_with_token_counts(engine: tuple[VLLMModel, ServedE
     # greedy decoding (temperature 0) of the same prompt gives the same answer
     assert completions[0].text == completions[3].text
     # by handle, from a Ray worker: the same chat request (so the same prompt tokens), no HTTP
-    name, answers = by_handle
-    assert name == "LLMServer:smollm2"
+    answers = by_handle
     assert [c.error for c in answers] == [None] * len(PROMPTS)
     assert [c.input_tokens for c in answers] == [c.input_tokens for c in completions]
     assert all(isinstance(c.text, str) and 0 < c.output_tokens <= spec.params.sampling.max_tokens
@@ -95,8 +95,7 @@ def test_the_app_claims_the_cpus_the_admission_rule_counts(engine: tuple[VLLMMod
     assert ray.cluster_resources()["CPU"] - ray.available_resources().get("CPU", 0.0) < 2.5
 
 
-def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: list[GenerationRequest]
-                         ) -> tuple[str | None, list]:
+def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: list[GenerationRequest]) -> list:
     """The run's client of a vllm model, pickled to a Ray task as the generation task gets it."""
     import ray
 
@@ -106,9 +105,8 @@ def _by_handle_in_a_task(spec: VLLMModel, endpoint: ServedEndpoint, requests: li
     assert backend.provider.limits.calls_in_flight == spec.params.serve.max_ongoing_requests
 
     @ray.remote(num_cpus=0.1)
-    def generate(b: Model, rs: list[GenerationRequest]) -> tuple[str | None, list]:
-        answers = b.generate_batch(rs)
-        return b.provider.deployment_name, answers  # type: ignore[attr-defined]  # the engine deployment found
+    def generate(b: Model, rs: list[GenerationRequest]) -> list:
+        return b.generate_batch(rs)
 
     return ray.get(generate.remote(backend, requests), timeout=300)
 

@@ -733,8 +733,9 @@ class RunConfig(_Strict):
     cache: CacheSpec = Field(default_factory=CacheSpec)
     costs: CostSpec = Field(default_factory=CostSpec)
     serve_http_port: int | None = Field(
-        default=None, description="Serve's HTTP port for served models; None: Serve's default "
-                                  "(8000), or the port of a Serve already running")
+        default=None, description="Serve's HTTP port for `halluscope serve`; None: Serve's default "
+                                  "(8000), or the port of a Serve already running. A run calls its "
+                                  "models by handle and starts Serve without HTTP proxies")
     progress_every_s: float = Field(default=5.0, gt=0, description="how often progress.json is rewritten during a run")
     concurrency: Concurrency = Field(default_factory=Concurrency)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)

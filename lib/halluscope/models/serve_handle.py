@@ -42,20 +42,8 @@ class ServeHandleProvider(RemoteProvider):
         return f"of model '{self.model_id}' (Serve app '{self.app_name}', deployment '{self.deployment_name}')"
 
     async def open(self) -> None:
-        if self._handle is not None:
-            return
-        from ray import serve
-
-        for attempt in range(2):
-            try:
-                self._handle = serve.get_deployment_handle(self.deployment_name, app_name=self.app_name)
-                return
-            except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
-                # a reused worker may hold the client of a Serve stopped since (serve.shutdown and
-                # a new Serve in the same Ray): drop it once and look again
-                if attempt == 0 and forget_serve_client():
-                    continue
-                raise self.down(f"no such deployment ({type(exc).__name__}: {exc})") from exc
+        if self._handle is None:
+            self._handle = deployment_handle(self, self.app_name, self.deployment_name)
 
     async def call(self, requests: Sequence[GenerationRequest]) -> list[Completion | Retry]:
         response = self._handle.complete_batch.remote([r.prompt for r in requests], self.sampling.as_dict())
@@ -81,6 +69,24 @@ async def answer_of(response: Any, answer: Awaitable[Any] | None = None) -> Any:
     except asyncio.CancelledError:
         response.cancel()
         raise
+
+
+def deployment_handle(provider: RemoteProvider, app_name: str, deployment_name: str) -> Any:
+    """The handle of the deployment ``provider`` calls; the provider's ModelDown when there is
+    none. A reused worker may hold the client of a Serve stopped since (``serve.shutdown`` and a
+    new Serve in the same Ray, as between tests): that client is dropped once and the name looked
+    up again."""
+    from ray import serve
+
+    try:
+        try:
+            return serve.get_deployment_handle(deployment_name, app_name=app_name)
+        except Exception:  # noqa: BLE001 - the cached client may be the dead one
+            if not forget_serve_client():
+                raise
+            return serve.get_deployment_handle(deployment_name, app_name=app_name)
+    except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
+        raise provider.down(f"no such deployment ({type(exc).__name__}: {exc})") from exc
 
 
 def forget_serve_client() -> bool:

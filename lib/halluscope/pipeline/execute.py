@@ -153,7 +153,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     specs = {m.id: m for m in cfg.models}
     estimate = w.estimate
     assert estimate is not None, "a run with served models under test is estimated when it opens"
-    start_serve(cfg.serve_http_port)  # before the pipeline's actors load the machine
+    start_serve()  # before the pipeline's actors load the machine
     remove(wanted, scope=w.store.run_id)  # what a killed driver of this run left holds GPUs the budget counts
     ready: queue.Queue[tuple[str, bool]] = queue.Queue()
     ctx, done_ref = ray.put(w.ctx), ray.put(w.done)
@@ -166,7 +166,7 @@ def _with_waves(w: StageInputs, watchdog: Watchdog, budget: dict[str, float], bl
     for m in set(wanted) - set(deploy):
         ready.put((m, True))
     waves = Waves([j for j in estimate.jobs if j.model in deploy], budget, specs, generate,
-                  lambda m, ok: ready.put((m, ok)), http_port=cfg.serve_http_port, scope=w.store.run_id,
+                  lambda m, ok: ready.put((m, ok)), scope=w.store.run_id,
                   layout=run.layout(),
                   allowed=dollar_gate(run, {j.model: j for j in estimate.jobs}, w.earlier_usd))
     w.deployments = waves.deployments

@@ -187,7 +187,7 @@ def _pipeline(run: ResolvedRun, store: RunStore, opened: Opened, progress: bool,
         try:
             # the roles are held for the whole run; served models under test in waves (in_waves)
             roles = [m for m in cfg.models if not scheduled(m)]
-            with served(roles, cfg.serve_http_port, scope=store.run_id) as (w.endpoints, _):
+            with served(roles, scope=store.run_id) as (w.endpoints, _):
                 watch = SpendWatch(run, store, cfg.costs.budget_usd, *opened.spent,
                                    lambda: spend_so_far(run, w.deployments, out.window[0]),
                                    lambda: held(run, w.deployments, (out.window[0], time.time()), time.time()))

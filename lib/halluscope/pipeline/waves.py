@@ -89,14 +89,13 @@ class Waves:
 
     def __init__(self, jobs: Sequence[Job], budget: dict[str, float], specs: dict[str, ModelSpec],
                  generate: Callable[[ModelSpec, ServedEndpoint], Any], finished: Callable[[str, bool], None], *,
-                 http_port: int | None = None, scope: str | None = None, layout: Layout | None = None,
+                 scope: str | None = None, layout: Layout | None = None,
                  allowed: Callable[[Job, list[Deployment]], str | None] | None = None) -> None:
         self.admission = Admission(jobs, budget, layout)
         self.scope = scope  # the run id: its apps are its own on a shared cluster
         self.specs = specs
         self.generate = generate
         self.finished = finished
-        self.http_port = http_port
         self.allowed = allowed
         self.deployments: list[Deployment] = []
         self.requeued: set[str] = set()  # models queued again after their generation failed
@@ -165,7 +164,7 @@ class Waves:
 
         def attempt(number: int) -> ServedEndpoint:
             try:
-                return deploy([spec], self.http_port, wait=False, scope=self.scope)[spec.id]  # type: ignore[list-item]
+                return deploy([spec], wait=False, scope=self.scope)[spec.id]  # type: ignore[list-item]
             except ray.exceptions.RayActorError as err:
                 failures.append(err)
                 logger.warning("deploying %s (attempt %d of %d): %s", spec.id, number, DEPLOY_ATTEMPTS,

@@ -1,9 +1,12 @@
 """Deploys the run config's served models as Ray Serve applications, one app per model.
 
-Each model gets an app named after its id (sanitised) at route prefix ``/<name>``, so its
-OpenAI-compatible API is ``http://127.0.0.1:<port>/<name>/v1`` and its handle is
-``serve.get_deployment_handle(deployment_name, app_name)``. Serve's HTTP proxy is started on
-127.0.0.1 only: these endpoints have no authentication.
+Each model gets an app named after its id (sanitised); its handle is
+``serve.get_deployment_handle(deployment_name, app_name)``. A run calls its models by handle
+only, so it starts Serve without HTTP proxies (one per node by Serve's default, each an actor
+holding memory on a GPU node) and deploys its apps without a route. ``halluscope serve`` deploys
+them at route prefix ``/<name>`` instead, so that the OpenAI-compatible API is
+``http://127.0.0.1:<port>/<name>/v1``: Serve's proxy is started on 127.0.0.1 only, as these
+endpoints have no authentication.
 """
 
 from __future__ import annotations
@@ -18,9 +21,13 @@ from typing import Any
 import ray
 from ray import serve
 from ray.serve import Application
-from ray.serve.context import _get_global_client  # no public API: the HTTP config, app statuses, bulk delete
+from ray.serve.config import ProxyLocation
+from ray.serve.context import (
+    _get_global_client,  # no public API: the HTTP config and proxies, app statuses, bulk delete
+)
 
 from halluscope.config.schema import ServedModel
+from halluscope.errors import HalluscopeError
 from halluscope.quiet import quiet_ray
 from halluscope.serving.served import placement, served_part
 
@@ -32,12 +39,13 @@ _POLL_S = 0.25
 
 @dataclass(frozen=True)
 class ServedEndpoint:
-    """Where one deployed model answers: by handle (app and deployment) and over HTTP (base_url)."""
+    """Where one deployed model answers: by handle (app and deployment) and, when deployed over
+    HTTP, at ``base_url``."""
 
     model_id: str
     app_name: str
     deployment_name: str
-    base_url: str
+    base_url: str | None = None
 
 
 def app_name_for(model_id: str, scope: str | None = None) -> str:
@@ -48,18 +56,29 @@ def app_name_for(model_id: str, scope: str | None = None) -> str:
     return f"{app_name_for(scope)}--{name}" if scope else name
 
 
-def build_application(spec: ServedModel) -> Application:
+def build_application(spec: ServedModel, over_http: bool = False) -> Application:
     """The Serve application of one model, as its backend's served part builds it."""
-    return served_part(spec).build(spec)
+    return served_part(spec).build(spec, over_http)
 
 
-def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: bool = True,
-           scope: str | None = None) -> dict[str, ServedEndpoint]:
-    """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) if it is not running, deploy
-    every model as its own app and, with ``wait``, wait until all are running, each within its
+def deploy(specs: Sequence[ServedModel], *, wait: bool = True, scope: str | None = None) -> dict[str, ServedEndpoint]:
+    """Start Serve without HTTP proxies if it is not running, deploy every model as its own app,
+    reached by handle only, and, with ``wait``, wait until all are running, each within its
     ``deploy_timeout_s`` (without it, ask ``states`` when they are). Returns endpoints by model id.
     If any app fails to deploy or misses its deadline, the apps of this call are deleted before
     the error is raised."""
+    return _deploy(specs, wait, scope, over_http=False)
+
+
+def deploy_over_http(specs: Sequence[ServedModel], http_port: int | None = None, *, scope: str | None = None
+                     ) -> dict[str, ServedEndpoint]:
+    """``deploy``, each app also at its route on Serve's HTTP proxy (started on 127.0.0.1,
+    ``http_port``, default Serve's 8000, unless Serve runs), waiting until all are running."""
+    return _deploy(specs, True, scope, over_http=True, http_port=http_port)
+
+
+def _deploy(specs: Sequence[ServedModel], wait: bool, scope: str | None, *, over_http: bool,
+            http_port: int | None = None) -> dict[str, ServedEndpoint]:
     if not specs:
         return {}
     # the largest GPU groups first: replicas are placed in the order the apps are submitted, and a
@@ -70,13 +89,14 @@ def deploy(specs: Sequence[ServedModel], http_port: int | None = None, *, wait: 
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
         raise ValueError(f"model ids map to the same Serve app name(s) {clashes}; rename the models")
-    port = start_serve(http_port)
-    targets = [serve.RunTarget(target=build_application(s), name=n, route_prefix=f"/{n}")
+    port = start_serve(http_port, over_http=over_http)
+    targets = [serve.RunTarget(target=build_application(s, over_http), name=n,
+                               route_prefix=None if port is None else f"/{n}")
                for s, n in zip(specs, names)]
     try:
         handles = serve.run_many(targets, wait_for_applications_running=False)
         endpoints = {s.id: ServedEndpoint(model_id=s.id, app_name=n, deployment_name=h.deployment_name,
-                                          base_url=f"http://{_HOST}:{port}/{n}/v1")
+                                          base_url=None if port is None else f"http://{_HOST}:{port}/{n}/v1")
                      for s, n, h in zip(specs, names, handles)}
         if wait:
             _wait_running(specs, endpoints)
@@ -143,10 +163,11 @@ def _app_statuses() -> dict[str, Any]:
     return {} if client is None else {s.name: s for s in client.list_serve_statuses()}
 
 
-def start_serve(http_port: int | None = None) -> int:
-    """Start Serve on 127.0.0.1 (``http_port``, default Serve's 8000) unless it runs; its HTTP port.
-    A run starts it before its pipeline: a proxy started while the pipeline's actors start up
-    may miss Serve's readiness deadline on a loaded machine (seen on 2 cores)."""
+def start_serve(http_port: int | None = None, *, over_http: bool = False) -> int | None:
+    """Start Serve unless it runs; its HTTP port. Without ``over_http`` it starts with no proxy
+    (and None is returned), else with one on 127.0.0.1 (``http_port``, default Serve's 8000).
+    A run starts it before its pipeline, so that the controller's start does not race the
+    pipeline's actors for the cores."""
     http_options: dict = {"host": _HOST}
     if http_port is not None:
         http_options["port"] = http_port
@@ -154,13 +175,18 @@ def start_serve(http_port: int | None = None) -> int:
         if _serve_running():
             break
         try:
-            serve.start(http_options=http_options)
+            if over_http:
+                serve.start(http_options=http_options)
+            else:
+                serve.start(proxy_location="Disabled")
         except ray.exceptions.RayActorError as err:
             if attempt == 2:
                 raise
             logger.warning("starting Serve: %s; trying again", str(err).splitlines()[0])
             time.sleep(5.0)
     quiet_ray()  # Serve's logger gets a terminal handler when it starts
+    if not over_http:
+        return None
     host, port = _http_address()
     if host != _HOST:
         logger.warning("Serve was already running, listening on %s rather than %s only", host, _HOST)
@@ -178,8 +204,14 @@ def _serve_running() -> bool:
 
 
 def _http_address() -> tuple[str, int]:
-    """Where Serve's proxies really listen: a Serve that was already running keeps its options."""
-    config = _get_global_client().http_config
+    """Where Serve's proxies really listen: a Serve that was already running keeps its options,
+    which cannot change while it runs (one a run started has no proxy)."""
+    client = _get_global_client()
+    config = client.http_config
+    if ray.get(client._controller.get_proxy_location.remote()) == ProxyLocation.Disabled:
+        raise HalluscopeError("Serve already runs on this Ray cluster without HTTP proxies (a run started it: "
+                              "runs call their models by handle); stop it with `serve shutdown` once no run "
+                              "uses it, and serve again")
     return str(config.host), int(config.port)
 
 

@@ -62,8 +62,9 @@ class ServedPart:
         """The table's start-up figures with this backend's set so that it gives ``deploy_s``."""
         return options.startup_table().model_copy(update={"hf_s": deploy_s})
 
-    def build(self, spec: ServedModel) -> Application:
-        """Its Serve application, sized by its ``params.serve`` options."""
+    def build(self, spec: ServedModel, over_http: bool = False) -> Application:
+        """Its Serve application, sized by its ``params.serve`` options; ``over_http``: one that
+        also answers the OpenAI HTTP route (this one always does)."""
         from halluscope.serving.hf import HFDeployment
         from halluscope.serving.weights import local_weights
 
@@ -92,7 +93,7 @@ class _Scripted(ServedPart):
             tout / p.tokens_per_s if p.tokens_per_s else 0.0)
         return (calls * p.latency_s / at_once + produce) * units, None
 
-    def build(self, spec: ServedModel) -> Application:
+    def build(self, spec: ServedModel, over_http: bool = False) -> Application:
         from halluscope.serving.scripted import ScriptedDeployment
 
         return _bound(ScriptedDeployment, spec)
@@ -124,11 +125,12 @@ class _VLLM(ServedPart):
         """Its weights' part kept: it scales with the size."""
         return options.startup_table().model_copy(update={"vllm_s": max(0.0, deploy_s - self._load_s(spec, options))})
 
-    def build(self, spec: ServedModel) -> Application:
-        from halluscope.serving.vllm import build_application
+    def build(self, spec: ServedModel, over_http: bool = False) -> Application:
+        """Ray's OpenAI app over HTTP; else its engine deployment alone, which a run calls by handle."""
+        from halluscope.serving.vllm import build_application, build_engine
 
         assert isinstance(spec, VLLMModel)
-        return build_application(spec)
+        return build_application(spec) if over_http else build_engine(spec)
 
     @staticmethod
     def _load_s(spec: ServedModel, options: PlanOptions) -> float:

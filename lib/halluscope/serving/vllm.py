@@ -10,8 +10,8 @@ GPUs when ``num_gpus > 0`` or an ``accelerator_type`` is set (one GPU per worker
 ``num_gpus`` says otherwise), and on CPUs otherwise. A replica's workers are placed on one node
 (``placement_group_config``: STRICT_PACK).
 
-The run calls the Serve app's engine deployment by handle (``models/vllm_handle.py``), not its
-OpenAI HTTP route: that route is served by proxies on 127.0.0.1 only.
+A run deploys the engine deployment alone and calls it by handle (``models/vllm_handle.py``);
+``halluscope serve`` deploys Ray's OpenAI app, whose HTTP ingress routes to the same deployment.
 """
 
 from __future__ import annotations
@@ -147,18 +147,29 @@ def llm_config(spec: VLLMModel) -> LLMConfig:
 
 def build_application(spec: VLLMModel) -> Application:
     """A Serve application answering OpenAI requests (``/v1/chat/completions``, ``/v1/models``)
-    for ``spec.id`` under the route prefix it is run with. Call it with Ray running: Ray's
-    builder reads the runtime context, and would start a local Ray otherwise."""
+    for ``spec.id`` under the route prefix it is run with. Call it with Ray running (as
+    ``build_engine``)."""
     serve_llm = _import_ray_llm("ray.serve.llm")
     config = llm_config(spec)
     try:
         # Ray checks the engine arguments against vLLM's here, not in LLMConfig.
-        # The run calls the engine deployment by handle; the ingress only routes the OpenAI HTTP
-        # route, and reserves no CPU (as Serve's own proxy): the engine's bundles are the app's
-        # claim with the replica's (REPLICA_CPUS), which is what placement() counts and the waves'
-        # admission rule admits by.
+        # The ingress only routes the OpenAI HTTP route to the engine deployment, and reserves no
+        # CPU (as Serve's own proxy): the engine's bundles are the app's claim with the replica's
+        # (REPLICA_CPUS), which is what placement() counts and the waves' admission rule admits by.
         return serve_llm.build_openai_app({"llm_configs": [config],
                                            "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}})
+    except ValueError as err:
+        raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
+
+
+def build_engine(spec: VLLMModel) -> Application:
+    """The engine deployment of ``spec.id`` alone, as a Serve application a run calls by handle:
+    no HTTP ingress replica importing vLLM to route nothing. Call it with Ray running: Ray's
+    builder reads the runtime context, and would start a local Ray otherwise."""
+    serve_llm = _import_ray_llm("ray.serve.llm")
+    config = llm_config(spec)
+    try:
+        return serve_llm.build_llm_deployment(config)
     except ValueError as err:
         raise ConfigError(f"model '{spec.id}' (backend vllm): {err}") from err
 

@@ -22,9 +22,7 @@ import ray
 from ray import serve
 from ray.serve import Application
 from ray.serve.config import ProxyLocation
-from ray.serve.context import (
-    _get_global_client,  # no public API: the HTTP config and proxies, app statuses, bulk delete
-)
+from ray.serve.context import _get_global_client  # no public API: proxies, app statuses, bulk delete
 
 from halluscope.config.schema import ServedModel
 from halluscope.errors import HalluscopeError

@@ -166,17 +166,12 @@ def start_serve(http_port: int | None = None, *, over_http: bool = False) -> int
     (and None is returned), else with one on 127.0.0.1 (``http_port``, default Serve's 8000).
     A run starts it before its pipeline, so that the controller's start does not race the
     pipeline's actors for the cores."""
-    http_options: dict = {"host": _HOST}
-    if http_port is not None:
-        http_options["port"] = http_port
+    http_options = {"host": _HOST, **({"port": http_port} if http_port is not None else {})}
     for attempt in range(3):  # a proxy that misses its start deadline on a loaded node is killed
         if _serve_running():
             break
         try:
-            if over_http:
-                serve.start(http_options=http_options)
-            else:
-                serve.start(proxy_location="Disabled")
+            serve.start(proxy_location=None if over_http else "Disabled", http_options=http_options)
         except ray.exceptions.RayActorError as err:
             if attempt == 2:
                 raise

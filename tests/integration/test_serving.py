@@ -203,7 +203,10 @@ def test_scripted_answers_via_handle_and_http(endpoints):
 def test_injected_faults_are_retried_to_success(endpoints):
     ep = endpoints[FLAKY.id]
     prompts = [f"q{i}" for i in range(60)]
-    backend = handle_backend(FLAKY, ep, timeout_s=2, max_retries=8, backoff_base_s=0.05)
+    # a drawn hang costs one timeout; 2 s was too short once the machine stalled beside an engine's
+    # start: every call in flight timed out together and the breaker (10 in a row) tripped
+    timeout_s = 5
+    backend = handle_backend(FLAKY, ep, timeout_s=timeout_s, max_retries=8, backoff_base_s=0.05)
     started = time.perf_counter()
     out = backend.generate_batch(_requests(prompts))
     elapsed = time.perf_counter() - started
@@ -214,7 +217,7 @@ def test_injected_faults_are_retried_to_success(endpoints):
 
     # over HTTP a failed call is a 503, which the OpenAI client retries
     codes = set()
-    with httpx.Client(base_url=ep.base_url, timeout=2) as client:
+    with httpx.Client(base_url=ep.base_url, timeout=timeout_s) as client:
         for i in range(12):
             try:
                 codes.add(client.post("/chat/completions",
@@ -222,7 +225,7 @@ def test_injected_faults_are_retried_to_success(endpoints):
             except httpx.TimeoutException:
                 codes.add("timeout")
     assert 503 in codes and 200 in codes
-    http = openai_model(model_id=FLAKY.id, base_url=ep.base_url, timeout_s=2, max_retries=8,
+    http = openai_model(model_id=FLAKY.id, base_url=ep.base_url, timeout_s=timeout_s, max_retries=8,
                         backoff_base_s=0.05, backoff_max_s=0.5)
     via_http = http.generate_batch(_requests(prompts[:20]))
     assert [c.text for c in via_http] == ["ok"] * 20, [c.error for c in via_http if c.error]

@@ -6,6 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 export RAY_USAGE_STATS_ENABLED := 0
+# every Ray the tests and bench scripts start keeps to 127.0.0.1 (tests/conftest.py says why)
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 
 include mk/uv.mk
 include mk/vllm.mk

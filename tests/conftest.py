@@ -19,6 +19,10 @@ yaml.SafeDumper.ignore_aliases = ConfigDumper.ignore_aliases  # type: ignore[met
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# every Ray a test starts on 127.0.0.1: on Linux Ray swaps a loopback node address for the machine's
+# own (`ray start --node-ip-address=127.0.0.1` included) and its agents and client server listen
+# there; off, Ray keeps to loopback as it does on a laptop (no `ray start --address` worker joins)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # token authentication stays on, with a token made for this test session
 use_token_auth()
 

@@ -79,7 +79,7 @@ def create_bucket(endpoint: str, name: str) -> str:
 @contextmanager
 def ray_head(num_cpus: int = 6, num_gpus: int = 16, object_store_bytes: int = 400_000_000) -> Iterator[dict[str, str]]:
     """A Ray head with the dashboard and job API, and RAY_ADDRESS pointing at it while it lives;
-    yields its ``address`` and ``dashboard`` URL."""
+    yields its ``address``, ``dashboard`` URL and ``temp_dir``."""
     ray_bin = str(Path(sys.executable).parent / "ray")
     port, dash = free_port(), free_port()
     # a temp dir of its own (short: Ray's socket paths have a length limit), so the teardown stops
@@ -100,21 +100,59 @@ def ray_head(num_cpus: int = 6, num_gpus: int = 16, object_store_bytes: int = 40
                        timeout=180)
         address = f"127.0.0.1:{port}"
         with _environ({"RAY_ADDRESS": address}):
-            yield {"address": address, "dashboard": f"http://127.0.0.1:{dash}"}
+            yield {"address": address, "dashboard": f"http://127.0.0.1:{dash}", "temp_dir": temp_dir}
     finally:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
-        kill_tree(temp_dir)
+        # the Ray client server names neither the temp dir nor a parent that lives: `ray start`
+        # exits once the head is up, and its children go to init
+        kill_tree(temp_dir, f"--address={address}")
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def kill_tree(temp_dir: str) -> None:
-    """SIGKILL the head's processes (their command lines name its temp dir) and every process
-    they started. The raylet's children retitle themselves (``ray::DashboardAgent``, workers), so
-    a match on the command line misses them: a dashboard agent that had started a job outlived
-    its head by a minute, at a whole core (its driver thread polls the gone GCS in a loop)."""
+def kill_tree(*marks: str) -> None:
+    """SIGKILL the head's processes and every process they started (``process_tree``): a dashboard
+    agent that had started a job outlived its head by a minute, at a whole core (its driver thread
+    polls the gone GCS in a loop)."""
+    for pid in process_tree(*marks) - {os.getpid()}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def listening_addresses(pids: set[int]) -> set[str]:
+    """The IP addresses these processes' TCP sockets listen on, read from /proc."""
+    import ipaddress
+
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:  # gone, or a file descriptor closed while read
+            continue
+        inodes |= {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+    found: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state, inode = (f := line.split())[1], f[3], f[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(local.split(":")[0])
+            # the kernel prints each 32-bit word of the address in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ip = ipaddress.ip_address(packed)
+            mapped = getattr(ip, "ipv4_mapped", None)
+            found.add(str(mapped or ip))
+    return found
+
+
+def process_tree(*marks: str) -> set[int]:
+    """The processes whose command line holds an argument that names one of ``marks`` (a head's
+    temp dir, its GCS address), and every process they started: the raylet's children retitle
+    themselves (``ray::DashboardAgent``, workers), so a match on the command line misses them."""
     parents: dict[int, int] = {}
     roots: set[int] = set()
     for proc in Path("/proc").iterdir():
@@ -127,14 +165,10 @@ def kill_tree(temp_dir: str) -> None:
             continue
         pid = int(proc.name)
         parents[pid] = int(stat[stat.rfind(")") + 2:].split()[1])
-        if temp_dir.encode() in cmdline:
+        if any(mark.encode() in arg for arg in cmdline.split(b"\0") for mark in marks):
             roots.add(pid)
     tree, frontier = set(roots), set(roots)
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - tree
         tree |= frontier
-    for pid in tree - {os.getpid()}:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    return tree

@@ -1,9 +1,11 @@
 """The Ray head the integration tests and bench scripts start is stopped with every process it
-started, those that retitled themselves included (tests.support.servers)."""
+started, those that retitled themselves and those whose parent exited included
+(tests.support.servers)."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,4 +39,21 @@ def test_the_processes_a_head_started_go_with_it(tmp_path):
     deadline = time.time() + 10
     while _alive(child):
         assert time.time() < deadline, "the head's child outlived it"
+        time.sleep(0.01)
+
+
+def test_a_process_that_names_the_heads_address_goes_with_it_once_its_parent_is_gone(tmp_path):
+    """As the Ray client server `ray start` leaves: its parent exits, and its command line names
+    the head's GCS address, not its temp dir."""
+    address = "--address=127.0.0.1:1"
+    started = subprocess.run(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(300)' {address} "
+                                          "> /dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
+    orphan = int(started.stdout)
+    deadline = time.time() + 10
+    while address.encode() not in Path(f"/proc/{orphan}/cmdline").read_bytes():
+        assert time.time() < deadline
+        time.sleep(0.01)
+    kill_tree(str(tmp_path / "head-temp-dir"), address)
+    while _alive(orphan):
+        assert time.time() < deadline, "the orphan outlived its head"
         time.sleep(0.01)

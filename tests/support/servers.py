@@ -3,6 +3,7 @@ context manager that stops what it started, and nothing else on the machine."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import secrets
@@ -125,19 +126,24 @@ def kill_tree(*marks: str) -> None:
 
 def listening_addresses(pids: set[int]) -> set[str]:
     """The IP addresses these processes' TCP sockets listen on, read from /proc."""
-    import ipaddress
-
     inodes: set[str] = set()
     for pid in pids:
         try:
-            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
-        except OSError:  # gone, or a file descriptor closed while read
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # gone
             continue
-        inodes |= {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+        for fd in fds:
+            try:
+                link = os.readlink(fd)
+            except OSError:  # closed since
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
     found: set[str] = set()
     for table in ("tcp", "tcp6"):
         for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            local, state, inode = (f := line.split())[1], f[3], f[9]
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
             if state != "0A" or inode not in inodes:  # 0A: LISTEN
                 continue
             raw = bytes.fromhex(local.split(":")[0])

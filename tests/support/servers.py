@@ -159,6 +159,7 @@ def process_tree(*marks: str) -> set[int]:
     """The processes whose command line holds an argument that names one of ``marks`` (a head's
     temp dir, its GCS address), and every process they started: the raylet's children retitle
     themselves (``ray::DashboardAgent``, workers), so a match on the command line misses them."""
+    wanted = [mark.encode() for mark in marks]
     parents: dict[int, int] = {}
     roots: set[int] = set()
     for proc in Path("/proc").iterdir():
@@ -171,7 +172,7 @@ def process_tree(*marks: str) -> set[int]:
             continue
         pid = int(proc.name)
         parents[pid] = int(stat[stat.rfind(")") + 2:].split()[1])
-        if any(mark.encode() in arg for arg in cmdline.split(b"\0") for mark in marks):
+        if any(mark in arg for arg in cmdline.split(b"\0") for mark in wanted):
             roots.add(pid)
     tree, frontier = set(roots), set(roots)
     while frontier:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.servers import kill_tree
@@ -19,27 +20,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _until(done: Callable[[], object], failure: str, deadline: float) -> None:
+    """Polls ``done`` until it holds, failing with ``failure`` past ``deadline``."""
+    while not done():
+        assert time.time() < deadline, failure
+        time.sleep(0.01)
+
+
 def test_the_processes_a_head_started_go_with_it(tmp_path):
     marker = str(tmp_path / "head-temp-dir")
     # the "head" names its temp dir; its child's command line does not, as a retitled agent's
     head = subprocess.Popen(["sh", "-c", "sleep 300 & echo $! > \"$0.child\"; wait", marker])
     child_file = Path(f"{marker}.child")
     deadline = time.time() + 10
-    while not child_file.exists() or not child_file.read_text().strip():
-        assert time.time() < deadline
-        time.sleep(0.01)
+    _until(lambda: child_file.exists() and child_file.read_text().strip(), "no child pid", deadline)
     child = int(child_file.read_text())
     # until it execs sleep, the forked child still shows the shell's command line
-    while not Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep"):
-        assert time.time() < deadline
-        time.sleep(0.01)
+    _until(lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep"), "the child never ran sleep", deadline)
     assert marker.encode() not in Path(f"/proc/{child}/cmdline").read_bytes()
     kill_tree(marker)
     head.wait(timeout=10)
     deadline = time.time() + 10
-    while _alive(child):
-        assert time.time() < deadline, "the head's child outlived it"
-        time.sleep(0.01)
+    _until(lambda: not _alive(child), "the head's child outlived it", deadline)
 
 
 def test_a_process_that_names_the_heads_address_goes_with_it_once_its_parent_is_gone(tmp_path):
@@ -50,10 +52,6 @@ def test_a_process_that_names_the_heads_address_goes_with_it_once_its_parent_is_
                                           "> /dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True)
     orphan = int(started.stdout)
     deadline = time.time() + 10
-    while address.encode() not in Path(f"/proc/{orphan}/cmdline").read_bytes():
-        assert time.time() < deadline
-        time.sleep(0.01)
+    _until(lambda: address.encode() in Path(f"/proc/{orphan}/cmdline").read_bytes(), "the orphan never started", deadline)
     kill_tree(str(tmp_path / "head-temp-dir"), address)
-    while _alive(orphan):
-        assert time.time() < deadline, "the orphan outlived its head"
-        time.sleep(0.01)
+    _until(lambda: not _alive(orphan), "the orphan outlived its head", deadline)

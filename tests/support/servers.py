@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -156,10 +157,12 @@ def listening_addresses(pids: set[int]) -> set[str]:
 
 
 def process_tree(*marks: str) -> set[int]:
-    """The processes whose command line holds an argument that names one of ``marks`` (a head's
-    temp dir, its GCS address), and every process they started: the raylet's children retitle
-    themselves (``ray::DashboardAgent``, workers), so a match on the command line misses them."""
-    wanted = [mark.encode() for mark in marks]
+    """The processes whose command line names one of ``marks`` (a head's temp dir, its GCS
+    address) whole, and every process they started: the raylet's children retitle themselves
+    (``ray::DashboardAgent``, workers), so a match on the command line misses them. Whole: not
+    followed by a letter, digit or ``_``, so that ``127.0.0.1:1`` is not the start of another
+    head's ``127.0.0.1:15432``, nor one temp dir the start of a longer one."""
+    wanted = [re.compile(re.escape(mark.encode()) + rb"(?!\w)") for mark in marks]
     parents: dict[int, int] = {}
     roots: set[int] = set()
     for proc in Path("/proc").iterdir():
@@ -172,7 +175,7 @@ def process_tree(*marks: str) -> set[int]:
             continue
         pid = int(proc.name)
         parents[pid] = int(stat[stat.rfind(")") + 2:].split()[1])
-        if any(mark in arg for arg in cmdline.split(b"\0") for mark in wanted):
+        if any(mark.search(cmdline) for mark in wanted):
             roots.add(pid)
     tree, frontier = set(roots), set(roots)
     while frontier:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.servers import kill_tree
+from tests.support.servers import kill_tree, process_tree
 
 
 def _alive(pid: int) -> bool:
@@ -55,3 +55,18 @@ def test_a_process_that_names_the_heads_address_goes_with_it_once_its_parent_is_
     _until(lambda: address.encode() in Path(f"/proc/{orphan}/cmdline").read_bytes(), "the orphan never started", deadline)
     kill_tree(str(tmp_path / "head-temp-dir"), address)
     _until(lambda: not _alive(orphan), "the orphan outlived its head", deadline)
+
+
+def test_a_mark_names_a_whole_address_or_folder_not_the_start_of_a_longer_one(tmp_path):
+    """Another head's processes stay: the marks of a head at port 1 and temp dir ``head`` are not
+    those of a head at port 15432 or temp dir ``head_2`` (both lanes' heads live side by side)."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                              "--address=127.0.0.1:15432", f"--temp-dir={tmp_path / 'head_2'}"])
+    try:
+        deadline = time.time() + 10
+        _until(lambda: b"--address" in Path(f"/proc/{other.pid}/cmdline").read_bytes(), "it never started", deadline)
+        assert other.pid not in process_tree(str(tmp_path / "head"), "--address=127.0.0.1:1")
+        assert other.pid in process_tree(str(tmp_path / "head_2"))
+    finally:
+        other.kill()
+        other.wait(timeout=10)
